@@ -1,0 +1,28 @@
+"""tfdist: distributed TensorFlow/Keras training from a laptop to a cluster.
+
+Create the strategy first thing with :func:`strategy`, build and compile the model in its scope, and
+train with ``tfdist.fit``; start several workers with ``tfdist launch``.
+"""
+
+from __future__ import annotations
+
+from tfdist.api import is_chief, local_rank, plan, rank, strategy, world_size
+from tfdist.env import detect_environment
+from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "SetupError",
+    "TfdistError",
+    "WorkerFailedError",
+    "__version__",
+    "detect_environment",
+    "is_chief",
+    "local_rank",
+    "plan",
+    "rank",
+    "strategy",
+    "world_size",
+]

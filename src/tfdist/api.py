@@ -1,0 +1,82 @@
+"""The public Python surface for where-am-I questions and strategy creation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from tfdist.env import ClusterEnvironment, detect_environment
+from tfdist.strategy import build_strategy, discover_devices, options_from_environ, plan_strategy
+from tfdist.strategy.plan import StrategyPlan
+
+
+def rank() -> int:
+    """This process's training rank (0 = chief); -1 for parameter servers and evaluators."""
+    return detect_environment().rank
+
+
+def local_rank() -> int:
+    """This process's index among the tasks on its node."""
+    return detect_environment().local_rank
+
+
+def world_size() -> int:
+    """Number of training processes (chief + workers)."""
+    return detect_environment().world_size
+
+
+def is_chief() -> bool:
+    """True for the one process that writes shared outputs (checkpoints, summaries, saved models)."""
+    return detect_environment().is_chief
+
+
+def plan(
+    kind: str | None = None,
+    devices: Sequence[int] | None = None,
+    communication: str | None = None,
+    collective_timeout: float | None = None,
+    memory_growth: bool | None = None,
+    cpu_replicas: int | None = None,
+    memory_limit_mb: int | None = None,
+    environment: ClusterEnvironment | None = None,
+) -> StrategyPlan:
+    """The plan :func:`strategy` would build with these arguments (``None`` = TFDIST_* variable or default)."""
+    options = options_from_environ(
+        os.environ,
+        kind=kind,
+        devices=tuple(devices) if devices is not None else None,
+        communication=communication,
+        collective_timeout=collective_timeout,
+        memory_growth=memory_growth,
+        cpu_replicas=cpu_replicas,
+        memory_limit_mb=memory_limit_mb,
+    )
+    return plan_strategy(environment or detect_environment(), discover_devices(), options)
+
+
+def strategy(
+    kind: str = "auto",
+    devices: Sequence[int] | None = None,
+    communication: str | None = None,
+    collective_timeout: float | None = None,
+    memory_growth: bool | None = None,
+    cpu_replicas: int | None = None,
+    memory_limit_mb: int | None = None,
+) -> Any:
+    """Detect the environment, plan and build the tf.distribute strategy. Call it first thing.
+
+    ``kind``: auto | one_device | mirrored | multi_worker | parameter_server | tpu. Arguments left at
+    ``None`` come from TFDIST_STRATEGY, TFDIST_COMMUNICATION, TFDIST_COLLECTIVE_TIMEOUT (default 300 s),
+    TFDIST_CPU_REPLICAS. In a parameter-server cluster, ps and worker tasks serve here and never return.
+    """
+    chosen = plan(
+        kind=None if kind == "auto" else kind,
+        devices=devices,
+        communication=communication,
+        collective_timeout=collective_timeout,
+        memory_growth=memory_growth,
+        cpu_replicas=cpu_replicas,
+        memory_limit_mb=memory_limit_mb,
+    )
+    return build_strategy(chosen)

@@ -1,0 +1,115 @@
+"""``tfdist env``: what tfdist sees here, and what it would build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+#: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
+RELEVANT_PREFIXES = ("TF_CONFIG", "SLURM_", "CUDA_VISIBLE_DEVICES", "TFDIST_", "TPU_", "COLAB_TPU_ADDR",
+                     "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "NCCL_", "XLA_FLAGS", "TF_NUM_", "OMP_NUM_THREADS",
+                     "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "TF_USE_LEGACY_KERAS")
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def register(sub: Any) -> None:
+    """Add the ``env`` sub-parser."""
+    p = sub.add_parser("env", help="show the detected environment, devices and the strategy tfdist would build")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    p.set_defaults(run=run)
+
+
+def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables that matter to tfdist, with secret-looking ones redacted.
+
+    Input/Output: ``{"SLURM_JOB_ID": "7", "TFDIST_API_TOKEN": "x", "HOME": "/r"}`` ->
+    ``{"SLURM_JOB_ID": "7", "TFDIST_API_TOKEN": "<redacted>"}``.
+    """
+    out: dict[str, str] = {}
+    for name in sorted(environ):
+        if name.startswith(RELEVANT_PREFIXES):
+            secret = any(marker in name.upper() for marker in SECRET_MARKERS)
+            out[name] = "<redacted>" if secret else environ[name]
+    return out
+
+
+def _versions() -> dict[str, str | None]:
+    from tfdist import __version__
+
+    versions: dict[str, str | None] = {"tfdist": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    for module in ("tensorflow", "keras", "numpy"):
+        try:
+            versions[module] = __import__(module).__version__
+        except Exception:  # not installed or broken install: report, do not crash the diagnostic
+            versions[module] = None
+    return versions
+
+
+def collect(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Everything ``tfdist env`` reports, as a JSON-ready dictionary."""
+    from tfdist.env import detect_environment
+    from tfdist.strategy import discover_devices, options_from_environ, plan_strategy
+
+    env = detect_environment(environ)
+    devices = discover_devices()
+    plan = plan_strategy(env, devices, options_from_environ(environ))
+    info = env.describe()
+    return {
+        **info,
+        "devices": {"gpus": list(devices.gpus), "cpu_cores": devices.cpu_cores},
+        "strategy": plan.describe(),
+        "versions": _versions(),
+        "variables": relevant_variables(environ),
+        "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
+    }
+
+
+def _print_tables(info: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    where = Table(title="tfdist environment", show_header=False)
+    for key in ("kind", "source", "role", "task_index", "rank", "world_size", "local_rank", "local_world_size", "is_chief"):
+        where.add_row(key, str(info[key]))
+    for role, addrs in info["cluster_spec"].items():
+        where.add_row(f"cluster[{role}]", ", ".join(addrs))
+    where.add_row("GPUs", ", ".join(info["devices"]["gpus"]) or "none")
+    where.add_row("CPU cores", str(info["devices"]["cpu_cores"]))
+    console.print(where)
+    strat = Table(title="strategy tfdist.strategy() would build", show_header=False)
+    for key, value in info["strategy"].items():
+        strat.add_row(key, str(value))
+    console.print(strat)
+    variables = Table(title="relevant variables", show_header=False)
+    for key, value in info["variables"].items() or [("(none set)", "")]:
+        variables.add_row(key, value)
+    console.print(variables)
+    if info["inside_slurm_allocation"]:
+        console.print("[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]")
+    for warning in info["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    console.print("\nCopy this into a bug report:\n")
+    lines = [f"- {k}: {v}" for k, v in info["versions"].items()]
+    lines += [f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
+              f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
+              f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}"]
+    # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
+    print("\n".join(lines))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the environment report; ConfigError from detection propagates to a one-line exit 2."""
+    # A copy taken before TensorFlow is imported: importing it adds TPU_ML_PLATFORM* to os.environ.
+    info = collect(dict(os.environ))
+    if args.json:
+        json.dump(info, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        _print_tables(info)
+    return 0

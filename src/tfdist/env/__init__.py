@@ -1,0 +1,49 @@
+"""WHERE AM I? One class per cluster kind, and the order in which they are tried.
+
+Priority, stated once: an explicit ``TF_CONFIG`` beats Slurm (a user or the tfdist launcher wrote it on
+purpose, possibly inside a Slurm allocation), Slurm beats TPU (a TPU variable can leak into a batch job's
+environment, an srun step cannot be faked by accident), and Local always detects, so it is last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from tfdist.env.base import ClusterEnvironment
+from tfdist.env.local import LocalEnvironment
+from tfdist.env.slurm import SlurmEnvironment
+from tfdist.env.tf_config import TFConfigEnvironment
+from tfdist.env.tpu import TPUEnvironment
+
+ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
+    TFConfigEnvironment,
+    SlurmEnvironment,
+    TPUEnvironment,
+    LocalEnvironment,
+)
+
+
+def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvironment:
+    """Return the first environment in :data:`ENVIRONMENTS` that detects itself.
+
+    Reads ``os.environ`` when ``environ`` is not given; never writes it. Raises ConfigError when the
+    variables of the detected kind are inconsistent.
+    """
+    env = os.environ if environ is None else environ
+    for kind in ENVIRONMENTS:
+        found = kind.detect(env)
+        if found is not None:
+            return found
+    raise AssertionError("LocalEnvironment always detects")  # pragma: no cover
+
+
+__all__ = [
+    "ENVIRONMENTS",
+    "ClusterEnvironment",
+    "LocalEnvironment",
+    "SlurmEnvironment",
+    "TFConfigEnvironment",
+    "TPUEnvironment",
+    "detect_environment",
+]

@@ -1,0 +1,98 @@
+"""The description of where this process runs, shared by every cluster kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+#: Roles that take part in synchronous training and therefore count toward the world size.
+TRAINING_ROLES = ("chief", "worker")
+#: Every role TensorFlow knows in a cluster spec.
+KNOWN_ROLES = ("chief", "worker", "ps", "evaluator")
+
+ClusterSpecDict = dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class ClusterEnvironment:
+    """Where this process sits in a (possibly one-process) cluster.
+
+    ``rank`` counts training tasks only (chief first, then workers); parameter servers and evaluators
+    have ``rank == -1`` because they never train. ``cluster_spec`` maps roles to ``host:port`` lists in
+    TensorFlow's format and is empty for a single process. ``gpu_ids`` is the list of GPU ids the
+    scheduler made visible to this task (``None`` when nothing restricts the view).
+    """
+
+    kind: ClassVar[str] = "base"
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    role: str = "worker"
+    task_index: int = 0
+    cluster_spec: ClusterSpecDict = field(default_factory=dict)
+    gpu_ids: tuple[str, ...] | None = None
+    gpus_bound_by_scheduler: bool = False
+    source: str = "default"
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> ClusterEnvironment | None:
+        """Return this kind's environment when ``environ`` describes it, else ``None``.
+
+        Implementations only read ``environ``: no writes, no subprocesses, no TensorFlow.
+        Inconsistent variables raise :class:`tfdist.errors.ConfigError`.
+        """
+        raise NotImplementedError
+
+    @property
+    def is_chief(self) -> bool:
+        """True for the task that writes shared outputs (chief, or worker 0 when there is no chief)."""
+        if self.role == "chief":
+            return True
+        return self.role == "worker" and self.task_index == 0 and "chief" not in self.cluster_spec
+
+    @property
+    def is_distributed(self) -> bool:
+        """True when more than one process takes part (including parameter-server clusters)."""
+        return sum(len(v) for k, v in self.cluster_spec.items() if k != "evaluator") > 1
+
+    @property
+    def has_parameter_servers(self) -> bool:
+        """True when the cluster spec names at least one ``ps`` task."""
+        return bool(self.cluster_spec.get("ps"))
+
+    def describe(self) -> dict[str, object]:
+        """A JSON-ready summary used by ``tfdist env``."""
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "role": self.role,
+            "task_index": self.task_index,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+            "is_chief": self.is_chief,
+            "cluster_spec": self.cluster_spec,
+            "gpu_ids": list(self.gpu_ids) if self.gpu_ids is not None else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def parse_gpu_list(value: str, source: str) -> tuple[str, ...]:
+    """Parse a CUDA_VISIBLE_DEVICES-style list.
+
+    Input/Output: ``"0,2"`` -> ``("0", "2")``; ``""`` -> ``()``; ``"GPU-1a2b,GPU-3c4d"`` -> the UUIDs.
+    """
+    from tfdist.errors import ConfigError
+
+    text = value.strip()
+    if not text or text in ("-1", "none", "NoDevFiles"):
+        return ()
+    items = tuple(part.strip() for part in text.split(","))
+    if any(not item for item in items):
+        raise ConfigError(f"{source}={value!r} has an empty entry. Hint: use a comma list such as 0,1.")
+    return items

@@ -1,0 +1,20 @@
+"""A single process on this machine: the fallback that always detects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+
+
+class LocalEnvironment(ClusterEnvironment):
+    """One process, rank 0 of 1. Respects ``CUDA_VISIBLE_DEVICES`` when it is set."""
+
+    kind = "local"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> LocalEnvironment:
+        """Always succeeds: every process is at least a local one."""
+        cuda = environ.get("CUDA_VISIBLE_DEVICES")
+        gpu_ids = parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None
+        return cls(gpu_ids=gpu_ids, source="no cluster variables")

@@ -1,0 +1,127 @@
+"""A task of a Slurm job step (``srun``): cluster spec from SLURM_* variables alone.
+
+TensorFlow's SlurmClusterResolver calls ``nvidia-smi`` and fails on CPU-only nodes, so the spec is
+resolved here from the step's variables; every task computes the same spec without talking to others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.env.nodelist import expand_nodelist, expand_tasks_per_node
+from tfdist.errors import ConfigError
+
+#: Ports are derived as BASE + (job id mod SLOTS) * SLOT_WIDTH + local task index, so concurrent jobs
+#: sharing a node almost never collide while all tasks of one job agree. TFDIST_PORT overrides the base.
+PORT_BASE = 20000
+PORT_SLOTS = 1000
+PORT_SLOT_WIDTH = 40
+
+
+def _int_var(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    raw = environ.get(name, "")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer. Hint: run the command inside an srun step.") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} is below {minimum}.")
+    return value
+
+
+def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int:
+    """First port of this job's tasks on each node: TFDIST_PORT, else derived from SLURM_JOB_ID."""
+    if "TFDIST_PORT" in environ:
+        base = _int_var(environ, "TFDIST_PORT", 1)
+        source = "TFDIST_PORT"
+    elif "SLURM_JOB_ID" in environ:
+        job_id = _int_var(environ, "SLURM_JOB_ID")
+        if max_tasks_per_node > PORT_SLOT_WIDTH:
+            raise ConfigError(f"{max_tasks_per_node} tasks on one node exceed the {PORT_SLOT_WIDTH} ports tfdist derives per job. Hint: set TFDIST_PORT to a free base port.")
+        base = PORT_BASE + (job_id % PORT_SLOTS) * PORT_SLOT_WIDTH
+        source = "SLURM_JOB_ID"
+    else:
+        raise ConfigError("SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free base port.")
+    if base + max_tasks_per_node - 1 > 65535:
+        raise ConfigError(f"{source} gives base port {base}; with {max_tasks_per_node} tasks per node the ports pass 65535.")
+    return base
+
+
+def slurm_cluster_spec(nodes: list[str], tasks_per_node: list[int], base_port: int) -> list[str]:
+    """Worker addresses in rank order: Slurm's block distribution numbers tasks node by node.
+
+    Input/Output: ``(["a", "b"], [2, 1], 3000)`` -> ``["a:3000", "a:3001", "b:3000"]``.
+    """
+    return [f"{node}:{base_port + j}" for node, count in zip(nodes, tasks_per_node, strict=True) for j in range(count)]
+
+
+class SlurmEnvironment(ClusterEnvironment):
+    """A task started by ``srun``: rank SLURM_PROCID of SLURM_STEP_NUM_TASKS (or SLURM_NTASKS)."""
+
+    kind = "slurm"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> SlurmEnvironment | None:
+        """Detect an srun task (SLURM_PROCID and SLURM_STEP_NODELIST set); validate the step variables."""
+        if "SLURM_PROCID" not in environ or "SLURM_STEP_NODELIST" not in environ:
+            return None
+        rank = _int_var(environ, "SLURM_PROCID")
+        size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+        world = _int_var(environ, size_var, 1)
+        if rank >= world:
+            raise ConfigError(f"SLURM_PROCID={rank} but {size_var}={world}; a rank must be below the number of tasks.")
+        nodes = expand_nodelist(environ["SLURM_STEP_NODELIST"])
+        tpn_var = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
+        tasks = expand_tasks_per_node(environ.get(tpn_var, ""), tpn_var) if tpn_var in environ else _even_split(world, len(nodes))
+        if len(tasks) != len(nodes):
+            raise ConfigError(f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but SLURM_STEP_NODELIST names {len(nodes)} node(s).")
+        if sum(tasks) != world:
+            raise ConfigError(f"{tpn_var}={environ.get(tpn_var)!r} adds up to {sum(tasks)} tasks but {size_var}={world}.")
+        local_rank = _int_var(environ, "SLURM_LOCALID") if "SLURM_LOCALID" in environ else _local_rank(rank, tasks)
+        node_index = _node_of(rank, tasks)
+        local_world = tasks[node_index]
+        if local_rank >= local_world:
+            raise ConfigError(f"SLURM_LOCALID={local_rank} but this node runs {local_world} task(s).")
+        workers = slurm_cluster_spec(nodes, tasks, derive_base_port(environ, max(tasks)))
+        gpu_ids, bound = _visible_gpus(environ)
+        return cls(
+            rank=rank,
+            world_size=world,
+            local_rank=local_rank,
+            local_world_size=local_world,
+            role="worker",
+            task_index=rank,
+            cluster_spec={"worker": workers},
+            gpu_ids=gpu_ids,
+            gpus_bound_by_scheduler=bound,
+            source=f"SLURM_JOB_ID={environ.get('SLURM_JOB_ID', '?')}",
+        )
+
+
+def _even_split(world: int, n_nodes: int) -> list[int]:
+    base, extra = divmod(world, n_nodes)
+    return [base + (1 if i < extra else 0) for i in range(n_nodes)]
+
+
+def _node_of(rank: int, tasks: list[int]) -> int:
+    seen = 0
+    for i, count in enumerate(tasks):
+        seen += count
+        if rank < seen:
+            return i
+    return len(tasks) - 1
+
+
+def _local_rank(rank: int, tasks: list[int]) -> int:
+    node = _node_of(rank, tasks)
+    return rank - sum(tasks[:node])
+
+
+def _visible_gpus(environ: Mapping[str, str]) -> tuple[tuple[str, ...] | None, bool]:
+    """GPUs this task may see, and whether Slurm already bound them per task (--gpus-per-task, --gpu-bind)."""
+    bound = any(k in environ for k in ("SLURM_GPUS_PER_TASK", "SLURM_GPU_BIND"))
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if name in environ:
+            return parse_gpu_list(environ[name], name), bound
+    return None, bound

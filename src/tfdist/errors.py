@@ -1,0 +1,31 @@
+"""Exception hierarchy.
+
+User mistakes raise :class:`ConfigError`; the CLI prints its message on one line and exits with code 2.
+Messages say what was received, where it came from, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class TfdistError(Exception):
+    """Base class of every error tfdist raises on purpose."""
+
+
+class ConfigError(TfdistError):
+    """A user-supplied value (flag, argument, environment variable, file) is invalid."""
+
+
+class SetupError(TfdistError):
+    """Something the machine should provide is missing (a library, a command such as ``sbatch``)."""
+
+
+class WorkerFailedError(TfdistError):
+    """A worker process of a launched group failed first; carries its identity for reporting."""
+
+    def __init__(self, name: str, code: int, log_path: str | None, how: str) -> None:
+        self.name = name
+        self.code = code
+        self.log_path = log_path
+        self.how = how
+        where = f", log: {log_path}" if log_path else ""
+        super().__init__(f"worker {name} failed first: {how} (exit code {code}){where}")

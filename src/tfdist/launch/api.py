@@ -1,0 +1,258 @@
+"""``tfdist.launch``: start the workers, supervise them, restart or stop them, and report."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from types import FrameType
+
+from tfdist.errors import ConfigError
+from tfdist.launch.config import LaunchConfig
+from tfdist.launch.gpus import visible_gpus
+from tfdist.launch.logs import console_print
+from tfdist.launch.plan import plan_workers
+from tfdist.launch.workers import Worker, WorkerGroup
+
+POLL_S = 0.05
+#: How many times a single-node attempt is re-run with fresh ports when a port was taken meanwhile.
+PORT_RETRIES = 3
+_PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    """The first process that failed in an attempt, and how."""
+
+    name: str
+    code: int
+    how: str
+    log_path: str
+    tail: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of a launch: exit code (0 = success), attempts made, run directory and first failure."""
+
+    exit_code: int
+    attempts: int
+    run_dir: str
+    duration_s: float
+    failure: FailureInfo | None = None
+    failures: tuple[FailureInfo, ...] = field(default_factory=tuple)
+
+
+class _Signals:
+    """Counts SIGINT/SIGTERM received by the launcher; installed only from the main thread."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.signum = 0
+        self._old: dict[int, object] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        self.signum = self.signum or signum
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def new_run_id() -> str:
+    """Sortable and unique: ``20261121-101500-3fa2``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on loopback, all held at once so they are distinct."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def exit_code_of(returncode: int) -> int:
+    """Shell convention: a signal N becomes 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _how(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def _failure(worker: Worker, code: int, how: str) -> FailureInfo:
+    return FailureInfo(worker.name, code, how, worker.spec.log_path, tuple(worker.pump.tail))
+
+
+def _first_failed(exited: list[tuple[Worker, int]]) -> tuple[Worker, int] | None:
+    failed = [(w, c) for w, c in exited if c != 0]
+    # Within one poll tick, a process killed by a signal is the cause; peers exiting with errors follow it.
+    failed.sort(key=lambda wc: 0 if wc[1] < 0 else 1)
+    return failed[0] if failed else None
+
+
+class _Attempt:
+    """Supervises one attempt's WorkerGroup until success, failure, signal or timeout."""
+
+    def __init__(self, group: WorkerGroup, config: LaunchConfig, deadline: float | None, signals: _Signals) -> None:
+        self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
+        self.ps_mode = config.ps > 0
+        self.seen: set[str] = set()
+
+    def run(self) -> tuple[str, FailureInfo | None]:
+        """Returns ("ok" | "failed" | "signal" | "timeout", failure)."""
+        self.group.start()
+        forwarded_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if self.signals.count >= 2:
+                self.group.kill()
+                return "signal", None
+            if self.signals.count == 1 and forwarded_at is None:
+                self.group.send(self.signals.signum)
+                forwarded_at = now
+            if forwarded_at is not None:
+                if not self.group.running() or now - forwarded_at > self.config.grace:
+                    self.group.kill()
+                    return "signal", None
+                time.sleep(POLL_S)
+                continue
+            outcome = self._check(now)
+            if outcome is not None:
+                return outcome
+            time.sleep(POLL_S)
+
+    def _check(self, now: float) -> tuple[str, FailureInfo | None] | None:
+        exited = self.group.poll()
+        new = [(w, c) for w, c in exited if w.name not in self.seen]
+        self.seen.update(w.name for w, _ in new)
+        first = _first_failed(new)
+        if first is not None:
+            worker, code = first
+            self.group.close(self.config.grace)
+            return "failed", _failure(worker, exit_code_of(code), _how(code))
+        if self.ps_mode:
+            for worker, _code in new:
+                if worker.spec.slot.role == "chief":
+                    self.group.close(self.config.grace)
+                    return "ok", None
+                self.group.close(self.config.grace)
+                return "failed", _failure(worker, 1, "server exited before the chief finished")
+        elif len(exited) == len(self.group.workers):
+            self.group.kill()  # reap and join log pumps
+            return "ok", None
+        hung = self._hung(now)
+        if hung is not None:
+            self.group.close(self.config.grace)
+            return "failed", hung
+        if self.deadline is not None and now > self.deadline:
+            self.group.close(self.config.grace)
+            return "timeout", None
+        return None
+
+    def _hung(self, now: float) -> FailureInfo | None:
+        limit = self.config.watchdog_timeout
+        if not limit:
+            return None
+        for worker in self.group.running():
+            if self.ps_mode and worker.spec.slot.role != "chief":
+                continue  # servers are silent by design
+            idle = now - worker.last_activity()
+            if idle > limit:
+                return _failure(worker, 124, f"hung: no output or heartbeat for {idle:.0f} s (watchdog {limit:g} s)")
+        return None
+
+
+def _report(failure: FailureInfo, final: bool) -> None:
+    lines = [f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
+             f"  log: {failure.log_path}"]
+    if final and failure.tail:
+        lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
+        lines.extend(f"    {line}" for line in failure.tail)
+    console_print("\n".join(lines))
+
+
+def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunResult:
+    """Run ``command`` on every worker described by ``config``; supervise, restart and report.
+
+    Returns a RunResult whose ``exit_code`` is 0 on success, the first failure's code (128+signal for a
+    signal, 124 for a hang or timeout) otherwise.
+    """
+    if command is not None:
+        config = replace(config, command=tuple(command))
+    if not config.command:
+        raise ConfigError("no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module.")
+    run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
+    gpus = visible_gpus(os.environ) if not config.cpu else []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    auto_ports = config.nnodes == 1 and config.base_port is None
+    signals = _Signals()
+    signals.install()
+    started = time.monotonic()
+    deadline = started + config.timeout if config.timeout else None
+    failures: list[FailureInfo] = []
+    attempt, restarts, port_retries = 0, 0, 0
+    try:
+        while True:
+            specs = plan_workers(config, local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
+                                 visible_gpus=gpus, cores=cores, run_dir=run_dir, attempt=attempt, base_env=os.environ)
+            group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config, specs))
+            status, failure = _Attempt(group, config, deadline, signals).run()
+            elapsed = time.monotonic() - started
+            if status == "ok":
+                return RunResult(0, attempt + 1, run_dir, elapsed, None, tuple(failures))
+            if status == "signal":
+                console_print(f"tfdist launch: stopped by {signal.Signals(signals.signum).name}; all workers ended.")
+                return RunResult(128 + signals.signum, attempt + 1, run_dir, elapsed, None, tuple(failures))
+            if status == "timeout":
+                console_print(f"tfdist launch: --timeout {config.timeout:g} s reached; all workers stopped.")
+                return RunResult(124, attempt + 1, run_dir, elapsed, None, tuple(failures))
+            assert failure is not None
+            failures.append(failure)
+            if auto_ports and port_retries < PORT_RETRIES and _port_conflict(failure):
+                port_retries += 1
+                console_print(f"tfdist launch: a port was taken by another program; retrying with new ports ({port_retries}/{PORT_RETRIES}).")
+            elif restarts < config.max_restarts:
+                restarts += 1
+                _report(failure, final=False)
+                console_print(f"tfdist launch: restarting all workers (restart {restarts}/{config.max_restarts}).")
+            else:
+                _report(failure, final=True)
+                return RunResult(failure.code, attempt + 1, run_dir, elapsed, failure, tuple(failures))
+            attempt += 1
+    finally:
+        signals.restore()
+
+
+def _console_names(config: LaunchConfig, specs: Sequence[object]) -> set[str] | None:
+    if not config.quiet_workers:
+        return None
+    return {"chief"} if config.uses_chief else {"w0"}
+
+
+def _port_conflict(failure: FailureInfo) -> bool:
+    text = "\n".join(failure.tail).lower()
+    return any(marker in text for marker in _PORT_CONFLICT)

@@ -1,0 +1,122 @@
+"""LaunchConfig: what ``tfdist launch`` was asked to do, validated once."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+
+from tfdist.errors import ConfigError
+
+BACKENDS = ("tf",)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Options of one launch. ``command`` is what each worker runs after the Python interpreter:
+    ``("train.py", "--epochs", "3")`` or ``("-m", "pkg.train", ...)``; with ``no_python`` it is run as is.
+    """
+
+    command: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    hosts: tuple[str, ...] = ()
+    base_port: int | None = None
+    ps: int = 0
+    chief: bool = False
+    cpu: bool = False
+    gpus_per_worker: str = "1"
+    log_dir: str | None = None
+    prefix: bool = True
+    quiet_workers: bool = False
+    grace: float = 10.0
+    max_restarts: int = 0
+    watchdog_timeout: float | None = None
+    timeout: float | None = None
+    no_python: bool = False
+    backend: str = "tf"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        self._check_counts()
+        self._check_nodes()
+        self._check_times()
+        self._check_command()
+
+    def _check_counts(self) -> None:
+        if self.nproc_per_node < 1:
+            raise ConfigError(f"--nproc-per-node={self.nproc_per_node}: at least 1 worker per node is needed.")
+        if self.ps < 0:
+            raise ConfigError(f"--ps={self.ps} must be 0 or more parameter servers per node.")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts={self.max_restarts} must be 0 or more.")
+        if self.gpus_per_worker not in ("1", "all"):
+            raise ConfigError(f"--gpus-per-worker={self.gpus_per_worker!r}: use 1 (one GPU per worker) or all.")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"--backend={self.backend!r}: available backends are {', '.join(BACKENDS)}.")
+
+    def _check_nodes(self) -> None:
+        if self.nnodes < 1:
+            raise ConfigError(f"--nnodes={self.nnodes} must be at least 1.")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"--node-rank={self.node_rank} must be in 0..{self.nnodes - 1} for --nnodes={self.nnodes}.")
+        if self.nnodes > 1 and not self.hosts:
+            raise ConfigError(f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile FILE (one host per line).")
+        if self.hosts and len(self.hosts) != self.nnodes:
+            raise ConfigError(f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but --nnodes={self.nnodes}.")
+        if self.base_port is not None and not 1 <= self.base_port <= 65535:
+            raise ConfigError(f"--base-port={self.base_port} is outside 1-65535.")
+        if self.base_port is not None and self.base_port + self.tasks_per_node - 1 > 65535:
+            raise ConfigError(f"--base-port={self.base_port} with {self.tasks_per_node} tasks per node passes port 65535.")
+
+    def _check_times(self) -> None:
+        if self.grace < 0:
+            raise ConfigError(f"--grace={self.grace} must be 0 or more seconds.")
+        if self.watchdog_timeout is not None and self.watchdog_timeout <= 0:
+            raise ConfigError(f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to disable).")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"--timeout={self.timeout} must be positive seconds (leave it out for no limit).")
+
+    def _check_command(self) -> None:
+        if not self.command:
+            return  # supplied later by launch(config, command)
+        if not self.command[0]:
+            raise ConfigError("no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module.")
+        if self.no_python:
+            return
+        if self.command[0] == "-m":
+            if len(self.command) < 2 or not self.command[1]:
+                raise ConfigError("-m needs a module name. Hint: tfdist launch -n 2 -m package.module.")
+            _check_module(self.command[1])
+            return
+        script = self.command[0]
+        if os.path.isdir(script):
+            raise ConfigError(f"script {script!r} is a directory. Hint: give the Python file, e.g. {os.path.join(script, 'train.py')}.")
+        if not os.path.isfile(script):
+            raise ConfigError(f"script {script!r} does not exist (looked in {os.getcwd()}).")
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Processes this launcher starts on every node (chief counted on node 0 only)."""
+        return self.nproc_per_node + self.ps + (1 if self.chief or self.ps else 0)
+
+    @property
+    def uses_chief(self) -> bool:
+        """A parameter-server job always has a chief (the coordinator)."""
+        return self.chief or self.ps > 0
+
+
+def _check_module(name: str) -> None:
+    # Workers run `python -m` from the current directory, which Python puts first on sys.path.
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"module {name!r} is not importable here: {exc}. Hint: check the name and PYTHONPATH.") from None
+    finally:
+        sys.path.pop(0)
+    if spec is None:
+        raise ConfigError(f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path.")

@@ -1,0 +1,170 @@
+"""Who runs where, on which port, with which environment. Pure: the actor supplies ports and device counts."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tfdist.errors import ConfigError
+from tfdist.launch.config import LaunchConfig
+
+LOOPBACK = "127.0.0.1"
+#: Multi-node default: every node must derive the same ports without talking, so they are fixed.
+DEFAULT_BASE_PORT = 29400
+
+
+@dataclass(frozen=True)
+class TaskSlot:
+    """One process of the job: its role, index within the role, node and position on that node."""
+
+    role: str
+    index: int
+    node: int
+    position: int
+
+    @property
+    def name(self) -> str:
+        """Short label for log prefixes: ``chief``, ``w1``, ``ps0``."""
+        return "chief" if self.role == "chief" else f"{'w' if self.role == 'worker' else self.role}{self.index}"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything needed to start one local process."""
+
+    slot: TaskSlot
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    log_path: str
+
+    @property
+    def name(self) -> str:
+        """The slot's short label."""
+        return self.slot.name
+
+
+def plan_slots(config: LaunchConfig) -> list[TaskSlot]:
+    """Every task of every node, in a fixed order all nodes agree on.
+
+    Per node: the chief (node 0 only), then ``nproc_per_node`` workers, then ``ps`` parameter servers.
+    Input/Output: nnodes=1, nproc_per_node=2, ps=1 -> chief, w0, w1, ps0.
+    """
+    slots: list[TaskSlot] = []
+    for node in range(config.nnodes):
+        pos = 0
+        if node == 0 and config.uses_chief:
+            slots.append(TaskSlot("chief", 0, 0, 0))
+            pos = 1
+        for j in range(config.nproc_per_node):
+            slots.append(TaskSlot("worker", node * config.nproc_per_node + j, node, pos))
+            pos += 1
+        for j in range(config.ps):
+            slots.append(TaskSlot("ps", node * config.ps + j, node, pos))
+            pos += 1
+    return slots
+
+
+def cluster_spec(config: LaunchConfig, slots: Sequence[TaskSlot], local_ports: Sequence[int] | None) -> dict[str, list[str]]:
+    """TensorFlow cluster spec. Single node without ``base_port``: loopback with the given free ports;
+    otherwise ``hosts[node]:base_port+position`` so every node derives the same spec."""
+    spec: dict[str, list[str]] = {}
+    for slot in slots:
+        if config.nnodes == 1 and config.base_port is None:
+            if local_ports is None or len(local_ports) <= slot.position:
+                raise ValueError("single-node launch needs one free port per task")
+            address = f"{LOOPBACK}:{local_ports[slot.position]}"
+        else:
+            host = config.hosts[slot.node] if config.hosts else LOOPBACK
+            address = f"{host}:{(config.base_port or DEFAULT_BASE_PORT) + slot.position}"
+        spec.setdefault(slot.role, []).append(address)
+    return spec
+
+
+def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[str]) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES per local training task (``None`` = leave unchanged).
+
+    Input/Output: 2 tasks, GPUs ("0", "1", "2") -> ["0", "1"]; ``--cpu`` -> ["", ""].
+    """
+    if config.cpu:
+        return [""] * local_training
+    if not visible or config.gpus_per_worker == "all":
+        return [None] * local_training
+    if len(visible) < local_training:
+        raise ConfigError(f"{local_training} workers on this node but only {len(visible)} GPU(s) visible ({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu.")
+    return [visible[i] for i in range(local_training)]
+
+
+def thread_env(cores: int, local_training: int) -> dict[str, str]:
+    """An equal share of the cores per CPU worker: oversubscribed thread pools thrash on small machines."""
+    share = str(max(1, cores // max(1, local_training)))
+    return {"TF_NUM_INTRAOP_THREADS": share, "TF_NUM_INTEROP_THREADS": share, "OMP_NUM_THREADS": share}
+
+
+def _rank(slot: TaskSlot, has_chief: bool) -> int:
+    if slot.role == "chief":
+        return 0
+    if slot.role == "worker":
+        return slot.index + (1 if has_chief else 0)
+    return -1
+
+
+def plan_workers(
+    config: LaunchConfig,
+    *,
+    local_ports: Sequence[int] | None,
+    visible_gpus: Sequence[str],
+    cores: int,
+    run_dir: str,
+    attempt: int,
+    base_env: Mapping[str, str],
+) -> list[WorkerSpec]:
+    """The processes this node starts for one attempt, each with argv, environment and log file."""
+    slots = plan_slots(config)
+    spec = cluster_spec(config, slots, local_ports)
+    local = [s for s in slots if s.node == config.node_rank]
+    training = [s for s in local if s.role in ("chief", "worker")]
+    gpus = gpu_assignment(config, len(training), visible_gpus)
+    world = len(spec.get("chief", [])) + len(spec.get("worker", []))
+    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
+    out: list[WorkerSpec] = []
+    for slot in local:
+        env = dict(base_env)
+        env.update(config.extra_env)
+        local_rank = training.index(slot) if slot in training else -1
+        env.update({
+            "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": slot.role, "index": slot.index}}),
+            "TFDIST_RANK": str(_rank(slot, config.uses_chief)),
+            "TFDIST_LOCAL_RANK": str(local_rank),
+            "TFDIST_WORLD_SIZE": str(world),
+            "TFDIST_LOCAL_WORLD_SIZE": str(len(training)),
+            "TFDIST_ROLE": slot.role,
+            "TFDIST_RUN_DIR": run_dir,
+            "TFDIST_ATTEMPT_DIR": attempt_dir,
+            "TFDIST_RESTART_COUNT": str(attempt),
+            "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"{slot.role}{slot.index}.heartbeat"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if config.watchdog_timeout and "TFDIST_COLLECTIVE_TIMEOUT" not in env:
+            # A collective stuck longer than the watchdog would be killed anyway: let TensorFlow fail first.
+            env["TFDIST_COLLECTIVE_TIMEOUT"] = str(config.watchdog_timeout)
+        if config.gpus_per_worker == "all":
+            env["TFDIST_GPUS_PER_WORKER"] = "all"
+        if slot.role == "ps":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif gpus[local_rank] is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[local_rank]  # type: ignore[assignment]
+        if config.cpu:
+            env.update(thread_env(cores, len(training)))
+        out.append(WorkerSpec(slot, _argv(config, slot), env, os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")))
+    return out
+
+
+def _argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
+    if config.uses_chief and config.ps and slot.role in ("worker", "ps"):
+        # Parameter-server jobs: only the chief runs the user's program; the others serve its variables.
+        return (config.python, "-u", "-m", "tfdist.launch.ps_server")
+    if config.no_python:
+        return config.command
+    return (config.python, "-u", *config.command)

@@ -1,0 +1,105 @@
+"""WorkerGroup: start a set of processes, watch them, and stop them all (no orphans)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from tfdist.launch.logs import LogPump
+from tfdist.launch.plan import WorkerSpec
+
+
+@dataclass
+class Worker:
+    """One started process with its log pump."""
+
+    spec: WorkerSpec
+    popen: subprocess.Popen[bytes]
+    pump: LogPump
+
+    @property
+    def name(self) -> str:
+        """The slot label (``w0``, ``chief``, ``ps1``)."""
+        return self.spec.name
+
+    def last_activity(self) -> float:
+        """Monotonic time of the last output line or heartbeat-file update, whichever is later."""
+        latest = self.pump.last_line_at
+        heartbeat = self.spec.env.get("TFDIST_HEARTBEAT_FILE")
+        if heartbeat:
+            try:
+                age = time.time() - os.stat(heartbeat).st_mtime
+                latest = max(latest, time.monotonic() - age)
+            except FileNotFoundError:
+                pass
+        return latest
+
+
+class WorkerGroup:
+    """The processes of one attempt. Each runs in its own session so a signal reaches its whole tree."""
+
+    def __init__(self, specs: list[WorkerSpec], *, prefix: bool, console_names: set[str] | None) -> None:
+        self.specs = specs
+        self.prefix = prefix
+        self.console_names = console_names  # None = every process on the console
+        self.workers: list[Worker] = []
+
+    def start(self) -> None:
+        """Start every process; their output is pumped to files and the console."""
+        for spec in self.specs:
+            os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
+            popen = subprocess.Popen(
+                list(spec.argv),
+                env=spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            shown = self.console_names is None or spec.name in self.console_names
+            assert popen.stdout is not None
+            pump = LogPump(spec.name, popen.stdout, spec.log_path, sys.stdout if shown else None, self.prefix)
+            pump.start()
+            self.workers.append(Worker(spec, popen, pump))
+
+    def poll(self) -> list[tuple[Worker, int]]:
+        """Processes that have exited since start, with their return codes (negative = signal)."""
+        return [(w, code) for w in self.workers if (code := w.popen.poll()) is not None]
+
+    def running(self) -> list[Worker]:
+        """Processes still alive."""
+        return [w for w in self.workers if w.popen.poll() is None]
+
+    def send(self, signum: int) -> None:
+        """Deliver ``signum`` to the process group of every live worker."""
+        for worker in self.running():
+            try:
+                os.killpg(worker.popen.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self, grace: float) -> None:
+        """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        self.send(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL every process group (including ones whose leader already exited) and reap."""
+        for worker in self.workers:
+            try:
+                os.killpg(worker.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for worker in self.workers:
+            try:
+                worker.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - the kernel reaps SIGKILLed processes
+                pass
+            worker.pump.join(timeout=5)
