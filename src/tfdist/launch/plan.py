@@ -131,6 +131,8 @@ def plan_workers(
     out: list[WorkerSpec] = []
     for slot in local:
         env = dict(base_env)
+        # TensorFlow's C++ INFO lines from N workers drown the output; users can still set 0 themselves.
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.update(config.extra_env)
         local_rank = training.index(slot) if slot in training else -1
         env.update({

@@ -1,0 +1,34 @@
+"""Shared fixtures: every test starts from an environment without cluster variables."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+CLUSTER_PREFIXES = ("TF_CONFIG", "SLURM_", "CUDA_VISIBLE_DEVICES", "TFDIST_", "TPU_", "COLAB_TPU_ADDR",
+                    "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "OMPI_", "PMI_", "PMIX_")
+HELPERS = Path(__file__).parent / "helpers"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove every variable that would make tfdist detect a cluster or pin devices."""
+    for name in list(os.environ):
+        if name.startswith(CLUSTER_PREFIXES):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture
+def python() -> str:
+    """The interpreter running the tests (the project's virtualenv)."""
+    return sys.executable
+
+
+@pytest.fixture
+def helpers() -> Path:
+    """Directory of small worker scripts used by the multi-process tests."""
+    return HELPERS
