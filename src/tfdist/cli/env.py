@@ -106,7 +106,11 @@ def _print_tables(info: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the environment report; ConfigError from detection propagates to a one-line exit 2."""
     # A copy taken before TensorFlow is imported: importing it adds TPU_ML_PLATFORM* to os.environ.
-    info = collect(dict(os.environ))
+    environ = dict(os.environ)
+    # This command computes nothing, so TensorFlow's start-up banners would only bury the report.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    info = collect(environ)
     if args.json:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
