@@ -96,10 +96,15 @@ def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[
     return [visible[i] for i in range(local_training)]
 
 
-def thread_env(cores: int, local_training: int) -> dict[str, str]:
-    """An equal share of the cores per CPU worker: oversubscribed thread pools thrash on small machines."""
-    share = str(max(1, cores // max(1, local_training)))
-    return {"TF_NUM_INTRAOP_THREADS": share, "TF_NUM_INTEROP_THREADS": share, "OMP_NUM_THREADS": share}
+def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[str, str]:
+    """An equal share of the cores per CPU worker: oversubscribed thread pools thrash on small machines.
+
+    ``min_inter_op``: parameter-server tasks block one inter-op thread per remote worker while they wait,
+    so fewer than ``workers + 1`` inter-op threads deadlock the job.
+    """
+    share = max(1, cores // max(1, local_training))
+    return {"TF_NUM_INTRAOP_THREADS": str(share), "TF_NUM_INTEROP_THREADS": str(max(share, min_inter_op)),
+            "OMP_NUM_THREADS": str(share)}
 
 
 def _rank(slot: TaskSlot, has_chief: bool) -> int:
@@ -157,8 +162,11 @@ def plan_workers(
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif gpus[local_rank] is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpus[local_rank]  # type: ignore[assignment]
+        n_workers = len(spec.get("worker", []))
         if config.cpu:
-            env.update(thread_env(cores, len(training)))
+            env.update(thread_env(cores, len(training), n_workers + 1 if config.ps else 1))
+        elif config.ps and "TF_NUM_INTEROP_THREADS" not in env:
+            env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
         out.append(WorkerSpec(slot, _argv(config, slot), env, os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")))
     return out
 

@@ -9,8 +9,21 @@ import sys
 import time
 from dataclasses import dataclass
 
+import ctypes
+
 from tfdist.launch.logs import LogPump
 from tfdist.launch.plan import WorkerSpec
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher() -> None:
+    """Runs in the child before exec: if the launcher is SIGKILLed, the kernel kills the worker too."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the launcher's own shutdown path still applies
+        pass
 
 
 @dataclass
@@ -59,6 +72,7 @@ class WorkerGroup:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_launcher if sys.platform.startswith("linux") else None,
             )
             shown = self.console_names is None or spec.name in self.console_names
             assert popen.stdout is not None
