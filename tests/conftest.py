@@ -8,8 +8,18 @@ from pathlib import Path
 
 import pytest
 
-CLUSTER_PREFIXES = ("TF_CONFIG", "SLURM_", "CUDA_VISIBLE_DEVICES", "TFDIST_", "TPU_", "COLAB_TPU_ADDR",
-                    "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "OMPI_", "PMI_", "PMIX_")
+CLUSTER_PREFIXES = (
+    "TF_CONFIG",
+    "SLURM_",
+    "CUDA_VISIBLE_DEVICES",
+    "TFDIST_",
+    "TPU_",
+    "COLAB_TPU_ADDR",
+    "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+)
 HELPERS = Path(__file__).parent / "helpers"
 
 

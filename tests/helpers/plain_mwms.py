@@ -28,13 +28,13 @@ def train_step(batch):
             per_example = tf.reduce_mean(tf.square(model(features) - labels), axis=-1)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=False))
         return loss
 
     return strategy.reduce("SUM", strategy.run(step, args=(batch,)), axis=None)
 
 
-for i in range(20):
+for _i in range(20):
     loss = train_step(next(dist))
 print(f"final loss {float(loss):.5f} on {strategy.num_replicas_in_sync} replicas", flush=True)
 weights = np.concatenate([w.numpy().ravel() for w in model.weights])

@@ -28,8 +28,12 @@ def step() -> tf.Tensor:
 for _ in range(20):
     coordinator.schedule(step)
 coordinator.join()
-result = {"kind": type(strategy).__name__, "steps": float(counter.numpy()), "weight": float(weight.numpy()),
-          "workers": len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])}
+result = {
+    "kind": type(strategy).__name__,
+    "steps": float(counter.numpy()),
+    "weight": float(weight.numpy()),
+    "workers": len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]),
+}
 with open(os.path.join(sys.argv[1], "ps-result.json"), "w") as fh:
     json.dump(result, fh)
 print("chief done", result, flush=True)

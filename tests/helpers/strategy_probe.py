@@ -16,7 +16,7 @@ except tfdist.ConfigError as exc:
     print(json.dumps({"error": str(exc)}))
     sys.exit(2)
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 
 @tf.function
@@ -27,10 +27,16 @@ def step() -> tf.Tensor:
 
 
 results = strategy.experimental_local_results(strategy.run(step))
-print(json.dumps({
-    # MultiWorkerMirroredStrategy's class is named CollectiveAllReduceStrategy in TF 2.x.
-    "kind": "MultiWorkerMirroredStrategy" if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else type(strategy).__name__,
-    "replicas": strategy.num_replicas_in_sync,
-    "sums": [float(r.numpy()) for r in results],
-    "rank": tfdist.rank(),
-}))
+print(
+    json.dumps(
+        {
+            # MultiWorkerMirroredStrategy's class is named CollectiveAllReduceStrategy in TF 2.x.
+            "kind": "MultiWorkerMirroredStrategy"
+            if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            else type(strategy).__name__,
+            "replicas": strategy.num_replicas_in_sync,
+            "sums": [float(r.numpy()) for r in results],
+            "rank": tfdist.rank(),
+        }
+    )
+)

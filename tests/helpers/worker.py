@@ -27,7 +27,14 @@ def record(name: str, data: object) -> None:
 print(f"hello from rank {rank}", flush=True)
 print(f"to stderr from rank {rank}", file=sys.stderr, flush=True)
 if mode == "ranks":
-    keys = ("TFDIST_RANK", "TFDIST_LOCAL_RANK", "TFDIST_WORLD_SIZE", "TFDIST_RUN_DIR", "TFDIST_RESTART_COUNT", "TF_CONFIG")
+    keys = (
+        "TFDIST_RANK",
+        "TFDIST_LOCAL_RANK",
+        "TFDIST_WORLD_SIZE",
+        "TFDIST_RUN_DIR",
+        "TFDIST_RESTART_COUNT",
+        "TF_CONFIG",
+    )
     record(f"rank-{rank}.json", {k: os.environ.get(k) for k in keys})
 elif mode in ("sleep", "stubborn"):
     if mode == "stubborn":

@@ -44,7 +44,9 @@ def wait_for(predicate, timeout: float) -> bool:
 
 
 def read_pids(out: Path, n: int) -> list[int]:
-    assert wait_for(lambda: all((out / f"pids-{r}.json").exists() for r in range(n)), 60), "workers did not start"
+    assert wait_for(lambda: all((out / f"pids-{r}.json").exists() for r in range(n)), 60), (
+        "workers did not start"
+    )
     return [pid for r in range(n) for pid in json.loads((out / f"pids-{r}.json").read_text())]
 
 
@@ -68,7 +70,18 @@ def test_every_worker_gets_its_rank_and_output_is_prefixed(n: int, tmp_path: Pat
 
 
 def test_no_prefix_and_quiet_workers(tmp_path: Path) -> None:
-    proc = run("-n", "2", "--cpu", "--no-prefix", "--quiet-workers", "--log-dir", str(tmp_path / "r"), WORKER, "ranks", str(tmp_path))
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--no-prefix",
+        "--quiet-workers",
+        "--log-dir",
+        str(tmp_path / "r"),
+        WORKER,
+        "ranks",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "hello from rank 0" in proc.stdout and "[w0]" not in proc.stdout
     assert "hello from rank 1" not in proc.stdout
@@ -76,7 +89,16 @@ def test_no_prefix_and_quiet_workers(tmp_path: Path) -> None:
 
 
 def test_plain_tf_distribute_script_trains_with_identical_weights(tmp_path: Path) -> None:
-    proc = run("-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(HELPERS / "plain_mwms.py"), str(tmp_path), timeout=240)
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--log-dir",
+        str(tmp_path / "run"),
+        str(HELPERS / "plain_mwms.py"),
+        str(tmp_path),
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "on 2 replicas" in proc.stdout
     w0, w1 = np.load(tmp_path / "weights-0.npy"), np.load(tmp_path / "weights-1.npy")
@@ -86,8 +108,14 @@ def test_plain_tf_distribute_script_trains_with_identical_weights(tmp_path: Path
 
 def test_kill_9_of_one_worker_stops_the_group(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    launcher = subprocess.Popen(launch_cmd("-n", "2", "--cpu", "--grace", "3", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        launch_cmd(
+            "-n", "2", "--cpu", "--grace", "3", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = read_pids(out, 2)
         w1 = json.loads((out / "pids-1.json").read_text())[0]
@@ -107,14 +135,31 @@ def test_kill_9_of_one_worker_stops_the_group(tmp_path: Path) -> None:
 def test_sigterm_to_launcher_ends_everything_within_grace(tmp_path: Path) -> None:
     out = tmp_path / "out"
     grace = 2.0
-    launcher = subprocess.Popen(launch_cmd("-n", "2", "--cpu", "--grace", str(grace), "--log-dir", str(tmp_path / "run"), WORKER, "stubborn", str(out)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        launch_cmd(
+            "-n",
+            "2",
+            "--cpu",
+            "--grace",
+            str(grace),
+            "--log-dir",
+            str(tmp_path / "run"),
+            WORKER,
+            "stubborn",
+            str(out),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = read_pids(out, 2)
         sent = time.monotonic()
         launcher.send_signal(signal.SIGTERM)
         _, stderr = launcher.communicate(timeout=grace + 10)
-        assert wait_for(lambda: not any(alive(p) for p in pids), max(0.1, grace + 5 - (time.monotonic() - sent)))
+        assert wait_for(
+            lambda: not any(alive(p) for p in pids), max(0.1, grace + 5 - (time.monotonic() - sent))
+        )
     finally:
         launcher.kill()
     assert launcher.returncode == 128 + signal.SIGTERM
@@ -123,8 +168,11 @@ def test_sigterm_to_launcher_ends_everything_within_grace(tmp_path: Path) -> Non
 
 def test_launcher_killed_with_sigkill_leaves_no_workers(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    launcher = subprocess.Popen(launch_cmd("-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        launch_cmd("-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         pids = read_pids(out, 2)
         launcher.kill()
@@ -139,7 +187,20 @@ def test_launcher_killed_with_sigkill_leaves_no_workers(tmp_path: Path) -> None:
 
 
 def test_first_failure_code_is_the_exit_code(tmp_path: Path) -> None:
-    proc = run("-n", "2", "--cpu", "--grace", "2", "--log-dir", str(tmp_path / "run"), WORKER, "exit", str(tmp_path), "7", timeout=60)
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--grace",
+        "2",
+        "--log-dir",
+        str(tmp_path / "run"),
+        WORKER,
+        "exit",
+        str(tmp_path),
+        "7",
+        timeout=60,
+    )
     assert proc.returncode == 7
     assert "w1 failed first: exited with code 7" in proc.stderr
     assert "rank 1 is about to fail" in proc.stderr
@@ -147,18 +208,48 @@ def test_first_failure_code_is_the_exit_code(tmp_path: Path) -> None:
 
 def test_restart_after_one_failure_succeeds_on_attempt_1(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = run("-n", "2", "--cpu", "--max-restarts", "1", "--grace", "2", "--log-dir", str(tmp_path / "run"), WORKER, "fail-once", str(out), timeout=60)
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--max-restarts",
+        "1",
+        "--grace",
+        "2",
+        "--log-dir",
+        str(tmp_path / "run"),
+        WORKER,
+        "fail-once",
+        str(out),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "restarting all workers (restart 1/1)" in proc.stderr
     files = {p.name for p in out.iterdir()}
     assert {"done-0-attempt1.json", "done-1-attempt1.json"} <= files and "done-1-attempt0.json" not in files
-    assert (tmp_path / "run" / "attempt-0" / "worker1.log").exists() and (tmp_path / "run" / "attempt-1" / "worker1.log").exists()
+    assert (tmp_path / "run" / "attempt-0" / "worker1.log").exists() and (
+        tmp_path / "run" / "attempt-1" / "worker1.log"
+    ).exists()
 
 
 def test_watchdog_fires_on_a_silent_worker(tmp_path: Path) -> None:
     watchdog = 3.0
     started = time.monotonic()
-    proc = run("-n", "2", "--cpu", "--watchdog-timeout", str(watchdog), "--grace", "1", "--log-dir", str(tmp_path / "run"), WORKER, "silent", str(tmp_path), timeout=60)
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--watchdog-timeout",
+        str(watchdog),
+        "--grace",
+        "1",
+        "--log-dir",
+        str(tmp_path / "run"),
+        WORKER,
+        "silent",
+        str(tmp_path),
+        timeout=60,
+    )
     elapsed = time.monotonic() - started
     assert proc.returncode == 124
     assert "hung: no output or heartbeat" in proc.stderr
@@ -172,17 +263,52 @@ def test_heartbeat_file_keeps_a_silent_worker_alive(tmp_path: Path) -> None:
         "p = pathlib.Path(os.environ['TFDIST_HEARTBEAT_FILE'])\n"
         "for _ in range(12):\n    p.touch(); time.sleep(0.25)\n"
     )
-    proc = run("-n", "2", "--cpu", "--watchdog-timeout", "1.5", "--log-dir", str(tmp_path / "run"), str(script), timeout=60)
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--watchdog-timeout",
+        "1.5",
+        "--log-dir",
+        str(tmp_path / "run"),
+        str(script),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_run_timeout(tmp_path: Path) -> None:
-    proc = run("-n", "1", "--cpu", "--timeout", "2", "--grace", "1", "--log-dir", str(tmp_path / "run"), WORKER, "silent", str(tmp_path), timeout=60)
+    proc = run(
+        "-n",
+        "1",
+        "--cpu",
+        "--timeout",
+        "2",
+        "--grace",
+        "1",
+        "--log-dir",
+        str(tmp_path / "run"),
+        WORKER,
+        "silent",
+        str(tmp_path),
+        timeout=60,
+    )
     assert proc.returncode == 124 and "--timeout 2 s reached" in proc.stderr
 
 
 def test_parameter_server_job_completes(tmp_path: Path) -> None:
-    proc = run("-n", "2", "--ps", "1", "--cpu", "--log-dir", str(tmp_path / "run"), str(HELPERS / "ps_chief.py"), str(tmp_path), timeout=300)
+    proc = run(
+        "-n",
+        "2",
+        "--ps",
+        "1",
+        "--cpu",
+        "--log-dir",
+        str(tmp_path / "run"),
+        str(HELPERS / "ps_chief.py"),
+        str(tmp_path),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "ps-result.json").read_text())
     assert result["kind"].startswith("ParameterServerStrategy") and result["workers"] == 2

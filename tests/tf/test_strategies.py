@@ -17,7 +17,9 @@ PROBE = Path(__file__).parent.parent / "helpers" / "strategy_probe.py"
 
 
 def run_probe(env: dict[str, str], *args: str, timeout: float = 120) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, str(PROBE), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(PROBE), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, proc.stdout + proc.stderr
     return proc.returncode, json.loads(lines[-1])
@@ -45,8 +47,21 @@ def test_two_processes_build_multi_worker_from_planned_tf_config(tmp_path: Path)
     from tfdist.launch.api import free_ports
 
     config = LaunchConfig(nproc_per_node=2, cpu=True)
-    specs = plan_workers(config, local_ports=free_ports(2), visible_gpus=[], cores=2, run_dir=str(tmp_path), attempt=0, base_env=base_env())
-    procs = [subprocess.Popen([sys.executable, str(PROBE)], env=s.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in specs]
+    specs = plan_workers(
+        config,
+        local_ports=free_ports(2),
+        visible_gpus=[],
+        cores=2,
+        run_dir=str(tmp_path),
+        attempt=0,
+        base_env=base_env(),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(PROBE)], env=s.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for s in specs
+    ]
     outs = []
     try:
         for proc in procs:
@@ -64,17 +79,34 @@ def test_two_processes_build_multi_worker_from_planned_tf_config(tmp_path: Path)
 
 def test_op_before_multi_worker_strategy_is_a_clear_error(tmp_path: Path) -> None:
     tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
-    code, out = run_probe({**base_env(), "TF_CONFIG": tf_config, "TFDIST_STRATEGY": "multi_worker"}, "--op-first")
+    code, out = run_probe(
+        {**base_env(), "TF_CONFIG": tf_config, "TFDIST_STRATEGY": "multi_worker"}, "--op-first"
+    )
     assert code == 2
     assert "create the strategy first thing" in out["error"]
 
 
 def test_env_json_reports_required_keys() -> None:
-    proc = subprocess.run([sys.executable, "-m", "tfdist", "env", "--json"], env={**base_env(), "TFDIST_CPU_REPLICAS": "2",
-                          "TFDIST_SECRET_TOKEN": "hunter2"}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", "env", "--json"],
+        env={**base_env(), "TFDIST_CPU_REPLICAS": "2", "TFDIST_SECRET_TOKEN": "hunter2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
-    for key in ("kind", "rank", "world_size", "local_rank", "role", "cluster_spec", "devices", "strategy", "versions"):
+    for key in (
+        "kind",
+        "rank",
+        "world_size",
+        "local_rank",
+        "role",
+        "cluster_spec",
+        "devices",
+        "strategy",
+        "versions",
+    ):
         assert key in info
     assert info["strategy"]["kind"] == "mirrored" and info["strategy"]["num_replicas"] == 2
     assert info["variables"]["TFDIST_SECRET_TOKEN"] == "<redacted>"
@@ -83,7 +115,9 @@ def test_env_json_reports_required_keys() -> None:
 
 
 def test_env_table_has_bug_report_block() -> None:
-    proc = subprocess.run([sys.executable, "-m", "tfdist", "env"], env=base_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", "env"], env=base_env(), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Copy this into a bug report" in proc.stdout and "- tensorflow: 2." in proc.stdout
 
@@ -92,12 +126,21 @@ def test_env_table_has_bug_report_block() -> None:
     ("variables", "expected"),
     [
         ({"TF_CONFIG": "{oops"}, "TF_CONFIG is not valid JSON"),
-        ({"SLURM_PROCID": "5", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "n1", "SLURM_JOB_ID": "3"}, "SLURM_PROCID=5"),
+        (
+            {"SLURM_PROCID": "5", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "n1", "SLURM_JOB_ID": "3"},
+            "SLURM_PROCID=5",
+        ),
         ({"TFDIST_STRATEGY": "mirrored"}, "'mirrored' needs at least 2 devices"),
     ],
 )
 def test_env_bad_environment_is_one_line_exit_2(variables: dict[str, str], expected: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tfdist", "env"], env={**base_env(), **variables}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", "env"],
+        env={**base_env(), **variables},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -50,7 +50,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(c[0]) or "no-args" for c in CASES])
-def test_bad_launch_input(argv: list[str], expected: str, script: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_bad_launch_input(
+    argv: list[str], expected: str, script: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     before = set(os.listdir(tmp_path))
     with pytest.raises(SystemExit) as info:
         raise SystemExit(main(["launch", *[a.format(script=script) for a in argv]]))

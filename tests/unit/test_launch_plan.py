@@ -25,7 +25,9 @@ def test_slots_single_node_and_ps() -> None:
 def test_multi_node_spec_is_the_same_on_every_node() -> None:
     specs = []
     for node in range(3):
-        config = LaunchConfig(nproc_per_node=2, nnodes=3, node_rank=node, hosts=("a", "b", "c"), base_port=5000)
+        config = LaunchConfig(
+            nproc_per_node=2, nnodes=3, node_rank=node, hosts=("a", "b", "c"), base_port=5000
+        )
         specs.append(cluster_spec(config, plan_slots(config), None))
     assert specs[0] == specs[1] == specs[2]
     assert specs[0] == {"worker": ["a:5000", "a:5001", "b:5000", "b:5001", "c:5000", "c:5001"]}
@@ -33,7 +35,15 @@ def test_multi_node_spec_is_the_same_on_every_node() -> None:
 
 def test_workers_get_tf_config_that_tfdist_detects(tmp_path) -> None:
     config = LaunchConfig(nproc_per_node=2, cpu=True, watchdog_timeout=30)
-    specs = plan_workers(config, local_ports=[4001, 4002], visible_gpus=[], cores=2, run_dir=str(tmp_path), attempt=1, base_env={})
+    specs = plan_workers(
+        config,
+        local_ports=[4001, 4002],
+        visible_gpus=[],
+        cores=2,
+        run_dir=str(tmp_path),
+        attempt=1,
+        base_env={},
+    )
     assert [s.name for s in specs] == ["w0", "w1"]
     for rank, spec in enumerate(specs):
         env = detect_environment(spec.env)
@@ -47,7 +57,15 @@ def test_workers_get_tf_config_that_tfdist_detects(tmp_path) -> None:
 
 def test_ps_job_runs_servers_for_ps_and_workers(tmp_path) -> None:
     config = LaunchConfig(command=("x.py",), nproc_per_node=2, ps=1, no_python=True)
-    specs = plan_workers(config, local_ports=[1, 2, 3, 4], visible_gpus=[], cores=4, run_dir=str(tmp_path), attempt=0, base_env={})
+    specs = plan_workers(
+        config,
+        local_ports=[1, 2, 3, 4],
+        visible_gpus=[],
+        cores=4,
+        run_dir=str(tmp_path),
+        attempt=0,
+        base_env={},
+    )
     argv = {s.name: s.argv for s in specs}
     assert argv["chief"] == ("x.py",)
     assert argv["w0"][-1] == "tfdist.launch.ps_server" and argv["ps0"][-1] == "tfdist.launch.ps_server"

@@ -94,12 +94,17 @@ def test_srun_task_gives_rank_world_and_spec() -> None:
     assert isinstance(env, SlurmEnvironment)
     assert (env.rank, env.world_size, env.local_rank, env.local_world_size) == (3, 4, 1, 2)
     port = PORT_BASE + 234 * PORT_SLOT_WIDTH
-    assert env.cluster_spec == {"worker": [f"n01:{port}", f"n01:{port + 1}", f"n02:{port}", f"n02:{port + 1}"]}
+    assert env.cluster_spec == {
+        "worker": [f"n01:{port}", f"n01:{port + 1}", f"n02:{port}", f"n02:{port + 1}"]
+    }
     assert not env.is_chief
 
 
 def test_all_tasks_agree_on_the_spec() -> None:
-    specs = {str(detect_environment(srun(SLURM_PROCID=str(r), SLURM_LOCALID=str(r % 2))).cluster_spec) for r in range(4)}
+    specs = {
+        str(detect_environment(srun(SLURM_PROCID=str(r), SLURM_LOCALID=str(r % 2))).cluster_spec)
+        for r in range(4)
+    }
     assert len(specs) == 1
 
 

@@ -12,12 +12,33 @@ from tfdist.errors import ConfigError
 from tfdist.strategy import LocalDevices, StrategyOptions, options_from_environ, plan_strategy
 
 LOCAL = detect_environment({})
-MULTI = detect_environment({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})})
-PS = detect_environment({"TF_CONFIG": json.dumps({"cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "chief", "index": 0}})})
-SINGLE_TF_CONFIG = detect_environment({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})})
+MULTI = detect_environment(
+    {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})}
+)
+PS = detect_environment(
+    {
+        "TF_CONFIG": json.dumps(
+            {
+                "cluster": {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:1"]},
+                "task": {"type": "chief", "index": 0},
+            }
+        )
+    }
+)
+SINGLE_TF_CONFIG = detect_environment(
+    {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})}
+)
 TPU = detect_environment({"TPU_NAME": "my-tpu"})
-SLURM_2_PER_NODE = detect_environment({"SLURM_JOB_ID": "1", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
-                                       "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "2"})
+SLURM_2_PER_NODE = detect_environment(
+    {
+        "SLURM_JOB_ID": "1",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_NODELIST": "n1",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+    }
+)
 CPU = LocalDevices(gpus=(), cpu_cores=2)
 GPU1 = LocalDevices(gpus=("/physical_device:GPU:0",), cpu_cores=8)
 GPU4 = LocalDevices(gpus=tuple(f"/physical_device:GPU:{i}" for i in range(4)), cpu_cores=32)
@@ -40,7 +61,14 @@ GPU4 = LocalDevices(gpus=tuple(f"/physical_device:GPU:{i}" for i in range(4)), c
         (SLURM_2_PER_NODE, GPU4, StrategyOptions(gpus_per_worker_all=True), "multi_worker", 8, (0, 1, 2, 3)),
     ],
 )
-def test_plan_table(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions, kind: str, replicas: int, gpus: tuple) -> None:
+def test_plan_table(
+    env: ClusterEnvironment,
+    devices: LocalDevices,
+    options: StrategyOptions,
+    kind: str,
+    replicas: int,
+    gpus: tuple,
+) -> None:
     plan = plan_strategy(env, devices, options)
     assert (plan.kind, plan.num_replicas, plan.gpu_indices) == (kind, replicas, gpus)
     assert plan.reason
@@ -48,7 +76,10 @@ def test_plan_table(env: ClusterEnvironment, devices: LocalDevices, options: Str
 
 def test_multi_worker_plan_carries_cluster_and_timeout() -> None:
     plan = plan_strategy(MULTI, CPU, StrategyOptions(communication="ring"))
-    assert plan.cluster_spec == {"worker": ["a:1", "b:1"]} and (plan.task_type, plan.task_index) == ("worker", 1)
+    assert plan.cluster_spec == {"worker": ["a:1", "b:1"]} and (plan.task_type, plan.task_index) == (
+        "worker",
+        1,
+    )
     assert plan.collective_timeout == 300.0 and plan.communication == "ring"
     assert any("tfdist.fit" in w for w in plan.warnings)
 
@@ -83,15 +114,25 @@ def test_options_from_environ_precedence() -> None:
         (SLURM_2_PER_NODE, GPU1, {}, "1 GPU(s) but 2 tasks run on this node"),
     ],
 )
-def test_plan_refuses_what_the_environment_cannot_serve(env: ClusterEnvironment, devices: LocalDevices, options: dict, expected: str) -> None:
+def test_plan_refuses_what_the_environment_cannot_serve(
+    env: ClusterEnvironment, devices: LocalDevices, options: dict, expected: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         plan_strategy(env, devices, StrategyOptions(**options))
     assert expected in str(info.value)
 
 
 def test_cuda_visible_devices_fewer_than_tasks_names_the_variable() -> None:
-    env = detect_environment({"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NODELIST": "n1",
-                              "SLURM_STEP_TASKS_PER_NODE": "4", "CUDA_VISIBLE_DEVICES": "0,1"})
+    env = detect_environment(
+        {
+            "SLURM_JOB_ID": "1",
+            "SLURM_PROCID": "0",
+            "SLURM_NTASKS": "4",
+            "SLURM_STEP_NODELIST": "n1",
+            "SLURM_STEP_TASKS_PER_NODE": "4",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+        }
+    )
     with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES gives 2 GPU"):
         plan_strategy(env, LocalDevices(gpus=("g0", "g1")), StrategyOptions())
 

@@ -24,7 +24,9 @@ def build_parser() -> Parser:
     from tfdist.cli import env as env_cmd
     from tfdist.cli import launch as launch_cmd
 
-    parser = Parser(prog="tfdist", description="Distributed TensorFlow/Keras training from a laptop to a cluster.")
+    parser = Parser(
+        prog="tfdist", description="Distributed TensorFlow/Keras training from a laptop to a cluster."
+    )
     from tfdist import __version__
 
     parser.add_argument("--version", action="version", version=f"tfdist {__version__}")

@@ -11,15 +11,32 @@ from collections.abc import Mapping
 from typing import Any
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
-RELEVANT_PREFIXES = ("TF_CONFIG", "SLURM_", "CUDA_VISIBLE_DEVICES", "TFDIST_", "TPU_", "COLAB_TPU_ADDR",
-                     "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "NCCL_", "XLA_FLAGS", "TF_NUM_", "OMP_NUM_THREADS",
-                     "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "TF_USE_LEGACY_KERAS")
+RELEVANT_PREFIXES = (
+    "TF_CONFIG",
+    "SLURM_",
+    "CUDA_VISIBLE_DEVICES",
+    "TFDIST_",
+    "TPU_",
+    "COLAB_TPU_ADDR",
+    "OMPI_COMM_WORLD_",
+    "PMI_",
+    "PMIX_",
+    "NCCL_",
+    "XLA_FLAGS",
+    "TF_NUM_",
+    "OMP_NUM_THREADS",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_USE_LEGACY_KERAS",
+)
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 
 def register(sub: Any) -> None:
     """Add the ``env`` sub-parser."""
-    p = sub.add_parser("env", help="show the detected environment, devices and the strategy tfdist would build")
+    p = sub.add_parser(
+        "env", help="show the detected environment, devices and the strategy tfdist would build"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(run=run)
 
@@ -41,7 +58,11 @@ def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
 def _versions() -> dict[str, str | None]:
     from tfdist import __version__
 
-    versions: dict[str, str | None] = {"tfdist": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    versions: dict[str, str | None] = {
+        "tfdist": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     for module in ("tensorflow", "keras", "numpy"):
         try:
             versions[module] = __import__(module).__version__
@@ -75,7 +96,17 @@ def _print_tables(info: dict[str, Any]) -> None:
 
     console = Console()
     where = Table(title="tfdist environment", show_header=False)
-    for key in ("kind", "source", "role", "task_index", "rank", "world_size", "local_rank", "local_world_size", "is_chief"):
+    for key in (
+        "kind",
+        "source",
+        "role",
+        "task_index",
+        "rank",
+        "world_size",
+        "local_rank",
+        "local_world_size",
+        "is_chief",
+    ):
         where.add_row(key, str(info[key]))
     for role, addrs in info["cluster_spec"].items():
         where.add_row(f"cluster[{role}]", ", ".join(addrs))
@@ -91,14 +122,18 @@ def _print_tables(info: dict[str, Any]) -> None:
         variables.add_row(key, value)
     console.print(variables)
     if info["inside_slurm_allocation"]:
-        console.print("[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]")
+        console.print(
+            "[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]"
+        )
     for warning in info["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
     console.print("\nCopy this into a bug report:\n")
     lines = [f"- {k}: {v}" for k, v in info["versions"].items()]
-    lines += [f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
-              f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
-              f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}"]
+    lines += [
+        f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
+        f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
+        f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}",
+    ]
     # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
     print("\n".join(lines))
 

@@ -26,25 +26,60 @@ def _seconds(text: str) -> float:
 
 def register(sub: Any) -> None:
     """Add the ``launch`` sub-parser."""
-    p = sub.add_parser("launch", help="start N distributed TensorFlow workers running a script",
-                       description="tfdist launch [options] SCRIPT.py [args...] | -m MODULE [args...]")
-    p.add_argument("-n", "--nproc-per-node", type=_positive_int, default=None, metavar="N",
-                   help="workers on this node (default: one per local GPU, else 1)")
+    p = sub.add_parser(
+        "launch",
+        help="start N distributed TensorFlow workers running a script",
+        description="tfdist launch [options] SCRIPT.py [args...] | -m MODULE [args...]",
+    )
+    p.add_argument(
+        "-n",
+        "--nproc-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="workers on this node (default: one per local GPU, else 1)",
+    )
     p.add_argument("--cpu", action="store_true", help="CPU workers with an equal share of the cores each")
-    p.add_argument("--gpus-per-worker", default="1", choices=("1", "all"), help="1 GPU per worker, or all for one worker driving every GPU")
-    p.add_argument("--nnodes", type=_positive_int, default=1, help="number of nodes (run the same command on each)")
+    p.add_argument(
+        "--gpus-per-worker",
+        default="1",
+        choices=("1", "all"),
+        help="1 GPU per worker, or all for one worker driving every GPU",
+    )
+    p.add_argument(
+        "--nnodes", type=_positive_int, default=1, help="number of nodes (run the same command on each)"
+    )
     p.add_argument("--node-rank", type=_positive_int, default=0, help="index of this node, 0..nnodes-1")
     p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
     p.add_argument("--hostfile", default=None, help="file with one node address per line")
-    p.add_argument("--base-port", type=_positive_int, default=None, help="first port on each node (multi-node default 29400)")
-    p.add_argument("--ps", type=_positive_int, default=0, metavar="K", help="parameter servers per node (adds a chief)")
+    p.add_argument(
+        "--base-port",
+        type=_positive_int,
+        default=None,
+        help="first port on each node (multi-node default 29400)",
+    )
+    p.add_argument(
+        "--ps", type=_positive_int, default=0, metavar="K", help="parameter servers per node (adds a chief)"
+    )
     p.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     p.add_argument("--log-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     p.add_argument("--quiet-workers", action="store_true", help="show only the chief (or w0) on the console")
-    p.add_argument("--grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)")
-    p.add_argument("--max-restarts", type=_positive_int, default=0, help="restart every worker after a failure up to K times")
-    p.add_argument("--watchdog-timeout", type=_seconds, default=None, help="seconds without output or heartbeat that count as a hang")
+    p.add_argument(
+        "--grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=_positive_int,
+        default=0,
+        help="restart every worker after a failure up to K times",
+    )
+    p.add_argument(
+        "--watchdog-timeout",
+        type=_seconds,
+        default=None,
+        help="seconds without output or heartbeat that count as a hang",
+    )
     p.add_argument("--timeout", type=_seconds, default=None, help="limit on the whole run, in seconds")
     p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default)")
     p.add_argument("--no-python", action="store_true", help="run the command as is instead of with Python")
@@ -85,11 +120,24 @@ def config_from_args(args: argparse.Namespace) -> Any:
         nproc = 1 if args.cpu or args.gpus_per_worker == "all" else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
     return LaunchConfig(
-        command=command, nproc_per_node=nproc, nnodes=args.nnodes, node_rank=args.node_rank,
-        hosts=_hosts(args), base_port=args.base_port, ps=args.ps, chief=args.chief, cpu=args.cpu,
-        gpus_per_worker=args.gpus_per_worker, log_dir=args.log_dir, prefix=not args.no_prefix,
-        quiet_workers=args.quiet_workers, grace=args.grace, max_restarts=args.max_restarts,
-        watchdog_timeout=args.watchdog_timeout, timeout=args.timeout, no_python=args.no_python,
+        command=command,
+        nproc_per_node=nproc,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        hosts=_hosts(args),
+        base_port=args.base_port,
+        ps=args.ps,
+        chief=args.chief,
+        cpu=args.cpu,
+        gpus_per_worker=args.gpus_per_worker,
+        log_dir=args.log_dir,
+        prefix=not args.no_prefix,
+        quiet_workers=args.quiet_workers,
+        grace=args.grace,
+        max_restarts=args.max_restarts,
+        watchdog_timeout=args.watchdog_timeout,
+        timeout=args.timeout,
+        no_python=args.no_python,
         backend=args.backend,
     )
 
@@ -101,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = launch(config_from_args(args))
     if result.exit_code == 0:
-        console_print(f"tfdist launch: all workers finished in {result.duration_s:.1f} s "
-                      f"(attempts: {result.attempts}); logs in {result.run_dir}")
+        console_print(
+            f"tfdist launch: all workers finished in {result.duration_s:.1f} s "
+            f"(attempts: {result.attempts}); logs in {result.run_dir}"
+        )
     return result.exit_code

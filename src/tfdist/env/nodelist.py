@@ -47,7 +47,9 @@ def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
     for item in body.split(","):
         match = _RANGE.match(item.strip())
         if not match:
-            raise ConfigError(f"{source}={whole!r}: {item!r} inside brackets is not a number or a range like 01-04.")
+            raise ConfigError(
+                f"{source}={whole!r}: {item!r} inside brackets is not a number or a range like 01-04."
+            )
         lo_text, hi_text = match.group(1), match.group(2)
         if hi_text is None:
             values.append(lo_text)
@@ -92,7 +94,9 @@ def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]
     hosts: list[str] = []
     for part in _split_top_level(text.strip(), source):
         if not part or part.startswith("["):
-            raise ConfigError(f"{source}={text!r} has an empty host name. Hint: expected e.g. node[01-04],gpu7.")
+            raise ConfigError(
+                f"{source}={text!r} has an empty host name. Hint: expected e.g. node[01-04],gpu7."
+            )
         if any(c.isspace() for c in part):
             raise ConfigError(f"{source}={text!r} contains white space inside a host name.")
         hosts.extend(_expand_host(part, source, text))

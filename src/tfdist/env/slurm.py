@@ -24,7 +24,9 @@ def _int_var(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer. Hint: run the command inside an srun step.") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not an integer. Hint: run the command inside an srun step."
+        ) from None
     if value < minimum:
         raise ConfigError(f"{name}={value} is below {minimum}.")
     return value
@@ -38,13 +40,19 @@ def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int
     elif "SLURM_JOB_ID" in environ:
         job_id = _int_var(environ, "SLURM_JOB_ID")
         if max_tasks_per_node > PORT_SLOT_WIDTH:
-            raise ConfigError(f"{max_tasks_per_node} tasks on one node exceed the {PORT_SLOT_WIDTH} ports tfdist derives per job. Hint: set TFDIST_PORT to a free base port.")
+            raise ConfigError(
+                f"{max_tasks_per_node} tasks on one node exceed the {PORT_SLOT_WIDTH} ports tfdist derives per job. Hint: set TFDIST_PORT to a free base port."
+            )
         base = PORT_BASE + (job_id % PORT_SLOTS) * PORT_SLOT_WIDTH
         source = "SLURM_JOB_ID"
     else:
-        raise ConfigError("SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free base port.")
+        raise ConfigError(
+            "SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free base port."
+        )
     if base + max_tasks_per_node - 1 > 65535:
-        raise ConfigError(f"{source} gives base port {base}; with {max_tasks_per_node} tasks per node the ports pass 65535.")
+        raise ConfigError(
+            f"{source} gives base port {base}; with {max_tasks_per_node} tasks per node the ports pass 65535."
+        )
     return base
 
 
@@ -53,7 +61,11 @@ def slurm_cluster_spec(nodes: list[str], tasks_per_node: list[int], base_port: i
 
     Input/Output: ``(["a", "b"], [2, 1], 3000)`` -> ``["a:3000", "a:3001", "b:3000"]``.
     """
-    return [f"{node}:{base_port + j}" for node, count in zip(nodes, tasks_per_node, strict=True) for j in range(count)]
+    return [
+        f"{node}:{base_port + j}"
+        for node, count in zip(nodes, tasks_per_node, strict=True)
+        for j in range(count)
+    ]
 
 
 class SlurmEnvironment(ClusterEnvironment):
@@ -70,15 +82,29 @@ class SlurmEnvironment(ClusterEnvironment):
         size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
         world = _int_var(environ, size_var, 1)
         if rank >= world:
-            raise ConfigError(f"SLURM_PROCID={rank} but {size_var}={world}; a rank must be below the number of tasks.")
+            raise ConfigError(
+                f"SLURM_PROCID={rank} but {size_var}={world}; a rank must be below the number of tasks."
+            )
         nodes = expand_nodelist(environ["SLURM_STEP_NODELIST"])
-        tpn_var = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
-        tasks = expand_tasks_per_node(environ.get(tpn_var, ""), tpn_var) if tpn_var in environ else _even_split(world, len(nodes))
+        tpn_var = (
+            "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
+        )
+        tasks = (
+            expand_tasks_per_node(environ.get(tpn_var, ""), tpn_var)
+            if tpn_var in environ
+            else _even_split(world, len(nodes))
+        )
         if len(tasks) != len(nodes):
-            raise ConfigError(f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but SLURM_STEP_NODELIST names {len(nodes)} node(s).")
+            raise ConfigError(
+                f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but SLURM_STEP_NODELIST names {len(nodes)} node(s)."
+            )
         if sum(tasks) != world:
-            raise ConfigError(f"{tpn_var}={environ.get(tpn_var)!r} adds up to {sum(tasks)} tasks but {size_var}={world}.")
-        local_rank = _int_var(environ, "SLURM_LOCALID") if "SLURM_LOCALID" in environ else _local_rank(rank, tasks)
+            raise ConfigError(
+                f"{tpn_var}={environ.get(tpn_var)!r} adds up to {sum(tasks)} tasks but {size_var}={world}."
+            )
+        local_rank = (
+            _int_var(environ, "SLURM_LOCALID") if "SLURM_LOCALID" in environ else _local_rank(rank, tasks)
+        )
         node_index = _node_of(rank, tasks)
         local_world = tasks[node_index]
         if local_rank >= local_world:

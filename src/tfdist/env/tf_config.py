@@ -9,7 +9,7 @@ from typing import Any
 from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict, parse_gpu_list
 from tfdist.errors import ConfigError
 
-_HINT = "Hint: TF_CONFIG looks like {\"cluster\": {\"worker\": [\"host:port\", ...]}, \"task\": {\"type\": \"worker\", \"index\": 0}}."
+_HINT = 'Hint: TF_CONFIG looks like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}.'
 _LOOPBACK = ("localhost", "127.", "[::1]", "::1")
 
 
@@ -19,10 +19,12 @@ def parse_address(address: object, where: str) -> tuple[str, int]:
     Input/Output: ``"node1:2222"`` -> ``("node1", 2222)``; ``"[::1]:80"`` -> ``("[::1]", 80)``.
     """
     if not isinstance(address, str) or ":" not in address:
-        raise ConfigError(f"{where}: address {address!r} is not host:port. Hint: write e.g. \"node1:2222\".")
+        raise ConfigError(f'{where}: address {address!r} is not host:port. Hint: write e.g. "node1:2222".')
     host, _, port_text = address.rpartition(":")
     if not host or (":" in host and not (host.startswith("[") and host.endswith("]"))):
-        raise ConfigError(f"{where}: address {address!r} has no valid host. Hint: IPv6 hosts go in brackets, [::1]:2222.")
+        raise ConfigError(
+            f"{where}: address {address!r} has no valid host. Hint: IPv6 hosts go in brackets, [::1]:2222."
+        )
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise ConfigError(f"{where}: address {address!r} has port {port_text!r}; ports are integers 1-65535.")
     return host, int(port_text)
@@ -31,20 +33,30 @@ def parse_address(address: object, where: str) -> tuple[str, int]:
 def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
     """Validate a cluster spec mapping roles to address lists; reject unknown roles and duplicates."""
     if not isinstance(cluster, dict) or not cluster:
-        raise ConfigError(f"{where}: \"cluster\" must be a non-empty object of role -> address list, got {cluster!r}. {_HINT}")
+        raise ConfigError(
+            f'{where}: "cluster" must be a non-empty object of role -> address list, got {cluster!r}. {_HINT}'
+        )
     spec: ClusterSpecDict = {}
     seen: dict[str, str] = {}
     for role, addresses in cluster.items():
         if role not in KNOWN_ROLES:
-            raise ConfigError(f"{where}: unknown role {role!r} in cluster; roles are {', '.join(KNOWN_ROLES)}.")
+            raise ConfigError(
+                f"{where}: unknown role {role!r} in cluster; roles are {', '.join(KNOWN_ROLES)}."
+            )
         if not isinstance(addresses, list) or not addresses:
-            raise ConfigError(f"{where}: cluster[{role!r}] must be a non-empty list of host:port, got {addresses!r}.")
+            raise ConfigError(
+                f"{where}: cluster[{role!r}] must be a non-empty list of host:port, got {addresses!r}."
+            )
         if role == "chief" and len(addresses) != 1:
-            raise ConfigError(f"{where}: cluster has {len(addresses)} chiefs; a cluster has at most one chief.")
+            raise ConfigError(
+                f"{where}: cluster has {len(addresses)} chiefs; a cluster has at most one chief."
+            )
         for i, address in enumerate(addresses):
             parse_address(address, f"{where} cluster[{role!r}][{i}]")
             if address in seen:
-                raise ConfigError(f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: give every task its own port.")
+                raise ConfigError(
+                    f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: give every task its own port."
+                )
             seen[address] = f"{role}[{i}]"
         spec[role] = list(addresses)
     if not any(role in spec for role in ("chief", "worker")):
@@ -57,8 +69,10 @@ def loopback_warning(spec: ClusterSpecDict) -> str | None:
     hosts = {addr.rpartition(":")[0] for addrs in spec.values() for addr in addrs}
     loop = {h for h in hosts if h.startswith(_LOOPBACK)}
     if loop and loop != hosts:
-        return (f"TF_CONFIG mixes loopback hosts ({', '.join(sorted(loop))}) with other hosts "
-                f"({', '.join(sorted(hosts - loop))}); tasks on other machines cannot reach a loopback address.")
+        return (
+            f"TF_CONFIG mixes loopback hosts ({', '.join(sorted(loop))}) with other hosts "
+            f"({', '.join(sorted(hosts - loop))}); tasks on other machines cannot reach a loopback address."
+        )
     return None
 
 
@@ -110,9 +124,13 @@ def _load_json(raw: str) -> dict[str, Any]:
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc.msg} at character {exc.pos}): {raw[:80]!r}. {_HINT}") from None
+        raise ConfigError(
+            f"TF_CONFIG is not valid JSON ({exc.msg} at character {exc.pos}): {raw[:80]!r}. {_HINT}"
+        ) from None
     if not isinstance(config, dict):
-        raise ConfigError(f"TF_CONFIG must be a JSON object, got {type(config).__name__}: {raw[:80]!r}. {_HINT}")
+        raise ConfigError(
+            f"TF_CONFIG must be a JSON object, got {type(config).__name__}: {raw[:80]!r}. {_HINT}"
+        )
     for key in ("cluster", "task"):
         if key not in config:
             raise ConfigError(f"TF_CONFIG has no {key!r} key (keys: {sorted(config)}). {_HINT}")
@@ -121,15 +139,19 @@ def _load_json(raw: str) -> dict[str, Any]:
 
 def _parse_task(task: object, spec: ClusterSpecDict) -> tuple[str, int]:
     if not isinstance(task, dict):
-        raise ConfigError(f"TF_CONFIG: \"task\" must be an object with type and index, got {task!r}. {_HINT}")
+        raise ConfigError(f'TF_CONFIG: "task" must be an object with type and index, got {task!r}. {_HINT}')
     role = task.get("type")
     if role not in KNOWN_ROLES:
         raise ConfigError(f"TF_CONFIG: task type {role!r} is not a role; roles are {', '.join(KNOWN_ROLES)}.")
     if role not in spec:
-        raise ConfigError(f"TF_CONFIG: task type {role!r} is not in the cluster (roles there: {', '.join(spec)}).")
+        raise ConfigError(
+            f"TF_CONFIG: task type {role!r} is not in the cluster (roles there: {', '.join(spec)})."
+        )
     index = task.get("index", 0)
     if isinstance(index, bool) or not isinstance(index, int):
         raise ConfigError(f"TF_CONFIG: task index {index!r} is not an integer.")
     if not 0 <= index < len(spec[role]):
-        raise ConfigError(f"TF_CONFIG: task index {index} is out of range for {role!r}, which has {len(spec[role])} task(s) (valid: 0-{len(spec[role]) - 1}).")
+        raise ConfigError(
+            f"TF_CONFIG: task index {index} is out of range for {role!r}, which has {len(spec[role])} task(s) (valid: 0-{len(spec[role]) - 1})."
+        )
     return role, index

@@ -117,7 +117,9 @@ def _first_failed(exited: list[tuple[Worker, int]]) -> tuple[Worker, int] | None
 class _Attempt:
     """Supervises one attempt's WorkerGroup until success, failure, signal or timeout."""
 
-    def __init__(self, group: WorkerGroup, config: LaunchConfig, deadline: float | None, signals: _Signals) -> None:
+    def __init__(
+        self, group: WorkerGroup, config: LaunchConfig, deadline: float | None, signals: _Signals
+    ) -> None:
         self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
@@ -182,13 +184,17 @@ class _Attempt:
                 continue  # servers are silent by design
             idle = now - worker.last_activity()
             if idle > limit:
-                return _failure(worker, 124, f"hung: no output or heartbeat for {idle:.0f} s (watchdog {limit:g} s)")
+                return _failure(
+                    worker, 124, f"hung: no output or heartbeat for {idle:.0f} s (watchdog {limit:g} s)"
+                )
         return None
 
 
 def _report(failure: FailureInfo, final: bool) -> None:
-    lines = [f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
-             f"  log: {failure.log_path}"]
+    lines = [
+        f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
+        f"  log: {failure.log_path}",
+    ]
     if final and failure.tail:
         lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
         lines.extend(f"    {line}" for line in failure.tail)
@@ -204,7 +210,9 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     if command is not None:
         config = replace(config, command=tuple(command))
     if not config.command:
-        raise ConfigError("no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module.")
+        raise ConfigError(
+            "no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module."
+        )
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
     gpus = visible_gpus(os.environ) if not config.cpu else []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -217,15 +225,24 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     attempt, restarts, port_retries = 0, 0, 0
     try:
         while True:
-            specs = plan_workers(config, local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
-                                 visible_gpus=gpus, cores=cores, run_dir=run_dir, attempt=attempt, base_env=os.environ)
+            specs = plan_workers(
+                config,
+                local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
+                visible_gpus=gpus,
+                cores=cores,
+                run_dir=run_dir,
+                attempt=attempt,
+                base_env=os.environ,
+            )
             group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config, specs))
             status, failure = _Attempt(group, config, deadline, signals).run()
             elapsed = time.monotonic() - started
             if status == "ok":
                 return RunResult(0, attempt + 1, run_dir, elapsed, None, tuple(failures))
             if status == "signal":
-                console_print(f"tfdist launch: stopped by {signal.Signals(signals.signum).name}; all workers ended.")
+                console_print(
+                    f"tfdist launch: stopped by {signal.Signals(signals.signum).name}; all workers ended."
+                )
                 return RunResult(128 + signals.signum, attempt + 1, run_dir, elapsed, None, tuple(failures))
             if status == "timeout":
                 console_print(f"tfdist launch: --timeout {config.timeout:g} s reached; all workers stopped.")
@@ -234,11 +251,15 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
             failures.append(failure)
             if auto_ports and port_retries < PORT_RETRIES and _port_conflict(failure):
                 port_retries += 1
-                console_print(f"tfdist launch: a port was taken by another program; retrying with new ports ({port_retries}/{PORT_RETRIES}).")
+                console_print(
+                    f"tfdist launch: a port was taken by another program; retrying with new ports ({port_retries}/{PORT_RETRIES})."
+                )
             elif restarts < config.max_restarts:
                 restarts += 1
                 _report(failure, final=False)
-                console_print(f"tfdist launch: restarting all workers (restart {restarts}/{config.max_restarts}).")
+                console_print(
+                    f"tfdist launch: restarting all workers (restart {restarts}/{config.max_restarts})."
+                )
             else:
                 _report(failure, final=True)
                 return RunResult(failure.code, attempt + 1, run_dir, elapsed, failure, tuple(failures))

@@ -48,13 +48,17 @@ class LaunchConfig:
 
     def _check_counts(self) -> None:
         if self.nproc_per_node < 1:
-            raise ConfigError(f"--nproc-per-node={self.nproc_per_node}: at least 1 worker per node is needed.")
+            raise ConfigError(
+                f"--nproc-per-node={self.nproc_per_node}: at least 1 worker per node is needed."
+            )
         if self.ps < 0:
             raise ConfigError(f"--ps={self.ps} must be 0 or more parameter servers per node.")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts={self.max_restarts} must be 0 or more.")
         if self.gpus_per_worker not in ("1", "all"):
-            raise ConfigError(f"--gpus-per-worker={self.gpus_per_worker!r}: use 1 (one GPU per worker) or all.")
+            raise ConfigError(
+                f"--gpus-per-worker={self.gpus_per_worker!r}: use 1 (one GPU per worker) or all."
+            )
         if self.backend not in BACKENDS:
             raise ConfigError(f"--backend={self.backend!r}: available backends are {', '.join(BACKENDS)}.")
 
@@ -62,29 +66,43 @@ class LaunchConfig:
         if self.nnodes < 1:
             raise ConfigError(f"--nnodes={self.nnodes} must be at least 1.")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(f"--node-rank={self.node_rank} must be in 0..{self.nnodes - 1} for --nnodes={self.nnodes}.")
+            raise ConfigError(
+                f"--node-rank={self.node_rank} must be in 0..{self.nnodes - 1} for --nnodes={self.nnodes}."
+            )
         if self.nnodes > 1 and not self.hosts:
-            raise ConfigError(f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile FILE (one host per line).")
+            raise ConfigError(
+                f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile FILE (one host per line)."
+            )
         if self.hosts and len(self.hosts) != self.nnodes:
-            raise ConfigError(f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but --nnodes={self.nnodes}.")
+            raise ConfigError(
+                f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but --nnodes={self.nnodes}."
+            )
         if self.base_port is not None and not 1 <= self.base_port <= 65535:
             raise ConfigError(f"--base-port={self.base_port} is outside 1-65535.")
         if self.base_port is not None and self.base_port + self.tasks_per_node - 1 > 65535:
-            raise ConfigError(f"--base-port={self.base_port} with {self.tasks_per_node} tasks per node passes port 65535.")
+            raise ConfigError(
+                f"--base-port={self.base_port} with {self.tasks_per_node} tasks per node passes port 65535."
+            )
 
     def _check_times(self) -> None:
         if self.grace < 0:
             raise ConfigError(f"--grace={self.grace} must be 0 or more seconds.")
         if self.watchdog_timeout is not None and self.watchdog_timeout <= 0:
-            raise ConfigError(f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to disable).")
+            raise ConfigError(
+                f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to disable)."
+            )
         if self.timeout is not None and self.timeout <= 0:
-            raise ConfigError(f"--timeout={self.timeout} must be positive seconds (leave it out for no limit).")
+            raise ConfigError(
+                f"--timeout={self.timeout} must be positive seconds (leave it out for no limit)."
+            )
 
     def _check_command(self) -> None:
         if not self.command:
             return  # supplied later by launch(config, command)
         if not self.command[0]:
-            raise ConfigError("no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module.")
+            raise ConfigError(
+                "no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module."
+            )
         if self.no_python:
             return
         if self.command[0] == "-m":
@@ -94,7 +112,9 @@ class LaunchConfig:
             return
         script = self.command[0]
         if os.path.isdir(script):
-            raise ConfigError(f"script {script!r} is a directory. Hint: give the Python file, e.g. {os.path.join(script, 'train.py')}.")
+            raise ConfigError(
+                f"script {script!r} is a directory. Hint: give the Python file, e.g. {os.path.join(script, 'train.py')}."
+            )
         if not os.path.isfile(script):
             raise ConfigError(f"script {script!r} does not exist (looked in {os.getcwd()}).")
 
@@ -115,8 +135,12 @@ def _check_module(name: str) -> None:
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError) as exc:
-        raise ConfigError(f"module {name!r} is not importable here: {exc}. Hint: check the name and PYTHONPATH.") from None
+        raise ConfigError(
+            f"module {name!r} is not importable here: {exc}. Hint: check the name and PYTHONPATH."
+        ) from None
     finally:
         sys.path.pop(0)
     if spec is None:
-        raise ConfigError(f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path.")
+        raise ConfigError(
+            f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path."
+        )

@@ -29,4 +29,4 @@ def visible_gpus(environ: Mapping[str, str]) -> list[str]:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [str(i) for i, line in enumerate(l for l in out.stdout.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, _ in enumerate(row for row in out.stdout.splitlines() if row.startswith("GPU "))]

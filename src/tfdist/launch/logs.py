@@ -19,7 +19,9 @@ class LogPump(threading.Thread):
     Records when the last line arrived, which the watchdog reads as a sign of progress.
     """
 
-    def __init__(self, name: str, stream: IO[bytes], log_path: str, console: TextIO | None, prefix: bool) -> None:
+    def __init__(
+        self, name: str, stream: IO[bytes], log_path: str, console: TextIO | None, prefix: bool
+    ) -> None:
         super().__init__(name=f"tfdist-log-{name}", daemon=True)
         self.label = name
         self.stream = stream

@@ -27,7 +27,9 @@ class TaskSlot:
     @property
     def name(self) -> str:
         """Short label for log prefixes: ``chief``, ``w1``, ``ps0``."""
-        return "chief" if self.role == "chief" else f"{'w' if self.role == 'worker' else self.role}{self.index}"
+        return (
+            "chief" if self.role == "chief" else f"{'w' if self.role == 'worker' else self.role}{self.index}"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,9 @@ def plan_slots(config: LaunchConfig) -> list[TaskSlot]:
     return slots
 
 
-def cluster_spec(config: LaunchConfig, slots: Sequence[TaskSlot], local_ports: Sequence[int] | None) -> dict[str, list[str]]:
+def cluster_spec(
+    config: LaunchConfig, slots: Sequence[TaskSlot], local_ports: Sequence[int] | None
+) -> dict[str, list[str]]:
     """TensorFlow cluster spec. Single node without ``base_port``: loopback with the given free ports;
     otherwise ``hosts[node]:base_port+position`` so every node derives the same spec."""
     spec: dict[str, list[str]] = {}
@@ -92,7 +96,9 @@ def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[
     if not visible or config.gpus_per_worker == "all":
         return [None] * local_training
     if len(visible) < local_training:
-        raise ConfigError(f"{local_training} workers on this node but only {len(visible)} GPU(s) visible ({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu.")
+        raise ConfigError(
+            f"{local_training} workers on this node but only {len(visible)} GPU(s) visible ({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu."
+        )
     return [visible[i] for i in range(local_training)]
 
 
@@ -103,8 +109,11 @@ def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[s
     so fewer than ``workers + 1`` inter-op threads deadlock the job.
     """
     share = max(1, cores // max(1, local_training))
-    return {"TF_NUM_INTRAOP_THREADS": str(share), "TF_NUM_INTEROP_THREADS": str(max(share, min_inter_op)),
-            "OMP_NUM_THREADS": str(share)}
+    return {
+        "TF_NUM_INTRAOP_THREADS": str(share),
+        "TF_NUM_INTEROP_THREADS": str(max(share, min_inter_op)),
+        "OMP_NUM_THREADS": str(share),
+    }
 
 
 def _rank(slot: TaskSlot, has_chief: bool) -> int:
@@ -140,19 +149,21 @@ def plan_workers(
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.update(config.extra_env)
         local_rank = training.index(slot) if slot in training else -1
-        env.update({
-            "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": slot.role, "index": slot.index}}),
-            "TFDIST_RANK": str(_rank(slot, config.uses_chief)),
-            "TFDIST_LOCAL_RANK": str(local_rank),
-            "TFDIST_WORLD_SIZE": str(world),
-            "TFDIST_LOCAL_WORLD_SIZE": str(len(training)),
-            "TFDIST_ROLE": slot.role,
-            "TFDIST_RUN_DIR": run_dir,
-            "TFDIST_ATTEMPT_DIR": attempt_dir,
-            "TFDIST_RESTART_COUNT": str(attempt),
-            "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"{slot.role}{slot.index}.heartbeat"),
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": slot.role, "index": slot.index}}),
+                "TFDIST_RANK": str(_rank(slot, config.uses_chief)),
+                "TFDIST_LOCAL_RANK": str(local_rank),
+                "TFDIST_WORLD_SIZE": str(world),
+                "TFDIST_LOCAL_WORLD_SIZE": str(len(training)),
+                "TFDIST_ROLE": slot.role,
+                "TFDIST_RUN_DIR": run_dir,
+                "TFDIST_ATTEMPT_DIR": attempt_dir,
+                "TFDIST_RESTART_COUNT": str(attempt),
+                "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"{slot.role}{slot.index}.heartbeat"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if config.watchdog_timeout and "TFDIST_COLLECTIVE_TIMEOUT" not in env:
             # A collective stuck longer than the watchdog would be killed anyway: let TensorFlow fail first.
             env["TFDIST_COLLECTIVE_TIMEOUT"] = str(config.watchdog_timeout)
@@ -167,7 +178,11 @@ def plan_workers(
             env.update(thread_env(cores, len(training), n_workers + 1 if config.ps else 1))
         elif config.ps and "TF_NUM_INTEROP_THREADS" not in env:
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
-        out.append(WorkerSpec(slot, _argv(config, slot), env, os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")))
+        out.append(
+            WorkerSpec(
+                slot, _argv(config, slot), env, os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
+            )
+        )
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -9,11 +11,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-import ctypes
-
 from tfdist.launch.logs import LogPump
 from tfdist.launch.plan import WorkerSpec
-
 
 _PR_SET_PDEATHSIG = 1
 
@@ -91,10 +90,8 @@ class WorkerGroup:
     def send(self, signum: int) -> None:
         """Deliver ``signum`` to the process group of every live worker."""
         for worker in self.running():
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.popen.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def close(self, grace: float) -> None:
         """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
@@ -107,10 +104,8 @@ class WorkerGroup:
     def kill(self) -> None:
         """SIGKILL every process group (including ones whose leader already exited) and reap."""
         for worker in self.workers:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         for worker in self.workers:
             try:
                 worker.popen.wait(timeout=10)

@@ -99,7 +99,11 @@ def _parameter_server(tf: Any, plan: StrategyPlan) -> Any:
         # Workers and parameter servers only host variables and ops for the chief: serve until killed.
         log.info("serving as %s %d for the parameter-server chief", plan.task_type, plan.task_index)
         server = tf.distribute.Server(
-            resolver.cluster_spec(), job_name=plan.task_type, task_index=plan.task_index, protocol="grpc", start=True
+            resolver.cluster_spec(),
+            job_name=plan.task_type,
+            task_index=plan.task_index,
+            protocol="grpc",
+            start=True,
         )
         server.join()
     return tf.distribute.ParameterServerStrategy(resolver)

@@ -39,9 +39,13 @@ class StrategyOptions:
         if self.kind not in KINDS:
             raise ConfigError(f"strategy kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}.")
         if self.communication not in COMMUNICATIONS:
-            raise ConfigError(f"communication {self.communication!r} is unknown; choose one of {', '.join(COMMUNICATIONS)}.")
+            raise ConfigError(
+                f"communication {self.communication!r} is unknown; choose one of {', '.join(COMMUNICATIONS)}."
+            )
         if self.collective_timeout is not None and self.collective_timeout <= 0:
-            raise ConfigError(f"collective_timeout={self.collective_timeout} must be positive seconds (or None for no limit).")
+            raise ConfigError(
+                f"collective_timeout={self.collective_timeout} must be positive seconds (or None for no limit)."
+            )
         if self.cpu_replicas is not None and self.cpu_replicas < 1:
             raise ConfigError(f"cpu_replicas={self.cpu_replicas} must be at least 1.")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 1:
@@ -89,9 +93,11 @@ def _env_number(environ: Mapping[str, str], name: str, kind: type) -> float | in
     if raw is None or raw == "":
         return None
     try:
-        return kind(raw)  # type: ignore[no-any-return]
+        return kind(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a {kind.__name__}. Hint: unset it or give a number.") from None
+        raise ConfigError(
+            f"{name}={raw!r} is not a {kind.__name__}. Hint: unset it or give a number."
+        ) from None
 
 
 def options_from_environ(environ: Mapping[str, str], **given: object) -> StrategyOptions:
@@ -114,8 +120,9 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     if environ.get("TFDIST_GPUS_PER_WORKER", "").lower() == "all":
         values["gpus_per_worker_all"] = True
     values.update({k: v for k, v in given.items() if v is not None})
-    if "devices" in values and values["devices"] is not None:
-        values["devices"] = tuple(values["devices"])  # type: ignore[call-overload]
+    devices = values.get("devices")
+    if devices is not None:
+        values["devices"] = tuple(devices)  # type: ignore[arg-type]
     return StrategyOptions(**values)  # type: ignore[arg-type]
 
 
@@ -129,7 +136,9 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
     if options.devices is not None:
         bad = [i for i in options.devices if i >= n]
         if bad:
-            raise ConfigError(f"devices={list(options.devices)} asks for GPU {bad[0]} but this process sees {n} GPU(s). Hint: indices count from 0 over CUDA_VISIBLE_DEVICES.")
+            raise ConfigError(
+                f"devices={list(options.devices)} asks for GPU {bad[0]} but this process sees {n} GPU(s). Hint: indices count from 0 over CUDA_VISIBLE_DEVICES."
+            )
         return tuple(options.devices)
     if n == 0:
         return ()
@@ -137,12 +146,20 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
     if tasks_here <= 1 or env.gpus_bound_by_scheduler or options.gpus_per_worker_all:
         return tuple(range(n))
     if n < tasks_here:
-        listed = f"CUDA_VISIBLE_DEVICES gives {n} GPU(s)" if env.gpu_ids is not None else f"this node has {n} GPU(s)"
-        raise ConfigError(f"{listed} but {tasks_here} tasks run on this node; each task needs its own GPU. Hint: start at most {n} task(s) per node, or set TFDIST_GPUS_PER_WORKER=all to share.")
+        listed = (
+            f"CUDA_VISIBLE_DEVICES gives {n} GPU(s)"
+            if env.gpu_ids is not None
+            else f"this node has {n} GPU(s)"
+        )
+        raise ConfigError(
+            f"{listed} but {tasks_here} tasks run on this node; each task needs its own GPU. Hint: start at most {n} task(s) per node, or set TFDIST_GPUS_PER_WORKER=all to share."
+        )
     return (env.local_rank,)
 
 
-def plan_strategy(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions | None = None) -> StrategyPlan:
+def plan_strategy(
+    env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions | None = None
+) -> StrategyPlan:
     """Pick the strategy for this process and explain why.
 
     Input/Output: a LocalEnvironment with 4 GPUs and default options -> ``StrategyPlan(kind="mirrored",
@@ -155,12 +172,16 @@ def plan_strategy(env: ClusterEnvironment, devices: LocalDevices, options: Strat
     if kind in ("one_device", "tpu"):
         gpus = gpus[:1] if kind == "one_device" else ()
     if opts.communication == "nccl" and not gpus:
-        raise ConfigError("communication='nccl' needs GPUs but this process has none. Hint: use 'ring' or 'auto' on CPUs.")
+        raise ConfigError(
+            "communication='nccl' needs GPUs but this process has none. Hint: use 'ring' or 'auto' on CPUs."
+        )
     cpu_replicas = opts.cpu_replicas or 0
     local_replicas = cpu_replicas if cpu_replicas > 1 else max(1, len(gpus))
     warnings = list(env.warnings)
     if kind in ("multi_worker", "parameter_server"):
-        warnings.append("Keras 3 model.fit does not work under this strategy on TensorFlow 2.21; use tfdist.fit(model, data, ...).")
+        warnings.append(
+            "Keras 3 model.fit does not work under this strategy on TensorFlow 2.21; use tfdist.fit(model, data, ...)."
+        )
     if opts.communication != "auto" and kind not in ("multi_worker", "mirrored"):
         warnings.append(f"communication={opts.communication!r} is ignored by the {kind} strategy.")
     return StrategyPlan(
@@ -188,7 +209,10 @@ def _choose_kind(env: ClusterEnvironment, gpus: tuple[int, ...], opts: StrategyO
     if env.kind == "tpu":
         return "tpu", f"TPU detected from {env.source}"
     if env.has_parameter_servers:
-        return "parameter_server", f"the cluster from {env.source} has {len(env.cluster_spec['ps'])} ps task(s)"
+        return (
+            "parameter_server",
+            f"the cluster from {env.source} has {len(env.cluster_spec['ps'])} ps task(s)",
+        )
     if env.world_size > 1:
         return "multi_worker", f"{env.world_size} workers in the {where}"
     if (opts.cpu_replicas or 0) > 1:
@@ -205,22 +229,38 @@ def _check_kind(kind: str, env: ClusterEnvironment, gpus: tuple[int, ...], opts:
     cluster_hint = "Hint: start the workers with `tfdist launch -n N`, under srun, or set TF_CONFIG."
     replicas = opts.cpu_replicas or 0
     if kind in ("one_device", "mirrored") and env.is_distributed:
-        raise ConfigError(f"strategy {kind!r} was asked for but the {env.kind} environment ({env.source}) has {env.world_size} workers; each would train alone. Hint: use kind='auto' or 'multi_worker'.")
+        raise ConfigError(
+            f"strategy {kind!r} was asked for but the {env.kind} environment ({env.source}) has {env.world_size} workers; each would train alone. Hint: use kind='auto' or 'multi_worker'."
+        )
     if kind == "one_device" and replicas > 1:
-        raise ConfigError(f"strategy 'one_device' was asked for with cpu_replicas={replicas}. Hint: use kind='mirrored' for several replicas.")
+        raise ConfigError(
+            f"strategy 'one_device' was asked for with cpu_replicas={replicas}. Hint: use kind='mirrored' for several replicas."
+        )
     if kind == "mirrored" and replicas < 2 and len(gpus) < 2:
-        raise ConfigError(f"strategy 'mirrored' needs at least 2 devices but this process has {len(gpus)} GPU(s) and cpu_replicas={opts.cpu_replicas}. Hint: set cpu_replicas=N (or TFDIST_CPU_REPLICAS) to mirror over logical CPUs, or use kind='auto'.")
+        raise ConfigError(
+            f"strategy 'mirrored' needs at least 2 devices but this process has {len(gpus)} GPU(s) and cpu_replicas={opts.cpu_replicas}. Hint: set cpu_replicas=N (or TFDIST_CPU_REPLICAS) to mirror over logical CPUs, or use kind='auto'."
+        )
     if kind == "multi_worker":
         if env.kind not in ("tf_config", "slurm"):
-            raise ConfigError(f"strategy 'multi_worker' needs a cluster but the environment is {env.kind} ({env.source}). {cluster_hint}")
+            raise ConfigError(
+                f"strategy 'multi_worker' needs a cluster but the environment is {env.kind} ({env.source}). {cluster_hint}"
+            )
         if env.has_parameter_servers:
-            raise ConfigError("strategy 'multi_worker' was asked for but the cluster has ps tasks. Hint: use kind='parameter_server' or drop the ps tasks.")
+            raise ConfigError(
+                "strategy 'multi_worker' was asked for but the cluster has ps tasks. Hint: use kind='parameter_server' or drop the ps tasks."
+            )
         if replicas > 1:
-            raise ConfigError(f"cpu_replicas={replicas} cannot be combined with 'multi_worker' (one CPU device per worker). Hint: unset TFDIST_CPU_REPLICAS and start more workers.")
+            raise ConfigError(
+                f"cpu_replicas={replicas} cannot be combined with 'multi_worker' (one CPU device per worker). Hint: unset TFDIST_CPU_REPLICAS and start more workers."
+            )
     if kind == "parameter_server" and not env.has_parameter_servers:
-        raise ConfigError(f"strategy 'parameter_server' needs ps tasks in the cluster but the {env.kind} environment has none. Hint: `tfdist launch --ps 1 -n 2 ...` or add \"ps\" to TF_CONFIG.")
+        raise ConfigError(
+            f"strategy 'parameter_server' needs ps tasks in the cluster but the {env.kind} environment has none. Hint: `tfdist launch --ps 1 -n 2 ...` or add \"ps\" to TF_CONFIG."
+        )
     if kind == "tpu" and env.kind != "tpu":
-        raise ConfigError(f"strategy 'tpu' was asked for but no TPU is detected (environment: {env.kind}). Hint: set TPU_NAME or run on a TPU VM.")
+        raise ConfigError(
+            f"strategy 'tpu' was asked for but no TPU is detected (environment: {env.kind}). Hint: set TPU_NAME or run on a TPU VM."
+        )
 
 
 def _num_replicas(kind: str, env: ClusterEnvironment, local_replicas: int) -> int:
