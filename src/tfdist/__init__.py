@@ -9,6 +9,9 @@ from __future__ import annotations
 from tfdist.api import is_chief, local_rank, plan, rank, strategy, world_size
 from tfdist.env import detect_environment
 from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
+from tfdist.launch import LaunchConfig, RunResult, launch
+from tfdist.train import fit
+from tfdist.train.save import save_model
 
 __version__ = "0.1.0"
 
@@ -18,7 +21,12 @@ __all__ = [
     "TfdistError",
     "WorkerFailedError",
     "__version__",
+    "LaunchConfig",
+    "RunResult",
     "detect_environment",
+    "fit",
+    "launch",
+    "save_model",
     "is_chief",
     "local_rank",
     "plan",

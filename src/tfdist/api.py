@@ -10,6 +10,13 @@ from tfdist.env import ClusterEnvironment, detect_environment
 from tfdist.strategy import build_strategy, discover_devices, options_from_environ, plan_strategy
 from tfdist.strategy.plan import StrategyPlan
 
+_LAST: list[Any] = []  # the strategy built by the last strategy() call, to diagnose models built outside it
+
+
+def last_strategy() -> Any:
+    """The strategy most recently built by :func:`strategy` in this process, or None."""
+    return _LAST[-1] if _LAST else None
+
 
 def rank() -> int:
     """This process's training rank (0 = chief); -1 for parameter servers and evaluators."""
@@ -79,4 +86,6 @@ def strategy(
         cpu_replicas=cpu_replicas,
         memory_limit_mb=memory_limit_mb,
     )
-    return build_strategy(chosen)
+    built = build_strategy(chosen)
+    _LAST[:] = [built]
+    return built

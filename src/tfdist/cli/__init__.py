@@ -23,6 +23,7 @@ def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
     from tfdist.cli import env as env_cmd
     from tfdist.cli import launch as launch_cmd
+    from tfdist.cli import train as train_cmd
 
     parser = Parser(
         prog="tfdist", description="Distributed TensorFlow/Keras training from a laptop to a cluster."
@@ -34,6 +35,7 @@ def build_parser() -> Parser:
     sub.required = True
     env_cmd.register(sub)
     launch_cmd.register(sub)
+    train_cmd.register(sub)
     return parser
 
 

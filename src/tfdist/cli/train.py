@@ -1,0 +1,103 @@
+"""``tfdist train``: train a named workload on a named dataset, here or on N local workers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from tfdist.errors import ConfigError
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def register(sub: Any) -> None:
+    """Add the ``train`` sub-parser."""
+    p = sub.add_parser("train", help="train a workload (default: mnist-cnn on the embedded digits data)")
+    p.add_argument("--workload", default="mnist-cnn", help="regression | mnist-cnn | resnet50 | mobilenetv2")
+    p.add_argument("--dataset", default="digits", help="digits (embedded) | synthetic")
+    p.add_argument("--epochs", type=_int, default=5)
+    p.add_argument("--batch-size-per-replica", type=_int, default=32)
+    p.add_argument("--lr", type=_float, default=0.05, help="base learning rate (before --lr-scaling)")
+    p.add_argument("--optimizer", default="sgd", help="sgd (momentum 0.9) | adam")
+    p.add_argument("--lr-scaling", default="none", help="linear | sqrt | none: scale the LR with the replicas")
+    p.add_argument("--warmup-epochs", type=_float, default=0.0)
+    p.add_argument("--output-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --output-dir")
+    p.add_argument("--checkpoint-every", type=_int, default=None, help="also checkpoint every N steps")
+    p.add_argument("--steps-per-epoch", type=_int, default=None)
+    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
+    p.add_argument("--mixed-precision", default=None, help="bf16 | fp16")
+    p.add_argument("--weights", default=None, help="local weights file for resnet50 / mobilenetv2")
+    p.add_argument("--workers", type=_int, default=None, help="start N local workers through the launcher")
+    p.add_argument("--max-restarts", type=_int, default=0, help="with --workers: restarts after a failure")
+    p.set_defaults(run=run)
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """Validated TrainConfig from parsed flags."""
+    from tfdist.launch.api import new_run_id
+    from tfdist.train.config import TrainConfig
+
+    return TrainConfig(
+        workload=args.workload, dataset=args.dataset, epochs=args.epochs,
+        batch_size_per_replica=args.batch_size_per_replica, lr=args.lr, optimizer=args.optimizer,
+        lr_scaling=args.lr_scaling, warmup_epochs=args.warmup_epochs,
+        output_dir=args.output_dir or os.path.join("tfdist-runs", new_run_id()), resume=args.resume,
+        checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch, seed=args.seed,
+        xla=args.xla, mixed_precision=args.mixed_precision, weights=args.weights,
+    )
+
+
+def _worker_argv(argv: list[str], output_dir: str) -> list[str]:
+    """The same command for each worker, minus the launcher's own flags, with the run dir pinned."""
+    out: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token in ("--workers", "--max-restarts", "--output-dir"):
+            skip = True
+            continue
+        if token.startswith(("--workers=", "--max-restarts=", "--output-dir=")):
+            continue
+        out.append(token)
+    return ["-m", "tfdist", *out, "--output-dir", output_dir, "--resume"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, then train here or launch ``--workers`` local workers running this same command."""
+    config = config_from_args(args)
+    config.check_output_dir()
+    if args.workers is None:
+        from tfdist.train.job import run_training
+
+        run_training(config)
+        return 0
+    if args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} must be at least 1.")
+    from tfdist.launch import LaunchConfig, launch
+    from tfdist.launch.gpus import visible_gpus
+
+    cpu = not visible_gpus(os.environ)
+    launch_config = LaunchConfig(nproc_per_node=args.workers, cpu=cpu, quiet_workers=True, prefix=False,
+                                 max_restarts=args.max_restarts, log_dir=os.path.join(config.output_dir, "logs"))
+    # --resume for the workers: the run directory is new or the user asked to resume, and a restarted
+    # attempt must continue from the checkpoints the failed one wrote.
+    result = launch(launch_config, _worker_argv(sys.argv[1:], config.output_dir))
+    return result.exit_code

@@ -1,0 +1,65 @@
+"""Chief-aware, step-exact checkpoints.
+
+Every worker must take part in a save (TensorFlow may run collectives while saving distributed
+variables), but only the chief writes to the shared directory; the others write to a private temporary
+directory that is deleted right after. TensorFlow writes checkpoint data under temporary names and
+renames them, and CheckpointManager updates its index file atomically, so a crash never leaves a
+half-written checkpoint as "latest".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from tfdist.errors import ConfigError
+
+
+class Checkpointer:
+    """Saves and restores model, optimizer, global step and epoch; keeps the last ``keep`` checkpoints."""
+
+    def __init__(self, directory: str, *, model: Any, optimizer: Any, step: Any, epoch: Any, is_chief: bool, keep: int = 3) -> None:
+        import tensorflow as tf
+
+        self.directory = os.path.abspath(directory)
+        self.is_chief = is_chief
+        self.keep = keep
+        _check_writable(self.directory)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, epoch=epoch)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep)
+
+    def restore_latest(self) -> str | None:
+        """Restore the newest checkpoint in the directory, if any; a mismatched one is a ConfigError."""
+        import tensorflow as tf
+
+        latest = self.manager.latest_checkpoint
+        if latest is None:
+            return None
+        try:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as exc:
+            first = str(exc).strip().splitlines()[0][:200]
+            raise ConfigError(f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new checkpoint_dir or the model that wrote it.") from None
+        return str(latest)
+
+    def save(self, step: int) -> str:
+        """Save on every worker; only the chief's copy lands in ``directory``."""
+        if self.is_chief:
+            return str(self.manager.save(checkpoint_number=step))
+        scratch = tempfile.mkdtemp(prefix="tfdist-ckpt-")
+        try:
+            self.checkpoint.write(os.path.join(scratch, "ckpt"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return self.directory
+
+
+def _check_writable(directory: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"checkpoint_dir {directory!r} cannot be created: {exc.strerror}. Hint: choose a writable directory.") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"checkpoint_dir {directory!r} is not writable. Hint: choose a directory you own.")

@@ -1,0 +1,73 @@
+"""TrainConfig: the options of ``tfdist train``, validated before any worker starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tfdist.errors import ConfigError
+from tfdist.train.scaling import RULES
+from tfdist.workloads import datasets, models
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train, on what, for how long, and where the run directory is."""
+
+    workload: str = "mnist-cnn"
+    dataset: str = "digits"
+    epochs: int = 5
+    batch_size_per_replica: int = 32
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    lr_scaling: str = "none"
+    warmup_epochs: float = 0.0
+    output_dir: str = "tfdist-runs/train"
+    resume: bool = False
+    checkpoint_every: int | None = None
+    steps_per_epoch: int | None = None
+    seed: int = 0
+    xla: bool = False
+    mixed_precision: str | None = None
+    weights: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workload not in models.NAMES:
+            raise ConfigError(f"--workload {self.workload!r} is unknown; choose one of {', '.join(models.NAMES)}.")
+        if self.dataset not in datasets.NAMES:
+            raise ConfigError(f"--dataset {self.dataset!r} is unknown; choose one of {', '.join(datasets.NAMES)}.")
+        if self.epochs <= 0:
+            raise ConfigError(f"--epochs={self.epochs} must be at least 1.")
+        if self.batch_size_per_replica <= 0:
+            raise ConfigError(f"--batch-size-per-replica={self.batch_size_per_replica} must be at least 1.")
+        if self.lr <= 0:
+            raise ConfigError(f"--lr={self.lr} must be positive.")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"--optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}.")
+        if self.lr_scaling not in RULES:
+            raise ConfigError(f"--lr-scaling {self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}.")
+        if self.warmup_epochs < 0:
+            raise ConfigError(f"--warmup-epochs={self.warmup_epochs} must be 0 or more.")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ConfigError(f"--checkpoint-every={self.checkpoint_every} must be at least 1 step.")
+        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
+            raise ConfigError(f"--steps-per-epoch={self.steps_per_epoch} must be at least 1.")
+        if self.mixed_precision not in (None, "bf16", "fp16"):
+            raise ConfigError(f"--mixed-precision {self.mixed_precision!r}: use bf16 or fp16.")
+        if self.weights and not os.path.isfile(self.weights):
+            raise ConfigError(f"--weights {self.weights!r} does not exist.")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where the chief keeps checkpoints."""
+        return os.path.join(self.output_dir, "checkpoints")
+
+    def check_output_dir(self) -> None:
+        """Refuse to silently continue or overwrite someone else's run."""
+        if os.path.isdir(self.checkpoint_dir) and os.listdir(self.checkpoint_dir) and not self.resume:
+            raise ConfigError(f"--output-dir {self.output_dir!r} already holds checkpoints. Hint: add --resume to continue it, or choose a new --output-dir.")
+        parent = os.path.dirname(os.path.abspath(self.output_dir))
+        if os.path.exists(parent) and not os.access(parent, os.W_OK):
+            raise ConfigError(f"--output-dir {self.output_dir!r} is not writable. Hint: choose a directory you own.")

@@ -1,0 +1,157 @@
+"""Input pipelines with exact global-batch semantics.
+
+Every worker builds the same global batches (same seed, same order) and keeps its own contiguous slice,
+so N workers see exactly the examples one process would see with the same global batch. Partial last
+batches are dropped in training (no replica ever gets an empty batch) and padded with zero-weight
+examples in evaluation (every example counts exactly once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tfdist.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Batch sizes and steps for one epoch."""
+
+    global_batch: int
+    per_replica: int
+    steps_per_epoch: int
+
+
+def plan_batches(global_batch: int, replicas: int, examples: int | None, steps_per_epoch: int | None) -> BatchPlan:
+    """Check divisibility and derive steps per epoch (dropping the partial last batch).
+
+    Input/Output: ``(64, 2, 1000, None)`` -> ``BatchPlan(64, 32, 15)``.
+    """
+    if global_batch < 1:
+        raise ConfigError(f"batch size {global_batch} must be at least 1.")
+    if global_batch % replicas:
+        lower = max(replicas, global_batch - global_batch % replicas)
+        raise ConfigError(f"global batch {global_batch} is not divisible by the {replicas} replicas; use {lower} or {lower + replicas}.")
+    if steps_per_epoch is not None and steps_per_epoch < 1:
+        raise ConfigError(f"steps_per_epoch={steps_per_epoch} must be at least 1.")
+    if steps_per_epoch is None:
+        if examples is None:
+            raise ConfigError("the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass steps_per_epoch=N.")
+        steps_per_epoch = examples // global_batch
+        if steps_per_epoch == 0:
+            raise ConfigError(f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the batch size.")
+    return BatchPlan(global_batch, global_batch // replicas, steps_per_epoch)
+
+
+def _with_weights(element: Any) -> tuple[Any, Any, Any]:
+    import tensorflow as tf
+
+    if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
+        raise ConfigError(f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s).")
+    if len(element) == 3:
+        return element  # type: ignore[return-value]
+    x, y = element
+    first = tf.nest.flatten(x)[0]
+    return x, y, tf.ones(tf.shape(first)[:1], tf.float32)
+
+
+class DistributedData:
+    """Turns numpy arrays or a globally batched tf.data.Dataset into per-epoch distributed iterators."""
+
+    def __init__(self, strategy: Any, source: Any, *, batch_size: int | None, steps_per_epoch: int | None,
+                 shuffle: bool, seed: int, pad: bool = False) -> None:
+        import tensorflow as tf
+
+        self.strategy = strategy
+        self.replicas = strategy.num_replicas_in_sync
+        self.shuffle, self.seed, self.pad = shuffle, seed, pad
+        self.arrays: tuple[np.ndarray, ...] | None = None
+        self.dataset: Any = None
+        self.dataset_fn: Callable[[Any], Any] | None = None
+        if isinstance(source, tuple | list):
+            self.arrays = _check_arrays(source)
+            if batch_size is None:
+                raise ConfigError("NumPy inputs need batch_size= (the GLOBAL batch size).")
+            examples = len(self.arrays[0])
+            if pad:
+                examples = -(-examples // batch_size) * batch_size
+            self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
+        elif isinstance(source, tf.data.Dataset):
+            self.dataset = source
+            global_batch = batch_size or _static_batch(source)
+            cardinality = int(source.cardinality().numpy())
+            self.plan = plan_batches(global_batch, self.replicas, cardinality * global_batch if cardinality >= 0 else None, steps_per_epoch)
+        elif callable(source):
+            if steps_per_epoch is None or batch_size is None:
+                raise ConfigError("a dataset_fn needs steps_per_epoch= and batch_size= (the GLOBAL batch) so all workers run the same steps.")
+            self.dataset_fn = source
+            self.plan = plan_batches(batch_size, self.replicas, None, steps_per_epoch)
+        else:
+            raise ConfigError(f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, a dataset_fn(input_context) or NumPy (x, y) with batch_size.")
+
+    def _global_batches(self, epoch: int) -> Any:
+        import tensorflow as tf
+
+        if self.arrays is not None:
+            arrays = self.arrays
+            if self.shuffle:
+                order = np.random.default_rng(self.seed + epoch).permutation(len(arrays[0]))
+                arrays = tuple(a[order] for a in arrays)
+            weights = np.ones(len(arrays[0]), np.float32)
+            if self.pad:
+                missing = -len(weights) % self.plan.global_batch
+                arrays = tuple(np.concatenate([a, np.zeros((missing, *a.shape[1:]), a.dtype)]) for a in arrays)
+                weights = np.concatenate([weights, np.zeros(missing, np.float32)])
+            return tf.data.Dataset.from_tensor_slices((*arrays, weights)).batch(self.plan.global_batch, drop_remainder=True)
+        dataset = self.dataset.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
+        # A partial last batch would leave some replicas empty: keep only full global batches.
+        return dataset.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
+
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
+        """Iterator over this epoch's distributed batches, starting after ``skip`` global batches."""
+        import tensorflow as tf
+
+        if self.dataset_fn is not None:
+            user_fn = self.dataset_fn
+
+            def from_user(ctx: Any) -> Any:
+                return user_fn(ctx).map(lambda *e: _with_weights(e if len(e) > 1 else e[0])).skip(skip)
+
+            return iter(self.strategy.distribute_datasets_from_function(from_user))
+        plan = self.plan
+
+        def per_worker(ctx: Any) -> Any:
+            local = plan.per_replica * (self.replicas // ctx.num_input_pipelines)
+            start = ctx.input_pipeline_id * local
+            ds = self._global_batches(epoch).skip(skip).take(plan.steps_per_epoch - skip)
+            ds = ds.map(lambda *t: tuple(tf.nest.map_structure(lambda v: v[start : start + local], t)))
+            if local != plan.per_replica:
+                ds = ds.unbatch().batch(plan.per_replica, drop_remainder=True)
+            return ds.prefetch(tf.data.AUTOTUNE)
+
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        return iter(self.strategy.distribute_datasets_from_function(per_worker, options))
+
+
+def _check_arrays(source: Any) -> tuple[np.ndarray, ...]:
+    if len(source) != 2:
+        raise ConfigError(f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a tf.data.Dataset for sample weights.")
+    arrays = tuple(np.asarray(a) for a in source)
+    lengths = {len(a) for a in arrays}
+    if len(lengths) != 1:
+        raise ConfigError(f"NumPy arrays x and y have different lengths {sorted(lengths)}.")
+    return arrays
+
+
+def _static_batch(dataset: Any) -> int:
+    import tensorflow as tf
+
+    spec = tf.nest.flatten(dataset.element_spec)[0]
+    size = spec.shape[0] if spec.shape.rank else None
+    if size is None:
+        raise ConfigError("the dataset's batch size is not static. Hint: batch with drop_remainder=True or pass batch_size= (the GLOBAL batch).")
+    return int(size)

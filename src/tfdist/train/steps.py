@@ -1,0 +1,75 @@
+"""The compiled per-step functions: one train step and one evaluation step under any strategy.
+
+Each returns ONE vector of global sums [loss, metric..., examples, stop votes], reduced across all
+replicas and workers by a single all-reduce, so every worker sees identical numbers and agrees on
+stopping at the same step boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def loss_function(model: Any) -> tuple[Callable[[Any, Any], Any], str]:
+    """Per-example loss from ``model.compile(loss=...)`` and its name; ConfigError when not compiled."""
+    import keras
+
+    from tfdist.errors import ConfigError
+
+    if getattr(model, "optimizer", None) is None or getattr(model, "loss", None) is None:
+        raise ConfigError("the model is not compiled. Hint: call model.compile(optimizer=..., loss=..., metrics=[...]) inside strategy.scope() before tfdist.fit.")
+    loss = model.loss
+    if isinstance(loss, list | dict):
+        raise ConfigError("tfdist.fit supports one loss per model; got a list or dict of losses.")
+    fn = keras.losses.get(loss)
+    name = loss if isinstance(loss, str) else getattr(fn, "name", type(fn).__name__)
+    if isinstance(fn, keras.losses.Loss):
+        return fn.call, str(name)  # .call skips Keras' reduction: we need per-example values
+    return fn, str(name)
+
+
+def make_steps(strategy: Any, model: Any, loss_fn: Callable[[Any, Any], Any], stats: list[Callable[[Any, Any], Any]],
+               global_batch: int, step_var: Any, jit_compile: bool = False) -> tuple[Any, Any]:
+    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return global sums."""
+    import tensorflow as tf
+
+    optimizer = model.optimizer
+
+    def sums(y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
+        values = [tf.reduce_sum(per_example * w)]
+        values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
+        return tf.stack([*values, tf.reduce_sum(w), stop])
+
+    def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            per_example = tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32)
+            per_example = tf.reduce_mean(per_example, axis=-1)
+            # Average over the GLOBAL batch: Keras 3 sums gradients across replicas when applying them.
+            loss = tf.reduce_sum(per_example * w) / global_batch
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return sums(y, pred, per_example, w, stop)
+
+    def eval_replica(x: Any, y: Any, w: Any) -> Any:
+        pred = model(x, training=False)
+        per_example = tf.reduce_mean(tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32), axis=-1)
+        return sums(y, pred, per_example, w, tf.constant(0.0))
+
+    @tf.function(jit_compile=jit_compile or None)
+    def train_step(batch: Any, stop: Any) -> Any:
+        x, y, w = batch
+        totals = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(train_replica, args=(x, y, w, stop)), axis=None)
+        step_var.assign_add(1)
+        return totals
+
+    @tf.function
+    def eval_step(batch: Any) -> Any:
+        x, y, w = batch
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(eval_replica, args=(x, y, w)), axis=None)
+
+    return train_step, eval_step

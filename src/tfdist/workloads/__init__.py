@@ -1,0 +1,1 @@
+"""Ready-made models and datasets for demos, tests and benchmarks."""

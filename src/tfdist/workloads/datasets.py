@@ -1,0 +1,58 @@
+"""Named datasets: ``digits`` (embedded, scikit-learn), ``synthetic`` (any shape, for benchmarks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tfdist.errors import ConfigError
+
+NAMES = ("digits", "synthetic")
+
+
+@dataclass(frozen=True)
+class ArrayDataset:
+    """Train / test arrays with their input shape and number of classes."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example."""
+        return tuple(self.x_train.shape[1:])
+
+
+def digits(test_fraction: float = 0.2, seed: int = 0) -> ArrayDataset:
+    """scikit-learn's shipped 8x8 handwritten digits (1,797 images): no download, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = (bunch.images / 16.0).astype("float32")[..., None]
+    y = bunch.target.astype("int64")
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    return ArrayDataset("digits", x_tr, y_tr, x_te, y_te, 10)
+
+
+def synthetic(shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0) -> ArrayDataset:
+    """Random images with random labels: for throughput, not accuracy."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((examples, *shape), dtype=np.float32)
+    y = rng.integers(0, classes, examples).astype("int64")
+    cut = examples * 9 // 10
+    return ArrayDataset("synthetic", x[:cut], y[:cut], x[cut:], y[cut:], classes)
+
+
+def load(name: str, *, shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0) -> ArrayDataset:
+    """Load a dataset by name; unknown names are a ConfigError listing the choices."""
+    if name == "digits":
+        return digits(seed=seed)
+    if name == "synthetic":
+        return synthetic(shape, classes, examples, seed)
+    raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}.")
