@@ -8,7 +8,9 @@ import time
 
 import tensorflow as tf
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else tf.distribute.get_strategy()
+strategy = (
+    tf.distribute.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else tf.distribute.get_strategy()
+)
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
     optimizer = tf.keras.optimizers.SGD(0.01)
@@ -19,7 +21,9 @@ def step(x: tf.Tensor) -> tf.Tensor:
     def replica(x: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(model(x) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=False)
+        )
         return loss
 
     return strategy.run(replica, args=(x,))

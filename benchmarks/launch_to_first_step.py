@@ -24,7 +24,9 @@ def first_step_seconds(argv: list[str], env: dict[str, str]) -> float:
     """Start argv and return the seconds until the last process printed FIRST_STEP."""
     start = time.time()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
-    stamps = [float(line.split("FIRST_STEP ")[1]) for line in proc.stdout.splitlines() if "FIRST_STEP " in line]
+    stamps = [
+        float(line.split("FIRST_STEP ")[1]) for line in proc.stdout.splitlines() if "FIRST_STEP " in line
+    ]
     if proc.returncode != 0 or not stamps:
         raise RuntimeError(f"{argv} failed ({proc.returncode}): {proc.stderr[-1500:]}")
     return max(stamps) - start
@@ -40,7 +42,18 @@ def main() -> int:
     single, launched = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            launch_argv = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--log-dir", f"{tmp}/run{i}", SCRIPT]
+            launch_argv = [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "launch",
+                "-n",
+                "2",
+                "--cpu",
+                "--log-dir",
+                f"{tmp}/run{i}",
+                SCRIPT,
+            ]
             single.append(first_step_seconds([sys.executable, SCRIPT], env))
             launched.append(first_step_seconds(launch_argv, env))
     result = {
@@ -56,7 +69,9 @@ def main() -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("single_median_s", "launch_median_s", "ratio_median")}, indent=2))
+    print(
+        json.dumps({k: result[k] for k in ("single_median_s", "launch_median_s", "ratio_median")}, indent=2)
+    )
     return 0
 
 

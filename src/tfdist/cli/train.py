@@ -33,7 +33,9 @@ def register(sub: Any) -> None:
     p.add_argument("--batch-size-per-replica", type=_int, default=32)
     p.add_argument("--lr", type=_float, default=0.05, help="base learning rate (before --lr-scaling)")
     p.add_argument("--optimizer", default="sgd", help="sgd (momentum 0.9) | adam")
-    p.add_argument("--lr-scaling", default="none", help="linear | sqrt | none: scale the LR with the replicas")
+    p.add_argument(
+        "--lr-scaling", default="none", help="linear | sqrt | none: scale the LR with the replicas"
+    )
     p.add_argument("--warmup-epochs", type=_float, default=0.0)
     p.add_argument("--output-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --output-dir")
@@ -54,12 +56,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from tfdist.train.config import TrainConfig
 
     return TrainConfig(
-        workload=args.workload, dataset=args.dataset, epochs=args.epochs,
-        batch_size_per_replica=args.batch_size_per_replica, lr=args.lr, optimizer=args.optimizer,
-        lr_scaling=args.lr_scaling, warmup_epochs=args.warmup_epochs,
-        output_dir=args.output_dir or os.path.join("tfdist-runs", new_run_id()), resume=args.resume,
-        checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch, seed=args.seed,
-        xla=args.xla, mixed_precision=args.mixed_precision, weights=args.weights,
+        workload=args.workload,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        batch_size_per_replica=args.batch_size_per_replica,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        lr_scaling=args.lr_scaling,
+        warmup_epochs=args.warmup_epochs,
+        output_dir=args.output_dir or os.path.join("tfdist-runs", new_run_id()),
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        steps_per_epoch=args.steps_per_epoch,
+        seed=args.seed,
+        xla=args.xla,
+        mixed_precision=args.mixed_precision,
+        weights=args.weights,
     )
 
 
@@ -95,8 +107,14 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch.gpus import visible_gpus
 
     cpu = not visible_gpus(os.environ)
-    launch_config = LaunchConfig(nproc_per_node=args.workers, cpu=cpu, quiet_workers=True, prefix=False,
-                                 max_restarts=args.max_restarts, log_dir=os.path.join(config.output_dir, "logs"))
+    launch_config = LaunchConfig(
+        nproc_per_node=args.workers,
+        cpu=cpu,
+        quiet_workers=True,
+        prefix=False,
+        max_restarts=args.max_restarts,
+        log_dir=os.path.join(config.output_dir, "logs"),
+    )
     # --resume for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
     result = launch(launch_config, _worker_argv(sys.argv[1:], config.output_dir))

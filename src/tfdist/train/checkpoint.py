@@ -20,7 +20,17 @@ from tfdist.errors import ConfigError
 class Checkpointer:
     """Saves and restores model, optimizer, global step and epoch; keeps the last ``keep`` checkpoints."""
 
-    def __init__(self, directory: str, *, model: Any, optimizer: Any, step: Any, epoch: Any, is_chief: bool, keep: int = 3) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        model: Any,
+        optimizer: Any,
+        step: Any,
+        epoch: Any,
+        is_chief: bool,
+        keep: int = 3,
+    ) -> None:
         import tensorflow as tf
 
         self.directory = os.path.abspath(directory)
@@ -41,7 +51,9 @@ class Checkpointer:
             self.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as exc:
             first = str(exc).strip().splitlines()[0][:200]
-            raise ConfigError(f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new checkpoint_dir or the model that wrote it.") from None
+            raise ConfigError(
+                f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new checkpoint_dir or the model that wrote it."
+            ) from None
         return str(latest)
 
     def save(self, step: int) -> str:
@@ -60,6 +72,8 @@ def _check_writable(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"checkpoint_dir {directory!r} cannot be created: {exc.strerror}. Hint: choose a writable directory.") from None
+        raise ConfigError(
+            f"checkpoint_dir {directory!r} cannot be created: {exc.strerror}. Hint: choose a writable directory."
+        ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"checkpoint_dir {directory!r} is not writable. Hint: choose a directory you own.")

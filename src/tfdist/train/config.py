@@ -35,9 +35,13 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.workload not in models.NAMES:
-            raise ConfigError(f"--workload {self.workload!r} is unknown; choose one of {', '.join(models.NAMES)}.")
+            raise ConfigError(
+                f"--workload {self.workload!r} is unknown; choose one of {', '.join(models.NAMES)}."
+            )
         if self.dataset not in datasets.NAMES:
-            raise ConfigError(f"--dataset {self.dataset!r} is unknown; choose one of {', '.join(datasets.NAMES)}.")
+            raise ConfigError(
+                f"--dataset {self.dataset!r} is unknown; choose one of {', '.join(datasets.NAMES)}."
+            )
         if self.epochs <= 0:
             raise ConfigError(f"--epochs={self.epochs} must be at least 1.")
         if self.batch_size_per_replica <= 0:
@@ -45,9 +49,13 @@ class TrainConfig:
         if self.lr <= 0:
             raise ConfigError(f"--lr={self.lr} must be positive.")
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"--optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}.")
+            raise ConfigError(
+                f"--optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}."
+            )
         if self.lr_scaling not in RULES:
-            raise ConfigError(f"--lr-scaling {self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}.")
+            raise ConfigError(
+                f"--lr-scaling {self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}."
+            )
         if self.warmup_epochs < 0:
             raise ConfigError(f"--warmup-epochs={self.warmup_epochs} must be 0 or more.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -67,7 +75,11 @@ class TrainConfig:
     def check_output_dir(self) -> None:
         """Refuse to silently continue or overwrite someone else's run."""
         if os.path.isdir(self.checkpoint_dir) and os.listdir(self.checkpoint_dir) and not self.resume:
-            raise ConfigError(f"--output-dir {self.output_dir!r} already holds checkpoints. Hint: add --resume to continue it, or choose a new --output-dir.")
+            raise ConfigError(
+                f"--output-dir {self.output_dir!r} already holds checkpoints. Hint: add --resume to continue it, or choose a new --output-dir."
+            )
         parent = os.path.dirname(os.path.abspath(self.output_dir))
         if os.path.exists(parent) and not os.access(parent, os.W_OK):
-            raise ConfigError(f"--output-dir {self.output_dir!r} is not writable. Hint: choose a directory you own.")
+            raise ConfigError(
+                f"--output-dir {self.output_dir!r} is not writable. Hint: choose a directory you own."
+            )

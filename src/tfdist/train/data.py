@@ -26,7 +26,9 @@ class BatchPlan:
     steps_per_epoch: int
 
 
-def plan_batches(global_batch: int, replicas: int, examples: int | None, steps_per_epoch: int | None) -> BatchPlan:
+def plan_batches(
+    global_batch: int, replicas: int, examples: int | None, steps_per_epoch: int | None
+) -> BatchPlan:
     """Check divisibility and derive steps per epoch (dropping the partial last batch).
 
     Input/Output: ``(64, 2, 1000, None)`` -> ``BatchPlan(64, 32, 15)``.
@@ -35,15 +37,21 @@ def plan_batches(global_batch: int, replicas: int, examples: int | None, steps_p
         raise ConfigError(f"batch size {global_batch} must be at least 1.")
     if global_batch % replicas:
         lower = max(replicas, global_batch - global_batch % replicas)
-        raise ConfigError(f"global batch {global_batch} is not divisible by the {replicas} replicas; use {lower} or {lower + replicas}.")
+        raise ConfigError(
+            f"global batch {global_batch} is not divisible by the {replicas} replicas; use {lower} or {lower + replicas}."
+        )
     if steps_per_epoch is not None and steps_per_epoch < 1:
         raise ConfigError(f"steps_per_epoch={steps_per_epoch} must be at least 1.")
     if steps_per_epoch is None:
         if examples is None:
-            raise ConfigError("the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass steps_per_epoch=N.")
+            raise ConfigError(
+                "the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass steps_per_epoch=N."
+            )
         steps_per_epoch = examples // global_batch
         if steps_per_epoch == 0:
-            raise ConfigError(f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the batch size.")
+            raise ConfigError(
+                f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the batch size."
+            )
     return BatchPlan(global_batch, global_batch // replicas, steps_per_epoch)
 
 
@@ -51,9 +59,11 @@ def _with_weights(element: Any) -> tuple[Any, Any, Any]:
     import tensorflow as tf
 
     if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
-        raise ConfigError(f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s).")
+        raise ConfigError(
+            f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
+        )
     if len(element) == 3:
-        return element  # type: ignore[return-value]
+        return element
     x, y = element
     first = tf.nest.flatten(x)[0]
     return x, y, tf.ones(tf.shape(first)[:1], tf.float32)
@@ -62,8 +72,17 @@ def _with_weights(element: Any) -> tuple[Any, Any, Any]:
 class DistributedData:
     """Turns numpy arrays or a globally batched tf.data.Dataset into per-epoch distributed iterators."""
 
-    def __init__(self, strategy: Any, source: Any, *, batch_size: int | None, steps_per_epoch: int | None,
-                 shuffle: bool, seed: int, pad: bool = False) -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        source: Any,
+        *,
+        batch_size: int | None,
+        steps_per_epoch: int | None,
+        shuffle: bool,
+        seed: int,
+        pad: bool = False,
+    ) -> None:
         import tensorflow as tf
 
         self.strategy = strategy
@@ -81,17 +100,31 @@ class DistributedData:
                 examples = -(-examples // batch_size) * batch_size
             self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
         elif isinstance(source, tf.data.Dataset):
+            spec = source.element_spec
+            if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+                raise ConfigError(
+                    f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(spec).__name__} {spec}."
+                )
             self.dataset = source
             global_batch = batch_size or _static_batch(source)
             cardinality = int(source.cardinality().numpy())
-            self.plan = plan_batches(global_batch, self.replicas, cardinality * global_batch if cardinality >= 0 else None, steps_per_epoch)
+            self.plan = plan_batches(
+                global_batch,
+                self.replicas,
+                cardinality * global_batch if cardinality >= 0 else None,
+                steps_per_epoch,
+            )
         elif callable(source):
             if steps_per_epoch is None or batch_size is None:
-                raise ConfigError("a dataset_fn needs steps_per_epoch= and batch_size= (the GLOBAL batch) so all workers run the same steps.")
+                raise ConfigError(
+                    "a dataset_fn needs steps_per_epoch= and batch_size= (the GLOBAL batch) so all workers run the same steps."
+                )
             self.dataset_fn = source
             self.plan = plan_batches(batch_size, self.replicas, None, steps_per_epoch)
         else:
-            raise ConfigError(f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, a dataset_fn(input_context) or NumPy (x, y) with batch_size.")
+            raise ConfigError(
+                f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, a dataset_fn(input_context) or NumPy (x, y) with batch_size."
+            )
 
     def _global_batches(self, epoch: int) -> Any:
         import tensorflow as tf
@@ -104,9 +137,13 @@ class DistributedData:
             weights = np.ones(len(arrays[0]), np.float32)
             if self.pad:
                 missing = -len(weights) % self.plan.global_batch
-                arrays = tuple(np.concatenate([a, np.zeros((missing, *a.shape[1:]), a.dtype)]) for a in arrays)
+                arrays = tuple(
+                    np.concatenate([a, np.zeros((missing, *a.shape[1:]), a.dtype)]) for a in arrays
+                )
                 weights = np.concatenate([weights, np.zeros(missing, np.float32)])
-            return tf.data.Dataset.from_tensor_slices((*arrays, weights)).batch(self.plan.global_batch, drop_remainder=True)
+            return tf.data.Dataset.from_tensor_slices((*arrays, weights)).batch(
+                self.plan.global_batch, drop_remainder=True
+            )
         dataset = self.dataset.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
         # A partial last batch would leave some replicas empty: keep only full global batches.
         return dataset.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
@@ -139,7 +176,9 @@ class DistributedData:
 
 def _check_arrays(source: Any) -> tuple[np.ndarray, ...]:
     if len(source) != 2:
-        raise ConfigError(f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a tf.data.Dataset for sample weights.")
+        raise ConfigError(
+            f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a tf.data.Dataset for sample weights."
+        )
     arrays = tuple(np.asarray(a) for a in source)
     lengths = {len(a) for a in arrays}
     if len(lengths) != 1:
@@ -153,5 +192,7 @@ def _static_batch(dataset: Any) -> int:
     spec = tf.nest.flatten(dataset.element_spec)[0]
     size = spec.shape[0] if spec.shape.rank else None
     if size is None:
-        raise ConfigError("the dataset's batch size is not static. Hint: batch with drop_remainder=True or pass batch_size= (the GLOBAL batch).")
+        raise ConfigError(
+            "the dataset's batch size is not static. Hint: batch with drop_remainder=True or pass batch_size= (the GLOBAL batch)."
+        )
     return int(size)

@@ -30,7 +30,9 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     started = time.monotonic()
     data = datasets.load(config.dataset, seed=config.seed)
     if config.mixed_precision:
-        keras.mixed_precision.set_global_policy("mixed_bfloat16" if config.mixed_precision == "bf16" else "mixed_float16")
+        keras.mixed_precision.set_global_policy(
+            "mixed_bfloat16" if config.mixed_precision == "bf16" else "mixed_float16"
+        )
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = models.build(config.workload, data.input_shape, data.num_classes, config.weights)
@@ -40,20 +42,33 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
         model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     global_batch = config.batch_size_per_replica * strategy.num_replicas_in_sync
     history = fit(
-        model, (data.x_train, data.y_train), batch_size=global_batch, epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch, validation_data=(data.x_test, data.y_test),
-        checkpoint_dir=config.checkpoint_dir, checkpoint_every=config.checkpoint_every,
-        lr_scaling=config.lr_scaling, warmup_epochs=config.warmup_epochs, seed=config.seed,
-        run_dir=config.output_dir, tensorboard_dir=os.path.join(config.output_dir, "tensorboard"), jit_compile=config.xla,
+        model,
+        (data.x_train, data.y_train),
+        batch_size=global_batch,
+        epochs=config.epochs,
+        steps_per_epoch=config.steps_per_epoch,
+        validation_data=(data.x_test, data.y_test),
+        checkpoint_dir=config.checkpoint_dir,
+        checkpoint_every=config.checkpoint_every,
+        lr_scaling=config.lr_scaling,
+        warmup_epochs=config.warmup_epochs,
+        seed=config.seed,
+        run_dir=config.output_dir,
+        tensorboard_dir=os.path.join(config.output_dir, "tensorboard"),
+        jit_compile=config.xla,
     )
     model_path = os.path.join(config.output_dir, "model.keras")
     tfdist.save_model(model, model_path)
     summary = dict(history.summary)
-    summary.update({
-        "test_accuracy": history.history.get("val_accuracy", [float("nan")])[-1],
-        "test_loss": history.history.get("val_loss", [float("nan")])[-1],
-        "wall_s": time.monotonic() - started, "run_dir": os.path.abspath(config.output_dir), "model": model_path,
-    })
+    summary.update(
+        {
+            "test_accuracy": history.history.get("val_accuracy", [float("nan")])[-1],
+            "test_loss": history.history.get("val_loss", [float("nan")])[-1],
+            "wall_s": time.monotonic() - started,
+            "run_dir": os.path.abspath(config.output_dir),
+            "model": model_path,
+        }
+    )
     if tfdist.is_chief():
         _print_summary(summary)
     return summary
@@ -67,7 +82,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     rows = [
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
         ("test loss", f"{summary['test_loss']:.4f}"),
-        ("strategy", f"{summary['strategy']} · {summary['world_size']} worker(s) · {summary['replicas']} replica(s)"),
+        (
+            "strategy",
+            f"{summary['strategy']} · {summary['world_size']} worker(s) · {summary['replicas']} replica(s)",
+        ),
         ("global batch", str(summary["global_batch"])),
         ("steps", str(summary["steps"])),
         ("training time", f"{summary['duration_s']:.1f} s (wall {summary['wall_s']:.1f} s)"),

@@ -72,11 +72,15 @@ def strategy_of(model: Any) -> Any:
 
     variables = model.trainable_variables
     if not variables:
-        raise ConfigError("the model has no trainable variables (not built?). Hint: give the first layer an Input shape.")
+        raise ConfigError(
+            "the model has no trainable variables (not built?). Hint: give the first layer an Input shape."
+        )
     owner = getattr(getattr(variables[0], "value", variables[0]), "_distribute_strategy", None)
     if owner is None:
         if api.last_strategy() is not None:
-            raise ConfigError("the model was built outside the strategy scope. Hint: build and compile it inside `with strategy.scope():`.")
+            raise ConfigError(
+                "the model was built outside the strategy scope. Hint: build and compile it inside `with strategy.scope():`."
+            )
         return tf.distribute.get_strategy()
     return owner
 
@@ -86,7 +90,9 @@ def _split_callbacks(callbacks: Sequence[Any], is_chief: bool) -> list[Any]:
     for cb in callbacks:
         name = type(cb).__name__
         if name in UNSUPPORTED_CALLBACKS:
-            raise ConfigError(f"callback {name} is not supported by tfdist.fit: {UNSUPPORTED_CALLBACKS[name]}.")
+            raise ConfigError(
+                f"callback {name} is not supported by tfdist.fit: {UNSUPPORTED_CALLBACKS[name]}."
+            )
         if name in CHIEF_ONLY_CALLBACKS and not is_chief:
             continue
         kept.append(cb)
@@ -124,7 +130,6 @@ def fit(
     every ``checkpoint_every`` steps and at each epoch end, and resumes from the newest checkpoint.
     SIGTERM/SIGUSR2 checkpoint at the next step boundary on all workers and then raise SystemExit(128+signal).
     """
-    import keras
     import tensorflow as tf
 
     from tfdist.env import detect_environment
@@ -136,39 +141,85 @@ def fit(
     strategy = strategy_of(model)
     env = detect_environment()
     loss_fn, loss_name = loss_function(model)
-    metric_names = resolve_metrics(model._compile_config.config.get("metrics") if getattr(model, "_compile_config", None) else None, loss_name)
-    data = DistributedData(strategy, train_data, batch_size=batch_size, steps_per_epoch=steps_per_epoch, shuffle=shuffle, seed=seed)
+    metric_names = resolve_metrics(
+        model._compile_config.config.get("metrics") if getattr(model, "_compile_config", None) else None,
+        loss_name,
+    )
+    data = DistributedData(
+        strategy,
+        train_data,
+        batch_size=batch_size,
+        steps_per_epoch=steps_per_epoch,
+        shuffle=shuffle,
+        seed=seed,
+    )
     plan = data.plan
     val = None
     if validation_data is not None:
-        val = DistributedData(strategy, validation_data, batch_size=validation_batch_size or plan.global_batch,
-                              steps_per_epoch=None, shuffle=False, seed=seed, pad=True)
+        val = DistributedData(
+            strategy,
+            validation_data,
+            batch_size=validation_batch_size or plan.global_batch,
+            steps_per_epoch=None,
+            shuffle=False,
+            seed=seed,
+            pad=True,
+        )
     optimizer = model.optimizer
     base_lr = float(np.asarray(optimizer.learning_rate))
     target_lr = scaled_lr(base_lr, strategy.num_replicas_in_sync, lr_scaling)
-    warmup_steps = int(round(warmup_epochs * plan.steps_per_epoch))
+    warmup_steps = round(warmup_epochs * plan.steps_per_epoch)
     with strategy.scope():
-        step_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        step_var = tf.Variable(
+            0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+        epoch_var = tf.Variable(
+            0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
         optimizer.build(model.trainable_variables)
     checkpointer = None
     if checkpoint_dir:
         from tfdist.train.checkpoint import Checkpointer
 
-        checkpointer = Checkpointer(checkpoint_dir, model=model, optimizer=optimizer, step=step_var, epoch=epoch_var,
-                                    is_chief=env.is_chief, keep=keep_checkpoints)
+        checkpointer = Checkpointer(
+            checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            step=step_var,
+            epoch=epoch_var,
+            is_chief=env.is_chief,
+            keep=keep_checkpoints,
+        )
         restored = checkpointer.restore_latest()
         if restored:
             log.info("resumed from %s at step %d", restored, int(step_var.numpy()))
-    train_step, eval_step = make_steps(strategy, model, loss_fn, [per_example_stat(s) for _, s in metric_names],
-                                       plan.global_batch, step_var, jit_compile)
+    train_step, eval_step = make_steps(
+        strategy,
+        model,
+        loss_fn,
+        [per_example_stat(s) for _, s in metric_names],
+        plan.global_batch,
+        step_var,
+        jit_compile,
+    )
     from keras.callbacks import CallbackList, History
 
     history = History()
-    cbs = CallbackList([history, *_split_callbacks(callbacks, env.is_chief)], model=model,
-                       epochs=epochs, steps=plan.steps_per_epoch, verbose=0)
-    reporter = Reporter(is_chief=env.is_chief, verbose=verbose, epochs=epochs, steps_per_epoch=plan.steps_per_epoch,
-                        run_dir=run_dir, tensorboard_dir=tensorboard_dir)
+    cbs = CallbackList(
+        [history, *_split_callbacks(callbacks, env.is_chief)],
+        model=model,
+        epochs=epochs,
+        steps=plan.steps_per_epoch,
+        verbose=0,
+    )
+    reporter = Reporter(
+        is_chief=env.is_chief,
+        verbose=verbose,
+        epochs=epochs,
+        steps_per_epoch=plan.steps_per_epoch,
+        run_dir=run_dir,
+        tensorboard_dir=tensorboard_dir,
+    )
     schedule = _LearningRate(optimizer, base_lr, target_lr, warmup_steps)
     stop = _StopRequest()
     stop.install()
@@ -182,7 +233,9 @@ def fit(
         global_step = int(step_var.numpy())
         first_epoch = global_step // plan.steps_per_epoch
         if first_epoch >= epochs:
-            reporter.message(f"checkpoint is already at step {global_step} (epoch {first_epoch}); nothing to train.")
+            reporter.message(
+                f"checkpoint is already at step {global_step} (epoch {first_epoch}); nothing to train."
+            )
         for epoch in range(first_epoch, epochs):
             skip = global_step - epoch * plan.steps_per_epoch
             cbs.on_epoch_begin(epoch)
@@ -218,19 +271,26 @@ def fit(
             reporter.epoch_end(epoch, logs, seconds)
             cbs.on_epoch_end(epoch, logs)
             if model.stop_training:
-                reporter.message(f"stopped early after epoch {epoch + 1} (a callback set model.stop_training).")
+                reporter.message(
+                    f"stopped early after epoch {epoch + 1} (a callback set model.stop_training)."
+                )
                 break
         cbs.on_train_end()
     finally:
         stop.restore()
     duration = time.monotonic() - started
-    history.summary = {  # type: ignore[attr-defined]
-        "steps": int(step_var.numpy()), "duration_s": duration, "examples": trained_examples,
-        "examples_per_sec": trained_examples / max(duration, 1e-9), "global_batch": plan.global_batch,
-        "replicas": strategy.num_replicas_in_sync, "world_size": env.world_size, "strategy": type(strategy).__name__,
+    history.summary = {
+        "steps": int(step_var.numpy()),
+        "duration_s": duration,
+        "examples": trained_examples,
+        "examples_per_sec": trained_examples / max(duration, 1e-9),
+        "global_batch": plan.global_batch,
+        "replicas": strategy.num_replicas_in_sync,
+        "world_size": env.world_size,
+        "strategy": type(strategy).__name__,
         "learning_rate": target_lr,
     }
-    reporter.finish(history.history, {"summary": history.summary, "environment": env.describe()})  # type: ignore[attr-defined]
+    reporter.finish(history.history, {"summary": history.summary, "environment": env.describe()})
     return history
 
 
@@ -259,6 +319,7 @@ def _evaluate(val: DistributedData, eval_step: Any, names: list[str]) -> dict[st
 def _preempt(checkpointer: Any, step: int, reporter: Any, signum: int) -> None:
     if checkpointer:
         checkpointer.save(step)
-    reporter.message(f"stop requested ({signal.Signals(signum).name}): checkpoint written at step {step}; exiting.")
+    reporter.message(
+        f"stop requested ({signal.Signals(signum).name}): checkpoint written at step {step}; exiting."
+    )
     raise SystemExit(128 + signum)
-

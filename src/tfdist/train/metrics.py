@@ -58,8 +58,17 @@ def per_example_stat(name: str) -> StatFn:
     return table[name]
 
 
-SUPPORTED = ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy",
-             "mae", "mean_absolute_error", "mse", "mean_squared_error")
+SUPPORTED = (
+    "accuracy",
+    "acc",
+    "sparse_categorical_accuracy",
+    "categorical_accuracy",
+    "binary_accuracy",
+    "mae",
+    "mean_absolute_error",
+    "mse",
+    "mean_squared_error",
+)
 
 
 def resolve_metrics(metrics: list[Any] | None, loss_name: str) -> list[tuple[str, str]]:
@@ -68,7 +77,9 @@ def resolve_metrics(metrics: list[Any] | None, loss_name: str) -> list[tuple[str
     for metric in metrics or []:
         name = metric if isinstance(metric, str) else getattr(metric, "name", repr(metric))
         if name not in SUPPORTED:
-            raise ConfigError(f"metric {name!r} from model.compile is not supported by tfdist.fit; supported: {', '.join(SUPPORTED)}.")
+            raise ConfigError(
+                f"metric {name!r} from model.compile is not supported by tfdist.fit; supported: {', '.join(SUPPORTED)}."
+            )
         stat = _accuracy_for(loss_name) if name in ("accuracy", "acc") else name
         out.append(("accuracy" if name in ("accuracy", "acc") else name, stat))
     return out

@@ -12,8 +12,16 @@ from typing import Any
 class Reporter:
     """Prints progress on the chief (a rich bar on a terminal, plain lines otherwise) and writes run files."""
 
-    def __init__(self, *, is_chief: bool, verbose: int, epochs: int, steps_per_epoch: int, run_dir: str | None,
-                 tensorboard_dir: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        is_chief: bool,
+        verbose: int,
+        epochs: int,
+        steps_per_epoch: int,
+        run_dir: str | None,
+        tensorboard_dir: str | None,
+    ) -> None:
         self.active = is_chief and verbose > 0
         self.is_chief = is_chief
         self.epochs, self.steps = epochs, steps_per_epoch
@@ -28,7 +36,10 @@ class Reporter:
             import tensorflow as tf
 
             if importlib.util.find_spec("tensorboard") is None:
-                print("tfdist: TensorBoard is not installed; no scalars are written (pip install tensorboard).", file=sys.stderr)
+                print(
+                    "tfdist: TensorBoard is not installed; no scalars are written (pip install tensorboard).",
+                    file=sys.stderr,
+                )
             else:
                 self._writer = tf.summary.create_file_writer(tensorboard_dir)
 
@@ -37,15 +48,23 @@ class Reporter:
         if self.active and self.tty:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._progress = Progress(TextColumn(f"epoch {epoch + 1}/{self.epochs}"), BarColumn(), MofNCompleteColumn(),
-                                      TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=True)
+            self._progress = Progress(
+                TextColumn(f"epoch {epoch + 1}/{self.epochs}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=True,
+            )
             self._progress.start()
             self._task = self._progress.add_task("train", total=self.steps, info="")
 
     def step(self, done: int, loss: float, examples_per_sec: float) -> None:
         """Advance the bar to ``done`` steps of this epoch."""
         if self._progress is not None:
-            self._progress.update(self._task, completed=done, info=f"loss {loss:.4f} · {examples_per_sec:,.0f} ex/s")
+            self._progress.update(
+                self._task, completed=done, info=f"loss {loss:.4f} · {examples_per_sec:,.0f} ex/s"
+            )
 
     def epoch_end(self, epoch: int, logs: dict[str, float], seconds: float) -> None:
         """Close the bar, print the epoch line, write TensorBoard scalars."""
@@ -53,7 +72,9 @@ class Reporter:
             self._progress.stop()
             self._progress = None
         if self.active:
-            parts = " - ".join(f"{k} {v:.4f}" if k != "examples_per_sec" else f"{v:,.0f} ex/s" for k, v in logs.items())
+            parts = " - ".join(
+                f"{k} {v:.4f}" if k != "examples_per_sec" else f"{v:,.0f} ex/s" for k, v in logs.items()
+            )
             print(f"epoch {epoch + 1}/{self.epochs} - {seconds:.1f}s - {parts}", flush=True)
         if self._writer is not None:
             import tensorflow as tf

@@ -18,7 +18,9 @@ def loss_function(model: Any) -> tuple[Callable[[Any, Any], Any], str]:
     from tfdist.errors import ConfigError
 
     if getattr(model, "optimizer", None) is None or getattr(model, "loss", None) is None:
-        raise ConfigError("the model is not compiled. Hint: call model.compile(optimizer=..., loss=..., metrics=[...]) inside strategy.scope() before tfdist.fit.")
+        raise ConfigError(
+            "the model is not compiled. Hint: call model.compile(optimizer=..., loss=..., metrics=[...]) inside strategy.scope() before tfdist.fit."
+        )
     loss = model.loss
     if isinstance(loss, list | dict):
         raise ConfigError("tfdist.fit supports one loss per model; got a list or dict of losses.")
@@ -29,8 +31,15 @@ def loss_function(model: Any) -> tuple[Callable[[Any, Any], Any], str]:
     return fn, str(name)
 
 
-def make_steps(strategy: Any, model: Any, loss_fn: Callable[[Any, Any], Any], stats: list[Callable[[Any, Any], Any]],
-               global_batch: int, step_var: Any, jit_compile: bool = False) -> tuple[Any, Any]:
+def make_steps(
+    strategy: Any,
+    model: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    stats: list[Callable[[Any, Any], Any]],
+    global_batch: int,
+    step_var: Any,
+    jit_compile: bool = False,
+) -> tuple[Any, Any]:
     """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return global sums."""
     import tensorflow as tf
 
@@ -57,19 +66,25 @@ def make_steps(strategy: Any, model: Any, loss_fn: Callable[[Any, Any], Any], st
 
     def eval_replica(x: Any, y: Any, w: Any) -> Any:
         pred = model(x, training=False)
-        per_example = tf.reduce_mean(tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32), axis=-1)
+        per_example = tf.reduce_mean(
+            tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32), axis=-1
+        )
         return sums(y, pred, per_example, w, tf.constant(0.0))
 
     @tf.function(jit_compile=jit_compile or None)
     def train_step(batch: Any, stop: Any) -> Any:
         x, y, w = batch
-        totals = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(train_replica, args=(x, y, w, stop)), axis=None)
+        totals = strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(train_replica, args=(x, y, w, stop)), axis=None
+        )
         step_var.assign_add(1)
         return totals
 
     @tf.function
     def eval_step(batch: Any) -> Any:
         x, y, w = batch
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(eval_replica, args=(x, y, w)), axis=None)
+        return strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(eval_replica, args=(x, y, w)), axis=None
+        )
 
     return train_step, eval_step

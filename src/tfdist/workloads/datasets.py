@@ -40,7 +40,9 @@ def digits(test_fraction: float = 0.2, seed: int = 0) -> ArrayDataset:
     return ArrayDataset("digits", x_tr, y_tr, x_te, y_te, 10)
 
 
-def synthetic(shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0) -> ArrayDataset:
+def synthetic(
+    shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0
+) -> ArrayDataset:
     """Random images with random labels: for throughput, not accuracy."""
     rng = np.random.default_rng(seed)
     x = rng.random((examples, *shape), dtype=np.float32)
@@ -49,7 +51,9 @@ def synthetic(shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples:
     return ArrayDataset("synthetic", x[:cut], y[:cut], x[cut:], y[cut:], classes)
 
 
-def load(name: str, *, shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0) -> ArrayDataset:
+def load(
+    name: str, *, shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0
+) -> ArrayDataset:
     """Load a dataset by name; unknown names are a ConfigError listing the choices."""
     if name == "digits":
         return digits(seed=seed)

@@ -14,23 +14,30 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int, weights: st
     import keras
 
     if name == "regression":
-        return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(), keras.layers.Dense(1)], name="regression")
+        return keras.Sequential(
+            [keras.Input(input_shape), keras.layers.Flatten(), keras.layers.Dense(1)], name="regression"
+        )
     if name == "mnist-cnn":
         # conv32-conv64-pool-dropout-dense128-dense10: 1,199,882 parameters at 28x28x1.
-        return keras.Sequential([
-            keras.Input(input_shape),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.Conv2D(64, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Dropout(0.25),
-            keras.layers.Flatten(),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dropout(0.5),
-            keras.layers.Dense(num_classes, activation="softmax"),
-        ], name="mnist_cnn")
+        return keras.Sequential(
+            [
+                keras.Input(input_shape),
+                keras.layers.Conv2D(32, 3, activation="relu"),
+                keras.layers.Conv2D(64, 3, activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Dropout(0.25),
+                keras.layers.Flatten(),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dropout(0.5),
+                keras.layers.Dense(num_classes, activation="softmax"),
+            ],
+            name="mnist_cnn",
+        )
     if name in ("resnet50", "mobilenetv2"):
         app = keras.applications.ResNet50 if name == "resnet50" else keras.applications.MobileNetV2
-        model = app(weights=None, input_shape=input_shape, classes=num_classes, classifier_activation="softmax")
+        model = app(
+            weights=None, input_shape=input_shape, classes=num_classes, classifier_activation="softmax"
+        )
         if weights:
             model.load_weights(weights)
         return model

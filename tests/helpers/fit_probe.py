@@ -1,0 +1,62 @@
+"""tfdist.fit on a small regression model with fixed seeds; saves final weights per rank.
+
+argv: OUT_DIR [--checkpoint DIR] [--crash]. With --crash, rank 1 SIGKILLs itself after epoch 2 of its
+first attempt (the launcher restarts the group and the run resumes from the checkpoint).
+"""
+
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+
+import tfdist
+
+strategy = tfdist.strategy()
+import keras  # noqa: E402
+
+out = sys.argv[1]
+ckpt = sys.argv[sys.argv.index("--checkpoint") + 1] if "--checkpoint" in sys.argv else None
+rng = np.random.default_rng(0)
+x = rng.normal(size=(200, 6)).astype("float32")
+y = (x @ rng.normal(size=(6, 1)) + 0.3).astype("float32")
+
+keras.utils.set_random_seed(42)
+with strategy.scope():
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.l2(1e-3)),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+
+
+def maybe_crash(epoch: int, logs: dict) -> None:
+    if (
+        "--crash" in sys.argv
+        and epoch == 1
+        and tfdist.rank() == 1
+        and os.environ.get("TFDIST_RESTART_COUNT") == "0"
+    ):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+history = tfdist.fit(
+    model,
+    (x, y),
+    batch_size=16,
+    epochs=3,
+    steps_per_epoch=4,
+    checkpoint_dir=ckpt,
+    checkpoint_every=2,
+    validation_data=(x[:50], y[:50]),
+    callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=maybe_crash)],
+    verbose=0,
+)
+weights = np.concatenate([w.ravel() for w in model.get_weights()])
+np.save(os.path.join(out, f"weights-{max(tfdist.rank(), 0)}.npy"), weights)
+with open(os.path.join(out, f"history-{max(tfdist.rank(), 0)}.json"), "w") as fh:
+    json.dump({"history": history.history, "steps": history.summary["steps"]}, fh)
