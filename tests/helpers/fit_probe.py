@@ -1,7 +1,7 @@
 """tfdist.fit on a small regression model with fixed seeds; saves final weights per rank.
 
-argv: OUT_DIR [--checkpoint DIR] [--crash]. With --crash, rank 1 SIGKILLs itself after epoch 2 of its
-first attempt (the launcher restarts the group and the run resumes from the checkpoint).
+argv: OUT_DIR [--checkpoint DIR] [--crash] [--epochs E] [--steps S]. With --crash, rank 1 SIGKILLs itself
+after epoch 2 of its first attempt (the launcher restarts the group and the run resumes from the checkpoint).
 """
 
 import json
@@ -17,9 +17,16 @@ strategy = tfdist.strategy()
 import keras  # noqa: E402
 
 out = sys.argv[1]
-ckpt = sys.argv[sys.argv.index("--checkpoint") + 1] if "--checkpoint" in sys.argv else None
+
+
+def option(name: str, default: str | None) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+ckpt = option("--checkpoint", None)
+epochs, steps = int(option("--epochs", "3")), int(option("--steps", "4"))
 rng = np.random.default_rng(0)
-x = rng.normal(size=(200, 6)).astype("float32")
+x = rng.normal(size=(max(200, 16 * steps), 6)).astype("float32")
 y = (x @ rng.normal(size=(6, 1)) + 0.3).astype("float32")
 
 keras.utils.set_random_seed(42)
@@ -48,8 +55,8 @@ history = tfdist.fit(
     model,
     (x, y),
     batch_size=16,
-    epochs=3,
-    steps_per_epoch=4,
+    epochs=epochs,
+    steps_per_epoch=steps,
     checkpoint_dir=ckpt,
     checkpoint_every=2,
     validation_data=(x[:50], y[:50]),

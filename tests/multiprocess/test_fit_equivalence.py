@@ -81,3 +81,60 @@ def test_resume_after_kill_matches_uninterrupted_run(two_workers: Path, tmp_path
     assert np.max(np.abs(resumed - np.load(two_workers / "weights-0.npy"))) <= 1e-6
     assert json.loads((tmp_path / "history-0.json").read_text())["steps"] == 12
     assert (tmp_path / "run" / "attempt-1").is_dir()
+
+
+def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Path) -> None:
+    """Preemption: SIGTERM to the launcher reaches every worker; all stop at the same step after a checkpoint."""
+    import signal
+    import time
+
+    long = ["--epochs", "2", "--steps", "300"]
+    reference = tmp_path / "reference"
+    run_probe(reference, None, ["-n", "2", "--cpu"], *long)
+    out, ckpt = tmp_path / "preempted", tmp_path / "ckpt"
+    out.mkdir()
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfdist",
+            "launch",
+            "-n",
+            "2",
+            "--cpu",
+            "--log-dir",
+            str(out / "run"),
+            PROBE,
+            str(out),
+            "--checkpoint",
+            str(ckpt),
+            *long,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (
+            not list(ckpt.glob("ckpt-*.index")) and time.monotonic() < deadline
+        ):  # checkpoint_every=2: training runs
+            time.sleep(0.1)
+        launcher.send_signal(signal.SIGTERM)
+        stdout, stderr = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "stop requested (SIGTERM): checkpoint written at step" in stdout
+    stopped_at = int(stdout.split("checkpoint written at step ")[1].split(";")[0])
+    assert 0 < stopped_at < 600
+    assert not (out / "weights-0.npy").exists()  # it really stopped early
+    for r in (0, 1):  # both workers stopped at the same step boundary
+        assert (
+            f"checkpoint written at step {stopped_at};"
+            in (out / "run" / "attempt-0" / f"worker{r}.log").read_text()
+        )
+    run_probe(out, None, ["-n", "2", "--cpu"], "--checkpoint", str(ckpt), *long)
+    resumed = json.loads((out / "history-0.json").read_text())
+    assert resumed["steps"] == 600
+    assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6

@@ -258,7 +258,7 @@ def fit(
                 if checkpointer and checkpoint_every and global_step % checkpoint_every == 0:
                     checkpointer.save(global_step)
                 if out[-1] > 0:
-                    _preempt(checkpointer, global_step, reporter, stop.signum or signal.SIGTERM)
+                    _preempt(checkpointer, global_step, stop.signum or signal.SIGTERM)
             trained_examples += int(totals[-1])
             epoch_var.assign(epoch + 1)
             if checkpointer:
@@ -316,10 +316,10 @@ def _evaluate(val: DistributedData, eval_step: Any, names: list[str]) -> dict[st
     return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(names)}
 
 
-def _preempt(checkpointer: Any, step: int, reporter: Any, signum: int) -> None:
+def _preempt(checkpointer: Any, step: int, signum: int) -> None:
     if checkpointer:
         checkpointer.save(step)
-    reporter.message(
-        f"stop requested ({signal.Signals(signum).name}): checkpoint written at step {step}; exiting."
-    )
+    # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
+    saved = "checkpoint written" if checkpointer else "no checkpoint_dir, nothing saved"
+    log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
     raise SystemExit(128 + signum)
