@@ -138,3 +138,14 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
     resumed = json.loads((out / "history-0.json").read_text())
     assert resumed["steps"] == 600
     assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
+
+
+def test_parameter_server_fit_reaches_the_single_process_loss_band(tmp_path: Path) -> None:
+    args = ["--epochs", "3", "--steps", "12"]
+    run_probe(tmp_path / "single", None, None, *args)
+    run_probe(tmp_path / "ps", None, ["-n", "2", "--ps", "1", "--cpu"], *args)
+    single = json.loads((tmp_path / "single" / "history-0.json").read_text())
+    ps = json.loads((tmp_path / "ps" / "history-0.json").read_text())
+    assert ps["steps"] == 36  # tfdist's own counter: every scheduled step counted exactly once
+    assert ps["history"]["loss"][-1] < ps["history"]["loss"][0] / 5
+    assert ps["history"]["val_loss"][-1] <= 1.5 * single["history"]["val_loss"][-1]

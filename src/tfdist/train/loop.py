@@ -1,15 +1,14 @@
-"""``tfdist.fit``: synchronous data-parallel training with Keras ergonomics under any local or
-multi-worker strategy (Keras 3's own ``model.fit`` fails under MultiWorkerMirroredStrategy)."""
+"""``tfdist.fit``: synchronous data-parallel training with Keras ergonomics under any strategy.
+
+Keras 3's own ``model.fit`` fails under MultiWorkerMirroredStrategy and ParameterServerStrategy on
+TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss averaging.
+"""
 
 from __future__ import annotations
 
-import os
 import signal
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -17,51 +16,17 @@ import numpy as np
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.train.data import DistributedData
+from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import per_example_stat, resolve_metrics
+from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
-from tfdist.train.scaling import lr_at, scaled_lr
+from tfdist.train.scaling import scaled_lr
 from tfdist.train.steps import loss_function, make_steps
 
 log = get_logger(__name__)
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
 CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
 UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
-
-
-@dataclass
-class _StopRequest:
-    """Set by SIGTERM / SIGUSR2; honoured at the next step boundary on every worker."""
-
-    signum: int = 0
-    old: dict[int, Any] = field(default_factory=dict)
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.signum = signum
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGUSR2):
-                self.old[sig] = signal.signal(sig, self)
-
-    def restore(self) -> None:
-        for sig, old in self.old.items():
-            signal.signal(sig, old)
-
-
-class _Heartbeat:
-    """Touches TFDIST_HEARTBEAT_FILE at most once a second so the launcher's watchdog sees progress."""
-
-    def __init__(self) -> None:
-        self.path = os.environ.get("TFDIST_HEARTBEAT_FILE")
-        self.last = 0.0
-
-    def beat(self) -> None:
-        now = time.monotonic()
-        if self.path and now - self.last >= 1.0:
-            self.last = now
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(self.path, "a"):
-                os.utime(self.path)
 
 
 def strategy_of(model: Any) -> Any:
@@ -85,7 +50,15 @@ def strategy_of(model: Any) -> Any:
     return owner
 
 
-def _split_callbacks(callbacks: Sequence[Any], is_chief: bool) -> list[Any]:
+def is_parameter_server(strategy: Any) -> bool:
+    """True for TensorFlow's (V2) ParameterServerStrategy."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
+def chief_filtered(callbacks: Sequence[Any], is_chief: bool) -> list[Any]:
+    """Drop file-writing callbacks on non-chief workers; refuse those that cannot work here."""
     kept = []
     for cb in callbacks:
         name = type(cb).__name__
@@ -99,227 +72,251 @@ def _split_callbacks(callbacks: Sequence[Any], is_chief: bool) -> list[Any]:
     return kept
 
 
+class SyncTrainer:
+    """One synchronous training run: set up once, then epochs of steps, then the run files."""
+
+    def __init__(
+        self, model: Any, train_data: Any, validation_data: Any, callbacks: Sequence[Any], options: FitOptions
+    ) -> None:
+        import tensorflow as tf
+
+        from tfdist.env import detect_environment
+
+        self.model, self.options = model, options
+        self.strategy = strategy_of(model)
+        self.env = detect_environment()
+        self.loss_fn, loss_name = loss_function(model)
+        compiled = (
+            model._compile_config.config.get("metrics") if getattr(model, "_compile_config", None) else None
+        )
+        self.metrics = resolve_metrics(compiled, loss_name)
+        self.names = ["loss", *[name for name, _ in self.metrics]]
+        self._make_data(train_data, validation_data)
+        optimizer = model.optimizer
+        base_lr = float(np.asarray(optimizer.learning_rate))
+        self.target_lr = scaled_lr(base_lr, self.strategy.num_replicas_in_sync, options.lr_scaling)
+        self.schedule = LearningRate(
+            optimizer, base_lr, self.target_lr, round(options.warmup_epochs * self.plan.steps_per_epoch)
+        )
+        with self.strategy.scope():
+            only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+            self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
+            self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
+            optimizer.build(model.trainable_variables)
+        self.checkpointer = self._restore()
+        self._make_steps()
+        from keras.callbacks import CallbackList, History
+
+        self.history = History()
+        self.callbacks = CallbackList(
+            [self.history, *chief_filtered(callbacks, self.env.is_chief)],
+            model=model,
+            epochs=options.epochs,
+            steps=self.plan.steps_per_epoch,
+            verbose=0,
+        )
+        self.reporter = Reporter(
+            is_chief=self.env.is_chief,
+            verbose=options.verbose,
+            epochs=options.epochs,
+            steps_per_epoch=self.plan.steps_per_epoch,
+            run_dir=options.run_dir,
+            tensorboard_dir=options.tensorboard_dir,
+        )
+        self.stop, self.heartbeat = StopRequest(), Heartbeat()
+
+    def _make_data(self, train_data: Any, validation_data: Any) -> None:
+        o = self.options
+        self.data = DistributedData(
+            self.strategy,
+            train_data,
+            batch_size=o.batch_size,
+            steps_per_epoch=o.steps_per_epoch,
+            shuffle=o.shuffle,
+            seed=o.seed,
+        )
+        self.plan = self.data.plan
+        self.val = None
+        if validation_data is not None:
+            self.val = DistributedData(
+                self.strategy,
+                validation_data,
+                batch_size=o.validation_batch_size or self.plan.global_batch,
+                steps_per_epoch=None,
+                shuffle=False,
+                seed=o.seed,
+                pad=True,
+            )
+
+    @property
+    def has_validation(self) -> bool:
+        """True when validation data was given."""
+        return self.val is not None
+
+    def _make_steps(self) -> None:
+        stats = [per_example_stat(stat) for _, stat in self.metrics]
+        self.train_step, self.eval_step = make_steps(
+            self.strategy,
+            self.model,
+            self.loss_fn,
+            stats,
+            self.plan.global_batch,
+            self.step_var,
+            self.options.jit_compile,
+        )
+
+    def _restore(self) -> Any:
+        if not self.options.checkpoint_dir:
+            return None
+        from tfdist.train.checkpoint import Checkpointer
+
+        checkpointer = Checkpointer(
+            self.options.checkpoint_dir,
+            model=self.model,
+            optimizer=self.model.optimizer,
+            step=self.step_var,
+            epoch=self.epoch_var,
+            is_chief=self.env.is_chief,
+            keep=self.options.keep_checkpoints,
+        )
+        restored = checkpointer.restore_latest()
+        if restored:
+            log.info("resumed from %s at step %d", restored, int(self.step_var.numpy()))
+        return checkpointer
+
+    def run(self) -> Any:
+        """Train every remaining epoch and return the History (with a ``summary`` dict attached)."""
+        self.model.stop_training = False
+        started, examples = time.monotonic(), 0
+        self.stop.install()
+        try:
+            self.callbacks.on_train_begin()
+            first_epoch = int(self.step_var.numpy()) // self.plan.steps_per_epoch
+            if first_epoch >= self.options.epochs:
+                self.reporter.message(f"the checkpoint is already at epoch {first_epoch}; nothing to train.")
+            for epoch in range(first_epoch, self.options.epochs):
+                examples += self._epoch(epoch)
+                if self.model.stop_training:
+                    self.reporter.message(
+                        f"stopped early after epoch {epoch + 1} (a callback set model.stop_training)."
+                    )
+                    break
+            self.callbacks.on_train_end()
+        finally:
+            self.stop.restore()
+        return self._finish(time.monotonic() - started, examples)
+
+    def _epoch(self, epoch: int) -> int:
+        self.callbacks.on_epoch_begin(epoch)
+        self.reporter.epoch_start(epoch)
+        started = time.monotonic()
+        totals = self._train_steps(epoch)
+        self.epoch_var.assign(epoch + 1)
+        if self.checkpointer:
+            self.checkpointer.save(int(self.step_var.numpy()))
+        seconds = time.monotonic() - started
+        logs = {name: float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
+        if self.has_validation:
+            logs.update(self._validate())
+        logs["examples_per_sec"] = float(totals[-1] / max(seconds, 1e-9))
+        self.reporter.epoch_end(epoch, logs, seconds)
+        self.callbacks.on_epoch_end(epoch, logs)
+        return int(totals[-1])
+
+    def _train_steps(self, epoch: int) -> np.ndarray:
+        import tensorflow as tf
+
+        step = int(self.step_var.numpy())
+        skip = step - epoch * self.plan.steps_per_epoch
+        totals = np.zeros(len(self.names) + 1)
+        iterator, started = self.data.epoch(epoch, skip), time.monotonic()
+        for done in range(skip, self.plan.steps_per_epoch):
+            self.schedule.update(step)
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            out = self.train_step(batch, tf.constant(1.0 if self.stop.signum else 0.0)).numpy()
+            step += 1
+            totals += out[:-1]
+            self.heartbeat.beat()
+            self.reporter.step(
+                done + 1, totals[0] / max(totals[-1], 1), totals[-1] / max(time.monotonic() - started, 1e-9)
+            )
+            if (
+                self.checkpointer
+                and self.options.checkpoint_every
+                and step % self.options.checkpoint_every == 0
+            ):
+                self.checkpointer.save(step)
+            if out[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
+                self._preempt(step)
+        return totals
+
+    def _validate(self) -> dict[str, float]:
+        assert self.val is not None
+        totals = np.zeros(len(self.names) + 1)
+        iterator = self.val.epoch(0)
+        for _ in range(self.val.plan.steps_per_epoch):
+            totals += self.eval_step(next(iterator)).numpy()[:-1]
+        return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
+
+    def _preempt(self, step: int) -> None:
+        signum = self.stop.signum or signal.SIGTERM
+        if self.checkpointer:
+            self.checkpointer.save(step)
+        # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
+        saved = "checkpoint written" if self.checkpointer else "no checkpoint_dir, nothing saved"
+        log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
+        raise SystemExit(128 + signum)
+
+    def _finish(self, duration: float, examples: int) -> Any:
+        self.history.summary = {
+            "steps": int(self.step_var.numpy()),
+            "duration_s": duration,
+            "examples": examples,
+            "examples_per_sec": examples / max(duration, 1e-9),
+            "global_batch": self.plan.global_batch,
+            "replicas": self.strategy.num_replicas_in_sync,
+            "world_size": self.env.world_size,
+            "strategy": type(self.strategy).__name__,
+            "learning_rate": self.target_lr,
+        }
+        self.reporter.finish(
+            self.history.history, {"summary": self.history.summary, "environment": self.env.describe()}
+        )
+        return self.history
+
+
 def fit(
     model: Any,
     train_data: Any,
     *,
     epochs: int,
-    batch_size: int | None = None,
-    steps_per_epoch: int | None = None,
     validation_data: Any = None,
-    validation_batch_size: int | None = None,
     callbacks: Sequence[Any] = (),
-    verbose: int = 1,
-    checkpoint_dir: str | None = None,
-    checkpoint_every: int | None = None,
-    keep_checkpoints: int = 3,
-    lr_scaling: str = "none",
-    warmup_epochs: float = 0.0,
-    shuffle: bool = True,
-    seed: int = 0,
-    run_dir: str | None = None,
-    tensorboard_dir: str | None = None,
-    jit_compile: bool = False,
+    **options: Any,
 ) -> Any:
     """Train ``model`` (built and compiled in the strategy's scope) and return a Keras ``History``.
 
     ``train_data``: a tf.data.Dataset batched by the GLOBAL batch, a ``dataset_fn(input_context)``
     returning per-replica batches (with ``steps_per_epoch`` and ``batch_size``), or NumPy ``(x, y)`` with
-    ``batch_size`` (global). Losses are averaged over the global batch; metrics are summed over every
-    replica and worker, so all workers return the same history. With ``checkpoint_dir`` the run saves
-    every ``checkpoint_every`` steps and at each epoch end, and resumes from the newest checkpoint.
-    SIGTERM/SIGUSR2 checkpoint at the next step boundary on all workers and then raise SystemExit(128+signal).
+    ``batch_size`` (global). Keyword options are those of :class:`tfdist.train.options.FitOptions`:
+    ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
+    ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
+    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``.
+
+    Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
+    workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``
+    steps and at each epoch end, and resumes from the newest checkpoint. SIGTERM/SIGUSR2 checkpoint at the
+    next step boundary on all workers, then raise SystemExit(128 + signal).
     """
-    import tensorflow as tf
-
-    from tfdist.env import detect_environment
-
-    if not isinstance(epochs, int) or epochs <= 0:
-        raise ConfigError(f"epochs={epochs!r} must be a positive integer.")
-    if checkpoint_every is not None and checkpoint_every < 1:
-        raise ConfigError(f"checkpoint_every={checkpoint_every} must be at least 1 step.")
-    strategy = strategy_of(model)
-    env = detect_environment()
-    loss_fn, loss_name = loss_function(model)
-    metric_names = resolve_metrics(
-        model._compile_config.config.get("metrics") if getattr(model, "_compile_config", None) else None,
-        loss_name,
-    )
-    data = DistributedData(
-        strategy,
-        train_data,
-        batch_size=batch_size,
-        steps_per_epoch=steps_per_epoch,
-        shuffle=shuffle,
-        seed=seed,
-    )
-    plan = data.plan
-    val = None
-    if validation_data is not None:
-        val = DistributedData(
-            strategy,
-            validation_data,
-            batch_size=validation_batch_size or plan.global_batch,
-            steps_per_epoch=None,
-            shuffle=False,
-            seed=seed,
-            pad=True,
-        )
-    optimizer = model.optimizer
-    base_lr = float(np.asarray(optimizer.learning_rate))
-    target_lr = scaled_lr(base_lr, strategy.num_replicas_in_sync, lr_scaling)
-    warmup_steps = round(warmup_epochs * plan.steps_per_epoch)
-    with strategy.scope():
-        step_var = tf.Variable(
-            0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-        )
-        epoch_var = tf.Variable(
-            0, dtype=tf.int64, trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
-        )
-        optimizer.build(model.trainable_variables)
-    checkpointer = None
-    if checkpoint_dir:
-        from tfdist.train.checkpoint import Checkpointer
-
-        checkpointer = Checkpointer(
-            checkpoint_dir,
-            model=model,
-            optimizer=optimizer,
-            step=step_var,
-            epoch=epoch_var,
-            is_chief=env.is_chief,
-            keep=keep_checkpoints,
-        )
-        restored = checkpointer.restore_latest()
-        if restored:
-            log.info("resumed from %s at step %d", restored, int(step_var.numpy()))
-    train_step, eval_step = make_steps(
-        strategy,
-        model,
-        loss_fn,
-        [per_example_stat(s) for _, s in metric_names],
-        plan.global_batch,
-        step_var,
-        jit_compile,
-    )
-    from keras.callbacks import CallbackList, History
-
-    history = History()
-    cbs = CallbackList(
-        [history, *_split_callbacks(callbacks, env.is_chief)],
-        model=model,
-        epochs=epochs,
-        steps=plan.steps_per_epoch,
-        verbose=0,
-    )
-    reporter = Reporter(
-        is_chief=env.is_chief,
-        verbose=verbose,
-        epochs=epochs,
-        steps_per_epoch=plan.steps_per_epoch,
-        run_dir=run_dir,
-        tensorboard_dir=tensorboard_dir,
-    )
-    schedule = _LearningRate(optimizer, base_lr, target_lr, warmup_steps)
-    stop = _StopRequest()
-    stop.install()
-    heartbeat = _Heartbeat()
-    names = ["loss", *[n for n, _ in metric_names]]
-    model.stop_training = False
-    started = time.monotonic()
-    trained_examples = 0
     try:
-        cbs.on_train_begin()
-        global_step = int(step_var.numpy())
-        first_epoch = global_step // plan.steps_per_epoch
-        if first_epoch >= epochs:
-            reporter.message(
-                f"checkpoint is already at step {global_step} (epoch {first_epoch}); nothing to train."
-            )
-        for epoch in range(first_epoch, epochs):
-            skip = global_step - epoch * plan.steps_per_epoch
-            cbs.on_epoch_begin(epoch)
-            reporter.epoch_start(epoch)
-            epoch_started = time.monotonic()
-            totals = np.zeros(len(names) + 1)
-            iterator = data.epoch(epoch, skip)
-            for done in range(skip, plan.steps_per_epoch):
-                schedule.update(global_step)
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    break
-                out = train_step(batch, tf.constant(1.0 if stop.signum else 0.0)).numpy()
-                global_step += 1
-                totals += out[:-1]
-                heartbeat.beat()
-                elapsed = time.monotonic() - epoch_started
-                reporter.step(done + 1, totals[0] / max(totals[-1], 1), totals[-1] / max(elapsed, 1e-9))
-                if checkpointer and checkpoint_every and global_step % checkpoint_every == 0:
-                    checkpointer.save(global_step)
-                if out[-1] > 0:
-                    _preempt(checkpointer, global_step, stop.signum or signal.SIGTERM)
-            trained_examples += int(totals[-1])
-            epoch_var.assign(epoch + 1)
-            if checkpointer:
-                checkpointer.save(global_step)
-            seconds = time.monotonic() - epoch_started
-            logs = {name: float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(names)}
-            if val is not None:
-                logs.update(_evaluate(val, eval_step, names))
-            logs["examples_per_sec"] = float(totals[-1] / max(seconds, 1e-9))
-            reporter.epoch_end(epoch, logs, seconds)
-            cbs.on_epoch_end(epoch, logs)
-            if model.stop_training:
-                reporter.message(
-                    f"stopped early after epoch {epoch + 1} (a callback set model.stop_training)."
-                )
-                break
-        cbs.on_train_end()
-    finally:
-        stop.restore()
-    duration = time.monotonic() - started
-    history.summary = {
-        "steps": int(step_var.numpy()),
-        "duration_s": duration,
-        "examples": trained_examples,
-        "examples_per_sec": trained_examples / max(duration, 1e-9),
-        "global_batch": plan.global_batch,
-        "replicas": strategy.num_replicas_in_sync,
-        "world_size": env.world_size,
-        "strategy": type(strategy).__name__,
-        "learning_rate": target_lr,
-    }
-    reporter.finish(history.history, {"summary": history.summary, "environment": env.describe()})
-    return history
+        fit_options = FitOptions(epochs=epochs, **options)
+    except TypeError as exc:
+        raise ConfigError(f"tfdist.fit: {exc}") from None
+    if is_parameter_server(strategy_of(model)):
+        from tfdist.train.ps import ParameterServerTrainer
 
-
-class _LearningRate:
-    """Warm-up then the scaled rate; assigns the optimizer's variable only when the value changes."""
-
-    def __init__(self, optimizer: Any, base: float, target: float, warmup_steps: int) -> None:
-        self.optimizer, self.base, self.target, self.warmup = optimizer, base, target, warmup_steps
-        self.current: float | None = None
-
-    def update(self, step: int) -> None:
-        value = lr_at(step, self.base, self.target, self.warmup)
-        if value != self.current:
-            self.optimizer.learning_rate.assign(value)
-            self.current = value
-
-
-def _evaluate(val: DistributedData, eval_step: Any, names: list[str]) -> dict[str, float]:
-    totals = np.zeros(len(names) + 1)
-    iterator = val.epoch(0)
-    for _ in range(val.plan.steps_per_epoch):
-        totals += eval_step(next(iterator)).numpy()[:-1]
-    return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(names)}
-
-
-def _preempt(checkpointer: Any, step: int, signum: int) -> None:
-    if checkpointer:
-        checkpointer.save(step)
-    # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
-    saved = "checkpoint written" if checkpointer else "no checkpoint_dir, nothing saved"
-    log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
-    raise SystemExit(128 + signum)
+        return ParameterServerTrainer(model, train_data, validation_data, callbacks, fit_options).run()
+    return SyncTrainer(model, train_data, validation_data, callbacks, fit_options).run()

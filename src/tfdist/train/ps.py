@@ -1,0 +1,143 @@
+"""``tfdist.fit`` under ParameterServerStrategy: the chief schedules steps on workers through a
+ClusterCoordinator (Keras 3's ``model.fit`` refuses this strategy on TensorFlow 2.21).
+
+Training is asynchronous: each scheduled step applies one worker's batch. Steps are counted by tfdist's
+own variable on a parameter server because Keras 3's ``optimizer.iterations`` undercounts here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tfdist.errors import ConfigError
+from tfdist.train.data import BatchPlan, _check_arrays, _static_batch, _with_weights
+from tfdist.train.loop import SyncTrainer
+from tfdist.train.metrics import per_example_stat
+
+
+class ParameterServerTrainer(SyncTrainer):
+    """SyncTrainer's epoch and reporting logic with coordinator-scheduled steps and chief-side validation."""
+
+    def _make_data(self, train_data: Any, validation_data: Any) -> None:
+        import tensorflow as tf
+
+        batch, examples, dataset_fn = self._dataset_fn(train_data)
+        steps = self.options.steps_per_epoch or (examples // batch if examples else 0)
+        if steps < 1:
+            raise ConfigError(
+                "the number of steps per epoch is unknown or zero. Hint: pass steps_per_epoch=N."
+            )
+        self.plan = BatchPlan(batch, batch, steps)
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+        self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+        self.val_arrays = None
+        if validation_data is not None:
+            if not isinstance(validation_data, tuple | list):
+                raise ConfigError(
+                    "under ParameterServerStrategy, validation_data must be NumPy (x, y): the chief evaluates it."
+                )
+            self.val_arrays = _check_arrays(validation_data)
+
+    @property
+    def has_validation(self) -> bool:
+        """True when validation arrays were given."""
+        return self.val_arrays is not None
+
+    def _dataset_fn(self, train_data: Any) -> tuple[int, int | None, Any]:
+        import tensorflow as tf
+
+        if isinstance(train_data, tuple | list):
+            x, y = _check_arrays(train_data)
+            if self.options.batch_size is None:
+                raise ConfigError("NumPy inputs need batch_size= (the batch of one scheduled step).")
+            batch, n = self.options.batch_size, len(x)
+
+            def from_arrays() -> Any:
+                ds = tf.data.Dataset.from_tensor_slices((x, y, np.ones(n, np.float32)))
+                return ds.shuffle(min(n, 10_000)).batch(batch, drop_remainder=True).repeat()
+
+            return batch, n, from_arrays
+        if isinstance(train_data, tf.data.Dataset):
+            batch = self.options.batch_size or _static_batch(train_data)
+            cardinality = int(train_data.cardinality().numpy())
+
+            def from_dataset() -> Any:
+                ds = train_data.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
+                return ds.filter(lambda x, y, w: tf.shape(w)[0] == batch).repeat()
+
+            return batch, cardinality * batch if cardinality > 0 else None, from_dataset
+        raise ConfigError(
+            "under ParameterServerStrategy, pass NumPy (x, y) with batch_size or a batched tf.data.Dataset."
+        )
+
+    def _make_steps(self) -> None:
+        import tensorflow as tf
+
+        stats = [per_example_stat(stat) for _, stat in self.metrics]
+        model, loss_fn, batch = self.model, self.loss_fn, self.plan.global_batch
+        with self.strategy.scope():
+            self.sums = tf.Variable(tf.zeros(len(self.names) + 1), trainable=False)
+
+        def replica(x: Any, y: Any, w: Any) -> None:
+            with tf.GradientTape() as tape:
+                pred = model(x, training=True)
+                per_example = tf.reduce_mean(
+                    tf.reshape(tf.cast(loss_fn(y, pred), tf.float32), [tf.shape(w)[0], -1]), axis=-1
+                )
+                loss = tf.reduce_sum(per_example * w) / batch
+                if model.losses:
+                    loss += tf.add_n(model.losses)
+            grads = tape.gradient(loss, model.trainable_variables)
+            model.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            values = [
+                tf.reduce_sum(per_example * w),
+                *[tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats],
+            ]
+            self.sums.assign_add(tf.stack([*values, tf.reduce_sum(w)]))
+            self.step_var.assign_add(1)
+
+        @tf.function
+        def worker_step(iterator: Any) -> None:
+            x, y, w = next(iterator)
+            self.strategy.run(replica, args=(x, y, w))
+
+        self.worker_step = worker_step
+        self.stat_fns = stats
+
+    def _train_steps(self, epoch: int) -> np.ndarray:
+        import tensorflow as tf
+
+        done = int(self.step_var.numpy()) - epoch * self.plan.steps_per_epoch
+        for scheduled in range(max(0, done), self.plan.steps_per_epoch):
+            self.schedule.update(epoch * self.plan.steps_per_epoch + scheduled)
+            self.coordinator.schedule(self.worker_step, args=(self.iterator,))
+            self.heartbeat.beat()
+            if self.stop.signum:
+                break
+        self.coordinator.join()
+        totals = np.asarray(self.sums.numpy(), dtype=np.float64)
+        self.sums.assign(tf.zeros_like(self.sums))
+        if self.stop.signum:
+            self._preempt(int(self.step_var.numpy()))
+        return totals
+
+    def _validate(self) -> dict[str, float]:
+        import tensorflow as tf
+
+        assert self.val_arrays is not None
+        x, y = self.val_arrays
+        totals = np.zeros(len(self.names) + 1)
+        for start in range(0, len(x), self.plan.global_batch):
+            xb, yb = x[start : start + self.plan.global_batch], y[start : start + self.plan.global_batch]
+            pred = self.model(xb, training=False)
+            per_example = tf.reduce_mean(
+                tf.reshape(tf.cast(self.loss_fn(yb, pred), tf.float32), [len(xb), -1]), axis=-1
+            )
+            totals += [
+                float(tf.reduce_sum(per_example)),
+                *[float(tf.reduce_sum(fn(yb, pred))) for fn in self.stat_fns],
+                len(xb),
+            ]
+        return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
