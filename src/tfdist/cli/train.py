@@ -28,7 +28,17 @@ def register(sub: Any) -> None:
     """Add the ``train`` sub-parser."""
     p = sub.add_parser("train", help="train a workload (default: mnist-cnn on the embedded digits data)")
     p.add_argument("--workload", default="mnist-cnn", help="regression | mnist-cnn | resnet50 | mobilenetv2")
-    p.add_argument("--dataset", default="digits", help="digits (embedded) | synthetic")
+    p.add_argument(
+        "--dataset",
+        default="digits",
+        help="digits (embedded) | synthetic | tfds:NAME | folder:PATH | tfrecord:GLOB",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="where tfds:NAME was prepared (default $TFDS_DATA_DIR or ~/tensorflow_datasets)",
+    )
+    p.add_argument("--image-size", type=_int, default=64, help="folder: images are resized to SIZE x SIZE")
     p.add_argument("--epochs", type=_int, default=5)
     p.add_argument("--batch-size-per-replica", type=_int, default=32)
     p.add_argument("--lr", type=_float, default=0.05, help="base learning rate (before --lr-scaling)")
@@ -72,6 +82,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         xla=args.xla,
         mixed_precision=args.mixed_precision,
         weights=args.weights,
+        data_dir=args.data_dir,
+        image_size=args.image_size,
     )
 
 

@@ -32,16 +32,18 @@ class TrainConfig:
     xla: bool = False
     mixed_precision: str | None = None
     weights: str | None = None
+    data_dir: str | None = None
+    image_size: int = 64
 
     def __post_init__(self) -> None:
         if self.workload not in models.NAMES:
             raise ConfigError(
                 f"--workload {self.workload!r} is unknown; choose one of {', '.join(models.NAMES)}."
             )
-        if self.dataset not in datasets.NAMES:
-            raise ConfigError(
-                f"--dataset {self.dataset!r} is unknown; choose one of {', '.join(datasets.NAMES)}."
-            )
+        try:
+            datasets.check_name(self.dataset)
+        except ConfigError as exc:
+            raise ConfigError(f"--dataset: {exc}") from None
         if self.epochs <= 0:
             raise ConfigError(f"--epochs={self.epochs} must be at least 1.")
         if self.batch_size_per_replica <= 0:

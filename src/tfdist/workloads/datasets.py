@@ -1,14 +1,21 @@
-"""Named datasets: ``digits`` (embedded, scikit-learn), ``synthetic`` (any shape, for benchmarks)."""
+"""Named datasets: ``digits`` (embedded, scikit-learn), ``synthetic`` (any shape, for benchmarks), and the
+file-backed ``tfds:NAME``, ``folder:PATH`` and ``tfrecord:GLOB`` (see :mod:`tfdist.workloads.files`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tfdist.errors import ConfigError
+from tfdist.workloads import files
+from tfdist.workloads.files import StreamDataset
+
+__all__ = ["NAMES", "PREFIXES", "ArrayDataset", "StreamDataset", "check_name", "digits", "load", "synthetic"]
 
 NAMES = ("digits", "synthetic")
+PREFIXES = ("tfds:", "folder:", "tfrecord:")
 
 
 @dataclass(frozen=True)
@@ -51,12 +58,34 @@ def synthetic(
     return ArrayDataset("synthetic", x[:cut], y[:cut], x[cut:], y[cut:], classes)
 
 
+def check_name(name: str) -> None:
+    """ConfigError unless ``name`` is a built-in dataset or a ``tfds:`` / ``folder:`` / ``tfrecord:`` spec."""
+    if name in NAMES or (name.startswith(PREFIXES) and name.split(":", 1)[1]):
+        return
+    raise ConfigError(
+        f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}, or tfds:NAME, folder:PATH, tfrecord:GLOB."
+    )
+
+
 def load(
-    name: str, *, shape: tuple[int, ...] = (28, 28, 1), classes: int = 10, examples: int = 4096, seed: int = 0
-) -> ArrayDataset:
-    """Load a dataset by name; unknown names are a ConfigError listing the choices."""
+    name: str,
+    *,
+    shape: tuple[int, ...] = (28, 28, 1),
+    classes: int = 10,
+    examples: int = 4096,
+    seed: int = 0,
+    data_dir: str | None = None,
+    image_size: int = 64,
+) -> Any:
+    """Load a dataset by name: an ArrayDataset in memory, or a StreamDataset for file-backed data."""
+    check_name(name)
+    kind, _, arg = name.partition(":")
+    if kind == "tfds":
+        return files.load_tfds(arg, data_dir)
+    if kind == "folder":
+        return files.load_folder(arg, (image_size, image_size, 3), seed=seed)
+    if kind == "tfrecord":
+        return files.load_tfrecord(arg)
     if name == "digits":
         return digits(seed=seed)
-    if name == "synthetic":
-        return synthetic(shape, classes, examples, seed)
-    raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}.")
+    return synthetic(shape, classes, examples, seed)
