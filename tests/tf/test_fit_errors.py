@@ -120,7 +120,7 @@ CLI_CASES = [
     (["--lr", "0"], "--lr=0"),
     (["--lr", "-1"], "--lr=-1"),
     (["--workload", "gpt"], "--workload 'gpt' is unknown"),
-    (["--dataset", "imagenet"], "--dataset 'imagenet' is unknown"),
+    (["--dataset", "imagenet"], "--dataset: unknown dataset 'imagenet'"),
     (["--lr-scaling", "cubic"], "--lr-scaling 'cubic'"),
     (["--epochs", "two"], "'two' is not an integer"),
     (["--mixed-precision", "fp8"], "--mixed-precision 'fp8'"),

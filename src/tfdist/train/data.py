@@ -91,6 +91,7 @@ class DistributedData:
         self.arrays: tuple[np.ndarray, ...] | None = None
         self.dataset: Any = None
         self.dataset_fn: Callable[[Any], Any] | None = None
+        self._tensors: tuple[Any, ...] | None = None
         if isinstance(source, tuple | list):
             self.arrays = _check_arrays(source)
             if batch_size is None:
@@ -108,6 +109,8 @@ class DistributedData:
             self.dataset = source
             global_batch = batch_size or _static_batch(source)
             cardinality = int(source.cardinality().numpy())
+            if cardinality > 0 and tf.nest.flatten(spec)[0].shape[0] is None:
+                cardinality -= 1  # the last batch may be partial and is dropped: count only sure ones
             self.plan = plan_batches(
                 global_batch,
                 self.replicas,
@@ -126,52 +129,87 @@ class DistributedData:
                 f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, a dataset_fn(input_context) or NumPy (x, y) with batch_size."
             )
 
-    def _global_batches(self, epoch: int) -> Any:
+    def _array_batches(self, epochs: Any) -> Any:
+        """Index batches for the given epochs: the permutation of epoch e is seeded by (seed, e), so it is
+        identical on every worker and after a restart, without copying the arrays each epoch."""
         import tensorflow as tf
 
-        if self.arrays is not None:
-            arrays = self.arrays
-            if self.shuffle:
-                order = np.random.default_rng(self.seed + epoch).permutation(len(arrays[0]))
-                arrays = tuple(a[order] for a in arrays)
-            weights = np.ones(len(arrays[0]), np.float32)
-            if self.pad:
-                missing = -len(weights) % self.plan.global_batch
-                arrays = tuple(
-                    np.concatenate([a, np.zeros((missing, *a.shape[1:]), a.dtype)]) for a in arrays
+        assert self.arrays is not None
+        n, plan = len(self.arrays[0]), self.plan
+        seed, shuffle = self.seed, self.shuffle
+
+        def one_epoch(epoch: Any) -> Any:
+            order = tf.range(n, dtype=tf.int64)
+            if shuffle:
+                order = tf.random.experimental.stateless_shuffle(
+                    order, seed=tf.stack([tf.constant(seed, tf.int64), epoch])
                 )
-                weights = np.concatenate([weights, np.zeros(missing, np.float32)])
-            return tf.data.Dataset.from_tensor_slices((*arrays, weights)).batch(
-                self.plan.global_batch, drop_remainder=True
+            if self.pad:  # evaluation: -1 marks a zero-weight padding example
+                order = tf.concat([order, -tf.ones([-n % plan.global_batch], tf.int64)], 0)
+            return (
+                tf.data.Dataset.from_tensor_slices(order)
+                .batch(plan.global_batch, drop_remainder=True)
+                .take(plan.steps_per_epoch)
             )
+
+        return epochs.flat_map(one_epoch)
+
+    def _gather(self, index: Any) -> Any:
+        import tensorflow as tf
+
+        assert self._tensors is not None
+        safe = tf.maximum(index, 0)
+        x, y = (tf.gather(t, safe) for t in self._tensors)
+        return x, y, tf.cast(index >= 0, tf.float32)
+
+    def _user_batches(self) -> Any:
         dataset = self.dataset.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
         # A partial last batch would leave some replicas empty: keep only full global batches.
-        return dataset.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
+        import tensorflow as tf
 
-    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
-        """Iterator over this epoch's distributed batches, starting after ``skip`` global batches."""
+        full = dataset.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
+        return full.take(self.plan.steps_per_epoch)
+
+    def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
+        """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches.
+
+        A single iterator for the whole run avoids rebuilding the distributed pipeline at every epoch.
+        """
         import tensorflow as tf
 
         if self.dataset_fn is not None:
             user_fn = self.dataset_fn
 
             def from_user(ctx: Any) -> Any:
-                return user_fn(ctx).map(lambda *e: _with_weights(e if len(e) > 1 else e[0])).skip(skip)
+                ds = user_fn(ctx).map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
+                return ds.repeat().skip(skip)
 
             return iter(self.strategy.distribute_datasets_from_function(from_user))
         plan = self.plan
+        if self.arrays is not None and self._tensors is None:
+            self._tensors = tuple(tf.constant(a) for a in self.arrays)
 
         def per_worker(ctx: Any) -> Any:
             local = plan.per_replica * (self.replicas // ctx.num_input_pipelines)
             start = ctx.input_pipeline_id * local
-            ds = self._global_batches(epoch).skip(skip).take(plan.steps_per_epoch - skip)
-            ds = ds.map(lambda *t: tuple(tf.nest.map_structure(lambda v: v[start : start + local], t)))
+            epoch_range = tf.data.Dataset.range(first_epoch, epochs)
+            if self.arrays is not None:
+                # Slice the indices first: each worker gathers only its own examples.
+                ds = self._array_batches(epoch_range).skip(skip).map(lambda idx: idx[start : start + local])
+                ds = ds.map(self._gather, num_parallel_calls=tf.data.AUTOTUNE)
+            else:
+                ds = epoch_range.flat_map(lambda _: self._user_batches()).skip(skip)
+                ds = ds.map(lambda *t: tuple(tf.nest.map_structure(lambda v: v[start : start + local], t)))
             if local != plan.per_replica:
                 ds = ds.unbatch().batch(plan.per_replica, drop_remainder=True)
             return ds.prefetch(tf.data.AUTOTUNE)
 
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
         return iter(self.strategy.distribute_datasets_from_function(per_worker, options))
+
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
+        """Iterator over one epoch's distributed batches (used for evaluation)."""
+        return self.iterate(epoch, epoch + 1, skip)
 
 
 def _check_arrays(source: Any) -> tuple[np.ndarray, ...]:

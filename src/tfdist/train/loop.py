@@ -26,6 +26,8 @@ from tfdist.train.steps import loss_function, make_steps
 log = get_logger(__name__)
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
 CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
+#: Results (loss sums, stop votes) are read every SYNC_EVERY steps; a stop request waits at most that long.
+SYNC_EVERY = 10
 UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
 
 
@@ -124,6 +126,8 @@ class SyncTrainer:
             tensorboard_dir=options.tensorboard_dir,
         )
         self.stop, self.heartbeat = StopRequest(), Heartbeat()
+        self.iterator: Any = None  # one input iterator for the whole run, made at the first epoch
+        self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
 
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
         o = self.options
@@ -224,34 +228,47 @@ class SyncTrainer:
         return int(totals[-1])
 
     def _train_steps(self, epoch: int) -> np.ndarray:
-        import tensorflow as tf
-
         step = int(self.step_var.numpy())
         skip = step - epoch * self.plan.steps_per_epoch
         totals = np.zeros(len(self.names) + 1)
-        iterator, started = self.data.epoch(epoch, skip), time.monotonic()
+        started = time.monotonic()
+        if self.iterator is None:
+            self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
+        iterator = self.iterator
+        pending: Any = None  # device-side sums since the last sync point
         for done in range(skip, self.plan.steps_per_epoch):
             self.schedule.update(step)
             try:
                 batch = next(iterator)
             except StopIteration:
                 break
-            out = self.train_step(batch, tf.constant(1.0 if self.stop.signum else 0.0)).numpy()
+            out = self.train_step(batch, self._votes[bool(self.stop.signum)])
+            pending = out if pending is None else pending + out
             step += 1
-            totals += out[:-1]
+            if not self._sync_point(step, done + 1):
+                continue
+            # Reading results blocks until the step ran; doing it every few steps keeps the input
+            # pipeline and the next step's dispatch overlapping with compute.
+            values, pending = pending.numpy(), None
+            totals += values[:-1]
             self.heartbeat.beat()
-            self.reporter.step(
-                done + 1, totals[0] / max(totals[-1], 1), totals[-1] / max(time.monotonic() - started, 1e-9)
-            )
-            if (
-                self.checkpointer
-                and self.options.checkpoint_every
-                and step % self.options.checkpoint_every == 0
-            ):
+            rate = totals[-1] / max(time.monotonic() - started, 1e-9)
+            self.reporter.step(done + 1, totals[0] / max(totals[-1], 1), rate)
+            if self._checkpoint_due(step):
                 self.checkpointer.save(step)
-            if out[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
+            if values[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
                 self._preempt(step)
+        if pending is not None:
+            totals += pending.numpy()[:-1]
         return totals
+
+    def _sync_point(self, step: int, done: int) -> bool:
+        """Steps at which every worker reads its results: the same step numbers everywhere."""
+        return done == self.plan.steps_per_epoch or step % SYNC_EVERY == 0 or self._checkpoint_due(step)
+
+    def _checkpoint_due(self, step: int) -> bool:
+        every = self.options.checkpoint_every
+        return bool(self.checkpointer and every and step % every == 0)
 
     def _validate(self) -> dict[str, float]:
         assert self.val is not None

@@ -31,7 +31,7 @@ class ParameterServerTrainer(SyncTrainer):
             )
         self.plan = BatchPlan(batch, batch, steps)
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-        self.iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+        self.worker_iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
         self.val_arrays = None
         if validation_data is not None:
             if not isinstance(validation_data, tuple | list):
@@ -112,7 +112,7 @@ class ParameterServerTrainer(SyncTrainer):
         done = int(self.step_var.numpy()) - epoch * self.plan.steps_per_epoch
         for scheduled in range(max(0, done), self.plan.steps_per_epoch):
             self.schedule.update(epoch * self.plan.steps_per_epoch + scheduled)
-            self.coordinator.schedule(self.worker_step, args=(self.iterator,))
+            self.coordinator.schedule(self.worker_step, args=(self.worker_iterator,))
             self.heartbeat.beat()
             if self.stop.signum:
                 break
