@@ -6,22 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from tfdist.cli.argtypes import integer, seconds
 from tfdist.errors import ConfigError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
 
 
 def register(sub: Any) -> None:
@@ -34,7 +20,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-n",
         "--nproc-per-node",
-        type=_positive_int,
+        type=integer,
         default=None,
         metavar="N",
         help="workers on this node (default: one per local GPU, else 1)",
@@ -46,41 +32,39 @@ def register(sub: Any) -> None:
         choices=("1", "all"),
         help="1 GPU per worker, or all for one worker driving every GPU",
     )
-    p.add_argument(
-        "--nnodes", type=_positive_int, default=1, help="number of nodes (run the same command on each)"
-    )
-    p.add_argument("--node-rank", type=_positive_int, default=0, help="index of this node, 0..nnodes-1")
+    p.add_argument("--nnodes", type=integer, default=1, help="number of nodes (run the same command on each)")
+    p.add_argument("--node-rank", type=integer, default=0, help="index of this node, 0..nnodes-1")
     p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
     p.add_argument("--hostfile", default=None, help="file with one node address per line")
     p.add_argument(
         "--base-port",
-        type=_positive_int,
+        type=integer,
         default=None,
         help="first port on each node (multi-node default 29400)",
     )
     p.add_argument(
-        "--ps", type=_positive_int, default=0, metavar="K", help="parameter servers per node (adds a chief)"
+        "--ps", type=integer, default=0, metavar="K", help="parameter servers per node (adds a chief)"
     )
     p.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     p.add_argument("--log-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     p.add_argument("--quiet-workers", action="store_true", help="show only the chief (or w0) on the console")
     p.add_argument(
-        "--grace", type=_seconds, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
+        "--grace", type=seconds, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
     )
     p.add_argument(
         "--max-restarts",
-        type=_positive_int,
+        type=integer,
         default=0,
         help="restart every worker after a failure up to K times",
     )
     p.add_argument(
         "--watchdog-timeout",
-        type=_seconds,
+        type=seconds,
         default=None,
         help="seconds without output or heartbeat that count as a hang",
     )
-    p.add_argument("--timeout", type=_seconds, default=None, help="limit on the whole run, in seconds")
+    p.add_argument("--timeout", type=seconds, default=None, help="limit on the whole run, in seconds")
     p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default)")
     p.add_argument("--no-python", action="store_true", help="run the command as is instead of with Python")
     p.add_argument("-m", "--module", action="store_true", help="treat SCRIPT as a module name (python -m)")

@@ -7,21 +7,8 @@ import os
 import sys
 from typing import Any
 
+from tfdist.cli.argtypes import integer, number
 from tfdist.errors import ConfigError
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 def register(sub: Any) -> None:
@@ -38,25 +25,25 @@ def register(sub: Any) -> None:
         default=None,
         help="where tfds:NAME was prepared (default $TFDS_DATA_DIR or ~/tensorflow_datasets)",
     )
-    p.add_argument("--image-size", type=_int, default=64, help="folder: images are resized to SIZE x SIZE")
-    p.add_argument("--epochs", type=_int, default=5)
-    p.add_argument("--batch-size-per-replica", type=_int, default=32)
-    p.add_argument("--lr", type=_float, default=0.05, help="base learning rate (before --lr-scaling)")
+    p.add_argument("--image-size", type=integer, default=64, help="folder: images are resized to SIZE x SIZE")
+    p.add_argument("--epochs", type=integer, default=5)
+    p.add_argument("--batch-size-per-replica", type=integer, default=32)
+    p.add_argument("--lr", type=number, default=0.05, help="base learning rate (before --lr-scaling)")
     p.add_argument("--optimizer", default="sgd", help="sgd (momentum 0.9) | adam")
     p.add_argument(
         "--lr-scaling", default="none", help="linear | sqrt | none: scale the LR with the replicas"
     )
-    p.add_argument("--warmup-epochs", type=_float, default=0.0)
+    p.add_argument("--warmup-epochs", type=number, default=0.0)
     p.add_argument("--output-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --output-dir")
-    p.add_argument("--checkpoint-every", type=_int, default=None, help="also checkpoint every N steps")
-    p.add_argument("--steps-per-epoch", type=_int, default=None)
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--checkpoint-every", type=integer, default=None, help="also checkpoint every N steps")
+    p.add_argument("--steps-per-epoch", type=integer, default=None)
+    p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--mixed-precision", default=None, help="bf16 | fp16")
     p.add_argument("--weights", default=None, help="local weights file for resnet50 / mobilenetv2")
-    p.add_argument("--workers", type=_int, default=None, help="start N local workers through the launcher")
-    p.add_argument("--max-restarts", type=_int, default=0, help="with --workers: restarts after a failure")
+    p.add_argument("--workers", type=integer, default=None, help="start N local workers through the launcher")
+    p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
     p.set_defaults(run=run)
 
 
