@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,16 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(CLUSTER_PREFIXES):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(autouse=True)
+def forget_strategy() -> Iterator[None]:
+    """tfdist remembers the last strategy it built (to spot models built outside its scope): per test."""
+    from tfdist import api
+
+    api._LAST.clear()
+    yield
+    api._LAST.clear()
 
 
 @pytest.fixture
