@@ -23,6 +23,7 @@ def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
     from tfdist.cli import env as env_cmd
     from tfdist.cli import launch as launch_cmd
+    from tfdist.cli import slurm as slurm_cmd
     from tfdist.cli import train as train_cmd
 
     parser = Parser(
@@ -36,6 +37,7 @@ def build_parser() -> Parser:
     env_cmd.register(sub)
     launch_cmd.register(sub)
     train_cmd.register(sub)
+    slurm_cmd.register(sub)
     return parser
 
 

@@ -284,6 +284,8 @@ class SyncTrainer:
             self.checkpointer.save(step)
         # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
         saved = "checkpoint written" if self.checkpointer else "no checkpoint_dir, nothing saved"
+        if self.env.kind == "slurm" and self.env.is_chief and self.checkpointer:
+            _requeue_slurm_job()
         log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
         raise SystemExit(128 + signum)
 
@@ -303,6 +305,23 @@ class SyncTrainer:
             self.history.history, {"summary": self.history.summary, "environment": self.env.describe()}
         )
         return self.history
+
+
+def _requeue_slurm_job() -> None:
+    """Ask Slurm to run this job again (it resumes from the checkpoint just written); TFDIST_REQUEUE=0 opts out."""
+    import os
+
+    from tfdist.errors import TfdistError
+    from tfdist.slurm import commands
+
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id or os.environ.get("TFDIST_REQUEUE", "1") == "0":
+        return
+    try:
+        commands.requeue(job_id)
+        log.warning("asked Slurm to requeue job %s; the next run resumes from the checkpoint", job_id)
+    except TfdistError as exc:  # e.g. submitted without --requeue: the checkpoint is still there
+        log.warning("could not requeue job %s: %s", job_id, exc)
 
 
 def fit(

@@ -1,0 +1,196 @@
+"""``tfdist slurm script|submit|status|cancel|logs``: job scripts with sbatch's own option names."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from tfdist.cli.argtypes import integer
+from tfdist.errors import ConfigError
+
+#: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
+_SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--nodes", {"type": integer}),
+    ("--ntasks-per-node", {"type": integer}),
+    ("--gpus-per-node", {"type": integer}),
+    ("--gpus-per-task", {"type": integer}),
+    ("--cpus-per-task", {"type": integer}),
+    ("--mem", {}),
+    ("--time", {}),
+    ("--partition", {}),
+    ("--constraint", {}),
+    ("--account", {}),
+    ("--qos", {}),
+    ("--job-name", {}),
+    ("--output", {}),
+    ("--error", {}),
+    ("--signal", {"help": "preemption signal (default USR2@90: NCCL may trap USR1)"}),
+    ("--container", {"help": "Apptainer image (.sif); tasks run under `apptainer exec`"}),
+    ("--venv", {"help": "virtualenv to activate in the job"}),
+)
+_LIST_FLAGS = (("--module", "modules"), ("--bind", "binds"), ("--sbatch", "extra_sbatch"))
+
+
+def register(sub: Any) -> None:
+    """Add ``slurm`` and its sub-commands."""
+    from tfdist.cli import Parser
+
+    p = sub.add_parser("slurm", help="write, submit and watch Slurm jobs")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    for name, helptext in (
+        ("script", "print the job script"),
+        ("submit", "write the job script into a run directory and sbatch it"),
+    ):
+        a = actions.add_parser(name, help=helptext)
+        for flag, kwargs in _SPEC_FLAGS:
+            a.add_argument(flag, default=None, **kwargs)
+        for flag, dest in _LIST_FLAGS:
+            a.add_argument(flag, dest=dest, action="append", default=None, help=f"repeatable ({dest})")
+        a.add_argument(
+            "--export",
+            action="append",
+            default=None,
+            metavar="NAME=VALUE",
+            help="variable exported in the job",
+        )
+        a.add_argument(
+            "--per-node", choices=("mirrored",), default=None, help="one task per node driving all its GPUs"
+        )
+        a.add_argument(
+            "--no-requeue", action="store_true", help="do not ask Slurm to requeue the job on preemption"
+        )
+        a.add_argument("--config", default=None, help="TOML file with the same options; flags win")
+        if name == "submit":
+            a.add_argument(
+                "--run-dir",
+                default=None,
+                help="where the script and logs go (default ./tfdist-runs/<run-id>)",
+            )
+        a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run by every task")
+        a.set_defaults(run=run_script if name == "script" else run_submit)
+    for name, helptext in (
+        ("status", "show a job's state"),
+        ("cancel", "cancel a job"),
+        ("logs", "print a job's output"),
+    ):
+        a = actions.add_parser(name, help=helptext)
+        a.add_argument("job_id", metavar="JOBID")
+        a.set_defaults(run={"status": run_status, "cancel": run_cancel, "logs": run_logs}[name])
+
+
+def _load_toml(path: str) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--config {path!r} cannot be read: {exc.strerror}.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path!r} is not valid TOML: {exc}.") from None
+    return {key.replace("-", "_"): value for key, value in data.items()}
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    """Merge the TOML file (if any) with flags (flags win) into a validated SbatchSpec."""
+    from tfdist.slurm import SbatchSpec
+
+    values: dict[str, Any] = _load_toml(args.config) if args.config else {}
+    fields = {f.lstrip("-").replace("-", "_") for f, _ in _SPEC_FLAGS} | {d for _, d in _LIST_FLAGS}
+    fields |= {"exports", "per_node", "requeue", "gres", "extra_sbatch", "workdir"}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(
+            f"--config {args.config!r} has unknown key(s) {', '.join(unknown)}; keys are the sbatch flag names."
+        )
+    for flag, _ in _SPEC_FLAGS:
+        dest = flag.lstrip("-").replace("-", "_")
+        if getattr(args, dest) is not None:
+            values[dest] = getattr(args, dest)
+    for _, dest in _LIST_FLAGS:
+        if getattr(args, dest):
+            values[dest] = getattr(args, dest)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    if args.export:
+        values["exports"] = dict(_parse_export(item) for item in args.export)
+    if args.per_node or values.get("per_node") in (True, "mirrored"):
+        values["per_node"] = True
+    if args.no_requeue:
+        values["requeue"] = False
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        return SbatchSpec(command=tuple(command), **values)
+    except TypeError as exc:
+        raise ConfigError(f"bad job option: {exc}") from None
+
+
+def _parse_export(item: str) -> tuple[str, str]:
+    name, sep, value = item.partition("=")
+    if not sep:
+        raise ConfigError(f"--export {item!r} must be NAME=VALUE.")
+    return name, value
+
+
+def run_script(args: argparse.Namespace) -> int:
+    """Print the job script."""
+    from tfdist.slurm import render_sbatch
+
+    sys.stdout.write(render_sbatch(spec_from_args(args)))
+    return 0
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    """Write the script atomically into the run directory, submit it, print the job id."""
+    from dataclasses import replace
+
+    from tfdist.launch.api import new_run_id
+    from tfdist.slurm import commands, render_sbatch
+
+    spec = spec_from_args(args)
+    run_dir = os.path.abspath(args.run_dir or os.path.join("tfdist-runs", new_run_id()))
+    if spec.output == "tfdist-%j.out":
+        spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, "job.sbatch")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(render_sbatch(spec))
+    os.replace(tmp, path)
+    job_id = commands.submit(path, cwd=os.getcwd())
+    print(f"submitted job {job_id}; script {path}; output {spec.output.replace('%j', job_id)}")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Print state, exit code, restarts and output path; exit 0 (the state is data, not an error)."""
+    from tfdist.slurm import commands
+
+    job = commands.show_job(args.job_id)
+    print(
+        f"job {args.job_id}: {job.get('JobState', '?')} (exit code {job.get('ExitCode', '?')}, "
+        f"restarts {job.get('Restarts', '0')}, reason {job.get('Reason', 'None')}); output {job.get('StdOut', '?')}"
+    )
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    """Cancel the job."""
+    from tfdist.slurm import commands
+
+    commands.show_job(args.job_id)  # unknown ids get the clear error before scancel's terse one
+    commands.cancel(args.job_id)
+    print(f"cancelled job {args.job_id}")
+    return 0
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    """Print the job's output so far."""
+    from tfdist.slurm import commands
+
+    sys.stdout.write(commands.read_log(args.job_id))
+    return 0

@@ -1,0 +1,93 @@
+"""Thin wrappers around Slurm's client commands (sbatch, scontrol, scancel), each with a timeout."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from tfdist.errors import ConfigError, SetupError
+
+TIMEOUT_S = 30
+_HINT = (
+    "Hint: run on a Slurm login node, or start a local one with `scripts/slurm-local.sh start` and "
+    "`export SLURM_CONF=/tmp/tfdist-slurm/slurm.conf`."
+)
+_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which(argv[0]) is None:
+        raise SetupError(f"`{argv[0]}` is not on PATH, so tfdist cannot reach Slurm. {_HINT}")
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise SetupError(
+            f"`{' '.join(argv)}` did not answer within {TIMEOUT_S} s: is slurmctld running? {_HINT}"
+        ) from None
+
+
+def check_job_id(job_id: str) -> str:
+    """Job ids are numbers (``123`` or array tasks ``123_4``)."""
+    if not _JOB_ID.match(job_id):
+        raise ConfigError(f"job id {job_id!r} is not a Slurm job id (a number such as 4242).")
+    return job_id
+
+
+def submit(script_path: str, cwd: str | None = None) -> str:
+    """``sbatch --parsable SCRIPT`` and return the job id."""
+    proc = _run(
+        ["sbatch", "--parsable", script_path]
+        if cwd is None
+        else ["sbatch", "--parsable", f"--chdir={cwd}", script_path]
+    )
+    if proc.returncode != 0:
+        raise SetupError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.strip().split(";")[0]
+
+
+def show_job(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o ID`` as a dict (JobState, ExitCode, StdOut, Restarts, …)."""
+    proc = _run(["scontrol", "show", "job", "-o", check_job_id(job_id)])
+    if proc.returncode != 0:
+        raise ConfigError(
+            f"job {job_id} is not known to Slurm ({proc.stderr.strip()}). Hint: finished jobs are forgotten after MinJobAge."
+        )
+    fields: dict[str, str] = {}
+    for token in proc.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def cancel(job_id: str) -> None:
+    """``scancel ID``."""
+    proc = _run(["scancel", check_job_id(job_id)])
+    if proc.returncode != 0:
+        raise ConfigError(f"scancel {job_id} failed: {proc.stderr.strip()}")
+
+
+def requeue(job_id: str) -> None:
+    """``scontrol requeue ID``: put a running job back in the queue (it must allow requeueing)."""
+    proc = _run(["scontrol", "requeue", check_job_id(job_id)])
+    if proc.returncode != 0:
+        raise SetupError(f"scontrol requeue {job_id} failed: {proc.stderr.strip()}")
+
+
+def log_path(job_id: str) -> str:
+    """The job's standard-output file as Slurm reports it."""
+    path = show_job(job_id).get("StdOut", "")
+    if not path:
+        raise ConfigError(f"Slurm reports no output file for job {job_id}.")
+    return path
+
+
+def read_log(job_id: str) -> str:
+    """The job's output so far."""
+    path = log_path(job_id)
+    if not os.path.exists(path):
+        raise ConfigError(f"job {job_id} has not written {path} yet (still pending?).")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()

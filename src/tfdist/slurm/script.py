@@ -1,0 +1,219 @@
+"""SbatchSpec and its rendering to an sbatch script. Pure: text in, text out, every value shell-quoted."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tfdist.errors import ConfigError
+
+_TIME = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SBATCH_VALUE = re.compile(r"^[^\s\"'\\]+$")
+#: Variables that must not route the workers' gRPC traffic through a proxy.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+
+
+@dataclass(frozen=True)
+class SbatchSpec:
+    """A job: resources (sbatch's own option names), environment set-up and the command each task runs."""
+
+    command: tuple[str, ...]
+    job_name: str = "tfdist"
+    nodes: int = 1
+    ntasks_per_node: int | None = None
+    gpus_per_node: int = 0
+    gpus_per_task: int | None = None
+    gres: bool = True
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    partition: str | None = None
+    constraint: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    output: str = "tfdist-%j.out"
+    error: str | None = None
+    extra_sbatch: tuple[str, ...] = ()
+    signal: str = "USR2@90"
+    requeue: bool = True
+    modules: tuple[str, ...] = ()
+    venv: str | None = None
+    container: str | None = None
+    binds: tuple[str, ...] = ()
+    exports: Mapping[str, str] = field(default_factory=dict)
+    per_node: bool = False
+    workdir: str | None = None
+
+    def __post_init__(self) -> None:
+        self._check_text()
+        self._check_resources()
+        if not self.command:
+            raise ConfigError("no command to run. Hint: tfdist slurm script [options] -- python train.py ...")
+
+    def _check_text(self) -> None:
+        values = [
+            *self.command,
+            self.job_name,
+            self.output,
+            *self.extra_sbatch,
+            *self.modules,
+            *self.binds,
+            *self.exports,
+            *self.exports.values(),
+            self.signal,
+        ]
+        values += [
+            v
+            for v in (
+                self.mem,
+                self.time,
+                self.partition,
+                self.constraint,
+                self.account,
+                self.qos,
+                self.error,
+                self.venv,
+                self.container,
+                self.workdir,
+            )
+            if v is not None
+        ]
+        for value in values:
+            if _CONTROL.search(value):
+                raise ConfigError(
+                    f"value {value!r} contains a newline or control character; job scripts cannot carry it safely."
+                )
+        named: tuple[tuple[str, str | None], ...] = (
+            ("--job-name", self.job_name),
+            ("--output", self.output),
+            ("--error", self.error),
+            ("--partition", self.partition),
+            ("--constraint", self.constraint),
+            ("--account", self.account),
+            ("--qos", self.qos),
+        )
+        for name, option in named:
+            if option is not None and not _SBATCH_VALUE.match(option):
+                raise ConfigError(f"{name}={option!r}: #SBATCH values cannot contain spaces or quotes.")
+        for name in self.exports:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ConfigError(f"--export {name!r} is not a valid variable name.")
+
+    def _check_resources(self) -> None:
+        if self.nodes <= 0:
+            raise ConfigError(f"--nodes={self.nodes} must be at least 1.")
+        if self.ntasks_per_node is not None and self.ntasks_per_node <= 0:
+            raise ConfigError(f"--ntasks-per-node={self.ntasks_per_node} must be at least 1.")
+        if self.gpus_per_node < 0 or (self.gpus_per_task is not None and self.gpus_per_task <= 0):
+            raise ConfigError("GPU counts must be positive.")
+        if self.gpus_per_task and not self.gpus_per_node:
+            raise ConfigError(
+                f"--gpus-per-task={self.gpus_per_task} on a CPU-only spec. Hint: add --gpus-per-node N."
+            )
+        if self.per_node and not self.gpus_per_node:
+            raise ConfigError(
+                "--per-node mirrored drives every GPU of a node, but the spec asks for no GPUs. Hint: add --gpus-per-node N."
+            )
+        if self.cpus_per_task is not None and self.cpus_per_task <= 0:
+            raise ConfigError(f"--cpus-per-task={self.cpus_per_task} must be at least 1.")
+        if self.time is not None and not _TIME.match(self.time):
+            raise ConfigError(
+                f"--time={self.time!r} is not a Slurm time: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."
+            )
+        if self.mem is not None and not _MEM.match(self.mem):
+            raise ConfigError(
+                f"--mem={self.mem!r} is not a Slurm size: a number with an optional K, M, G or T suffix (e.g. 32G)."
+            )
+
+    @property
+    def tasks_per_node(self) -> int:
+        """One task per GPU (multi-worker), one per node (per-node mirrored), or one on CPU nodes."""
+        if self.ntasks_per_node is not None:
+            return self.ntasks_per_node
+        if self.per_node:
+            return 1
+        return self.gpus_per_node or 1
+
+
+def _sbatch_lines(spec: SbatchSpec) -> list[str]:
+    options: list[tuple[str, object]] = [
+        ("job-name", spec.job_name),
+        ("nodes", spec.nodes),
+        ("ntasks-per-node", spec.tasks_per_node),
+        (
+            "gres" if spec.gres else "gpus-per-node",
+            (f"gpu:{spec.gpus_per_node}" if spec.gres else spec.gpus_per_node)
+            if spec.gpus_per_node
+            else None,
+        ),
+        ("gpus-per-task", spec.gpus_per_task),
+        ("cpus-per-task", spec.cpus_per_task),
+        ("mem", spec.mem),
+        ("time", spec.time),
+        ("partition", spec.partition),
+        ("constraint", spec.constraint),
+        ("account", spec.account),
+        ("qos", spec.qos),
+        ("output", spec.output),
+        ("error", spec.error),
+        ("signal", spec.signal or None),
+        ("chdir", spec.workdir),
+    ]
+    lines = [f"#SBATCH --{name}={value}" for name, value in options if value is not None]
+    if spec.requeue:
+        # A requeued job appends to its log instead of truncating the first run's output.
+        lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
+    lines += [f"#SBATCH {line}" for line in spec.extra_sbatch]
+    return lines
+
+
+def _environment_lines(spec: SbatchSpec) -> list[str]:
+    lines: list[str] = []
+    if spec.modules:
+        lines += ["module purge", *(f"module load {shlex.quote(m)}" for m in spec.modules)]
+    if spec.venv:
+        lines.append(f"source {shlex.quote(spec.venv.rstrip('/') + '/bin/activate')}")
+    if spec.container:
+        lines.append(
+            'export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-$HOME/.apptainer/cache}"  # keep image layers off $HOME quota if needed'
+        )
+    exports = {"TF_CPP_MIN_LOG_LEVEL": "2", **dict(spec.exports)}
+    if spec.per_node:
+        exports["TFDIST_GPUS_PER_WORKER"] = "all"
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
+    if spec.nodes * spec.tasks_per_node > 1:
+        lines.append(
+            f"unset {' '.join(PROXY_VARIABLES)}  # worker-to-worker gRPC must not go through a proxy"
+        )
+    return lines
+
+
+def render_sbatch(spec: SbatchSpec) -> str:
+    """The complete job script for ``spec``.
+
+    Input/Output: ``SbatchSpec(command=("python", "train.py"), gpus_per_node=4)`` -> a script with
+    ``#SBATCH --ntasks-per-node=4``, ``#SBATCH --gres=gpu:4`` and ``srun python train.py``.
+    """
+    launch = ["srun", f"--ntasks-per-node={spec.tasks_per_node}"]
+    if spec.container:
+        launch += ["apptainer", "exec"]
+        if spec.gpus_per_node:
+            launch.append("--nv")
+        for bind in spec.binds:
+            launch += ["--bind", bind]
+        launch.append(spec.container)
+    body = [
+        "#!/bin/bash",
+        *_sbatch_lines(spec),
+        "",
+        "# Generated by tfdist slurm. Each task detects its rank, the cluster and its GPU from Slurm's variables.",
+        "set -eo pipefail  # no -u: virtualenv and module scripts read unset variables",
+        *_environment_lines(spec),
+        "",
+        " ".join(shlex.quote(part) for part in [*launch, *spec.command]),
+    ]
+    return "\n".join(body) + "\n"

@@ -1,0 +1,176 @@
+"""Job scripts: golden files for the CPU, GPU, virtualenv and container variants; bad input."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tfdist.cli import main
+from tfdist.errors import ConfigError
+from tfdist.slurm import SbatchSpec, render_sbatch
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+COMMAND = ("python", "-m", "tfdist", "train", "--epochs", "3", "--output-dir", "runs/it's here")
+
+VARIANTS = {
+    "cpu": SbatchSpec(
+        command=COMMAND,
+        nodes=2,
+        ntasks_per_node=2,
+        cpus_per_task=4,
+        mem="16G",
+        time="0:30:00",
+        partition="cpu",
+        exports={"TFDIST_COMMUNICATION": "ring"},
+    ),
+    "gpu": SbatchSpec(
+        command=COMMAND,
+        nodes=2,
+        gpus_per_node=4,
+        cpus_per_task=8,
+        time="1-00:00:00",
+        account="proj42",
+        qos="normal",
+        constraint="a100",
+        output="logs/%x-%j.out",
+        error="logs/%x-%j.err",
+        exports={"XLA_FLAGS": "--xla_gpu_autotune_level=2"},
+        extra_sbatch=("--exclusive",),
+    ),
+    "venv": SbatchSpec(
+        command=COMMAND,
+        gpus_per_node=2,
+        per_node=True,
+        modules=("cuda/12.4", "cudnn"),
+        venv="/home/me/envs/tf",
+        gres=False,
+    ),
+    "container": SbatchSpec(
+        command=COMMAND,
+        nodes=4,
+        gpus_per_node=8,
+        container="/images/tf-2.21.sif",
+        binds=("/scratch:/scratch", "/data"),
+        requeue=False,
+        signal="USR2@300",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_golden_scripts(name: str) -> None:
+    text = render_sbatch(VARIANTS[name])
+    path = GOLDEN / f"{name}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN") == "1":  # regenerate with UPDATE_GOLDEN=1
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is needed to syntax-check scripts")
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_scripts_are_valid_bash(name: str, tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(render_sbatch(VARIANTS[name]))
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, timeout=10).returncode == 0
+
+
+def test_proxy_variables_are_unset_only_for_multi_task_jobs() -> None:
+    assert "unset http_proxy" not in render_sbatch(SbatchSpec(command=("python", "x.py")))
+    assert "unset http_proxy" in render_sbatch(VARIANTS["cpu"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"nodes": 0}, "--nodes=0"),
+        ({"nodes": -2}, "--nodes=-2"),
+        ({"time": "1h"}, "--time='1h' is not a Slurm time"),
+        ({"time": "25:61:00:00"}, "is not a Slurm time"),
+        ({"mem": "16GB"}, "--mem='16GB' is not a Slurm size"),
+        ({"gpus_per_task": 1}, "on a CPU-only spec"),
+        ({"per_node": True}, "asks for no GPUs"),
+        ({"job_name": "my job"}, "cannot contain spaces"),
+        ({"partition": "gpu\n#SBATCH --x"}, "newline or control character"),
+        ({"command": ("python", "a\nb.py")}, "newline or control character"),
+        ({"exports": {"BAD-NAME": "1"}}, "not a valid variable name"),
+        ({"command": ()}, "no command to run"),
+        ({"cpus_per_task": 0}, "--cpus-per-task=0"),
+    ],
+)
+def test_bad_specs(kwargs: dict, expected: str) -> None:
+    kwargs.setdefault("command", ("python", "x.py"))
+    with pytest.raises(ConfigError) as info:
+        SbatchSpec(**kwargs)
+    assert expected in str(info.value)
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        raise SystemExit(main(argv))
+    out = capsys.readouterr()
+    return int(info.value.code or 0), out.out, out.err
+
+
+def test_cli_script_prints_the_rendered_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(
+        ["slurm", "script", "--nodes", "2", "--gpus-per-node", "4", "--", "python", "train.py"], capsys
+    )
+    assert code == 0
+    assert out == render_sbatch(SbatchSpec(command=("python", "train.py"), nodes=2, gpus_per_node=4))
+
+
+def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        'partition = "gpu"\ntime = "02:00:00"\ngpus-per-node = 4\nmodule = ["cuda"]\n'.replace(
+            "module", "modules"
+        )
+    )
+    code, out, _ = cli(
+        ["slurm", "script", "--config", str(config), "--time", "00:10:00", "--", "python", "t.py"], capsys
+    )
+    assert code == 0
+    assert "#SBATCH --partition=gpu" in out and "#SBATCH --time=00:10:00" in out and "module load cuda" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["slurm", "script", "--time", "soon", "--", "x"], "--time='soon'"),
+        (["slurm", "script", "--mem", "lots", "--", "x"], "--mem='lots'"),
+        (["slurm", "script", "--nodes", "0", "--", "x"], "--nodes=0"),
+        (["slurm", "script", "--nodes", "two", "--", "x"], "'two' is not an integer"),
+        (["slurm", "script", "--gpus-per-task", "1", "--", "x"], "CPU-only spec"),
+        (["slurm", "script", "--export", "NOVALUE", "--", "x"], "must be NAME=VALUE"),
+        (["slurm", "script"], "no command to run"),
+        (["slurm", "script", "--config", "/no/such.toml", "--", "x"], "cannot be read"),
+        (["slurm", "status", "12x"], "is not a Slurm job id"),
+    ],
+)
+def test_cli_bad_input_is_one_line(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and expected in err and err.count("\n") == 1
+
+
+def test_bad_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad, unknown = tmp_path / "bad.toml", tmp_path / "unknown.toml"
+    bad.write_text("partition = \n")
+    unknown.write_text('colour = "blue"\n')
+    assert "not valid TOML" in cli(["slurm", "script", "--config", str(bad), "--", "x"], capsys)[2]
+    assert "unknown key(s) colour" in cli(["slurm", "script", "--config", str(unknown), "--", "x"], capsys)[2]
+
+
+def test_submit_without_sbatch_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no sbatch
+    code, _, err = cli(
+        ["slurm", "submit", "--run-dir", str(tmp_path / "run"), "--", "python", "x.py"], capsys
+    )
+    assert code == 2 and "`sbatch` is not on PATH" in err and "slurm-local.sh" in err
