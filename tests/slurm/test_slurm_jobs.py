@@ -1,0 +1,139 @@
+"""Jobs on a real single-node Slurm started by scripts/slurm-local.sh (installed from Debian if missing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).parent.parent.parent
+PROBE = str(ROOT / "tests" / "helpers" / "fit_probe.py")
+# A directory and ports of its own, so a cluster the user started by hand is not disturbed.
+CLUSTER_ENV = {"TFDIST_SLURM_DIR": "/tmp/tfdist-slurm-tests", "TFDIST_SLURM_PORT": "16917"}
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+@pytest.fixture(scope="session")
+def slurm_conf() -> Iterator[str]:
+    script = str(ROOT / "scripts" / "slurm-local.sh")
+    env = {**os.environ, **CLUSTER_ENV}
+    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=900)
+    assert started.returncode == 0, started.stderr[-3000:]
+    yield os.path.join(CLUSTER_ENV["TFDIST_SLURM_DIR"], "slurm.conf")
+    subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def slurm_env(slurm_conf: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    return {**os.environ, "SLURM_CONF": slurm_conf}
+
+
+def tfdist(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def submit(env: dict[str, str], run_dir: Path, *command: str, options: tuple[str, ...] = ()) -> str:
+    proc = tfdist(
+        env, "slurm", "submit", "--ntasks-per-node", "2", "--run-dir", str(run_dir), *options, "--", *command
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()[2].rstrip(";")
+
+
+def wait_state(job_id: str, states: tuple[str, ...], timeout: float, restarts: int = 0) -> dict[str, str]:
+    from tfdist.slurm import commands
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = commands.show_job(job_id)
+        if job["JobState"] in states and int(job.get("Restarts", "0")) >= restarts:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} still {job['JobState']} after {timeout} s: {job}")
+
+
+def test_two_task_training_job_completes_with_identical_weights(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    job_id = submit(slurm_env, tmp_path / "run", sys.executable, PROBE, str(out))
+    job = wait_state(job_id, FINAL, 240)
+    log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-3000:]
+    w0, w1 = np.load(out / "weights-0.npy"), np.load(out / "weights-1.npy")
+    assert np.array_equal(w0, w1)
+    assert json.loads((out / "history-0.json").read_text())["steps"] == 12
+    status = tfdist(slurm_env, "slurm", "status", job_id)
+    assert status.returncode == 0 and "COMPLETED" in status.stdout
+    logs = tfdist(slurm_env, "slurm", "logs", job_id)
+    assert logs.returncode == 0 and logs.stdout == log
+
+
+def test_failing_task_makes_the_job_failed(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    job_id = submit(
+        slurm_env,
+        tmp_path / "run",
+        sys.executable,
+        "-c",
+        "import os, sys; sys.exit(3 if os.environ['SLURM_PROCID'] == '1' else 0)",
+    )
+    job = wait_state(job_id, FINAL, 120)
+    assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("3:")
+    status = tfdist(slurm_env, "slurm", "status", job_id)
+    assert "FAILED" in status.stdout and "exit code 3:0" in status.stdout
+
+
+def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    out.mkdir()
+    job_id = submit(
+        slurm_env,
+        tmp_path / "run",
+        sys.executable,
+        PROBE,
+        str(out),
+        "--checkpoint",
+        str(ckpt),
+        "--epochs",
+        "2",
+        "--steps",
+        "300",
+    )
+    deadline = time.monotonic() + 180
+    while not list(ckpt.glob("ckpt-*.index")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(ckpt.glob("ckpt-*.index")), "training never wrote a checkpoint"
+    # What Slurm does before a time limit or preemption with --signal=USR2@90: USR2 to every task.
+    signalled = subprocess.run(
+        ["scancel", "--signal=USR2", job_id], env=slurm_env, capture_output=True, text=True, timeout=30
+    )
+    assert signalled.returncode == 0, signalled.stderr
+    job = wait_state(job_id, ("COMPLETED", "FAILED", "CANCELLED"), 300, restarts=1)
+    log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) >= 1, log[-3000:]
+    assert "stop requested (SIGUSR2): checkpoint written at step" in log
+    assert "asked Slurm to requeue job" in log
+    assert json.loads((out / "history-0.json").read_text())["steps"] == 600
+
+
+def test_unknown_job_id_is_one_line(slurm_env: dict[str, str]) -> None:
+    proc = tfdist(slurm_env, "slurm", "status", "987654")
+    assert (
+        proc.returncode == 2
+        and "job 987654 is not known to Slurm" in proc.stderr
+        and proc.stderr.count("\n") == 1
+    )
