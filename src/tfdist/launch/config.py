@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tfdist.errors import ConfigError
 
-BACKENDS = ("tf",)
+BACKENDS = ("tf", "mpi")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,14 @@ class LaunchConfig:
             )
         if self.backend not in BACKENDS:
             raise ConfigError(f"--backend={self.backend!r}: available backends are {', '.join(BACKENDS)}.")
+        if self.backend == "mpi" and (self.ps or self.chief):
+            raise ConfigError(
+                "--backend mpi cannot run parameter servers or a chief: every MPI rank is a worker."
+            )
+        if self.backend == "mpi" and self.nnodes > 1:
+            raise ConfigError(
+                "--backend mpi runs on one node; for several nodes start the job with mpirun or srun --mpi=pmix."
+            )
 
     def _check_nodes(self) -> None:
         if self.nnodes < 1:

@@ -26,10 +26,10 @@ class TaskSlot:
 
     @property
     def name(self) -> str:
-        """Short label for log prefixes: ``chief``, ``w1``, ``ps0``."""
-        return (
-            "chief" if self.role == "chief" else f"{'w' if self.role == 'worker' else self.role}{self.index}"
-        )
+        """Short label for log prefixes: ``chief``, ``w1``, ``ps0``, ``mpi`` (the MPI launcher)."""
+        if self.role in ("chief", "mpi"):
+            return self.role
+        return f"{'w' if self.role == 'worker' else self.role}{self.index}"
 
 
 @dataclass(frozen=True)
@@ -193,3 +193,40 @@ def _argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
     if config.no_python:
         return config.command
     return (config.python, "-u", *config.command)
+
+
+#: MPI libraries busy-poll while waiting, stealing the core of a neighbouring worker on a small machine;
+#: these ask Open MPI and MPICH to yield instead. Users' own settings win.
+MPI_YIELD_ENV = {
+    "OMPI_MCA_mpi_yield_when_idle": "1",
+    "MPIR_CVAR_CH4_GLOBAL_PROGRESS": "0",
+    "MPIR_CVAR_POLLS_BEFORE_YIELD": "1",
+}
+
+
+def plan_mpi(
+    config: LaunchConfig, *, mpiexec: str, cores: int, run_dir: str, attempt: int, base_env: Mapping[str, str]
+) -> list[WorkerSpec]:
+    """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend)."""
+    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
+    env = {**MPI_YIELD_ENV, **base_env, **config.extra_env}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(
+        {
+            "TFDIST_BACKEND": "mpi",
+            "TFDIST_WORLD_SIZE": str(config.nproc_per_node),
+            "TFDIST_RUN_DIR": run_dir,
+            "TFDIST_ATTEMPT_DIR": attempt_dir,
+            "TFDIST_RESTART_COUNT": str(attempt),
+            "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, "mpi.heartbeat"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if config.cpu:
+        env.update(thread_env(cores, config.nproc_per_node))
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    # `python -m mpi4py` turns an uncaught exception or a non-zero exit in any rank into MPI_Abort, so the
+    # other ranks do not wait forever in a collective for a peer that has left.
+    program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
+    argv = (mpiexec, "-n", str(config.nproc_per_node), *program)
+    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, env, os.path.join(attempt_dir, "mpi.log"))]

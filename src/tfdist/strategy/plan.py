@@ -10,6 +10,7 @@ from tfdist.errors import ConfigError
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "parameter_server", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")
+BACKENDS = ("auto", "tf", "mpi")
 #: A stuck peer should fail the step in minutes, not hang for hours (TensorFlow's default is no limit).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -34,8 +35,13 @@ class StrategyOptions:
     memory_limit_mb: int | None = None
     cpu_replicas: int | None = None
     gpus_per_worker_all: bool = False
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"backend {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)} (TFDIST_BACKEND)."
+            )
         if self.kind not in KINDS:
             raise ConfigError(f"strategy kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}.")
         if self.communication not in COMMUNICATIONS:
@@ -70,6 +76,7 @@ class StrategyPlan:
     task_type: str = "worker"
     task_index: int = 0
     tpu_name: str = ""
+    backend: str = "tf"
     num_replicas: int = 1
     warnings: tuple[str, ...] = ()
 
@@ -77,6 +84,7 @@ class StrategyPlan:
         """A JSON-ready summary for ``tfdist env``."""
         return {
             "kind": self.kind,
+            "backend": self.backend,
             "reason": self.reason,
             "num_replicas": self.num_replicas,
             "gpu_indices": list(self.gpu_indices),
@@ -117,6 +125,8 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     replicas = _env_number(environ, "TFDIST_CPU_REPLICAS", int)
     if replicas is not None:
         values["cpu_replicas"] = replicas
+    if environ.get("TFDIST_BACKEND"):
+        values["backend"] = environ["TFDIST_BACKEND"].lower()
     if environ.get("TFDIST_GPUS_PER_WORKER", "").lower() == "all":
         values["gpus_per_worker_all"] = True
     values.update({k: v for k, v in given.items() if v is not None})
@@ -124,6 +134,13 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     if devices is not None:
         values["devices"] = tuple(devices)  # type: ignore[arg-type]
     return StrategyOptions(**values)  # type: ignore[arg-type]
+
+
+def resolve_backend(env: ClusterEnvironment, backend: str) -> str:
+    """``auto`` means MPI under an MPI process manager and TensorFlow's collectives everywhere else."""
+    if backend != "auto":
+        return backend
+    return "mpi" if env.kind == "mpi" else "tf"
 
 
 def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions) -> tuple[int, ...]:
@@ -167,8 +184,12 @@ def plan_strategy(
     """
     opts = options or StrategyOptions()
     gpus = plan_gpus(env, devices, opts)
-    kind, reason = _choose_kind(env, gpus, opts)
-    _check_kind(kind, env, gpus, opts)
+    backend = resolve_backend(env, opts.backend)
+    if backend == "mpi":
+        kind, reason = _mpi_kind(env, opts)
+    else:
+        kind, reason = _choose_kind(env, gpus, opts)
+        _check_kind(kind, env, gpus, opts)
     if kind in ("one_device", "tpu"):
         gpus = gpus[:1] if kind == "one_device" else ()
     if opts.communication == "nccl" and not gpus:
@@ -197,9 +218,23 @@ def plan_strategy(
         task_type=env.role,
         task_index=env.task_index,
         tpu_name=getattr(env, "tpu_name", ""),
-        num_replicas=_num_replicas(kind, env, local_replicas),
+        backend=backend,
+        num_replicas=env.world_size if backend == "mpi" else _num_replicas(kind, env, local_replicas),
         warnings=tuple(warnings),
     )
+
+
+def _mpi_kind(env: ClusterEnvironment, opts: StrategyOptions) -> tuple[str, str]:
+    """The MPI backend runs one local device per process; MPI all-reduces the gradients."""
+    if opts.kind in ("multi_worker", "parameter_server", "tpu", "mirrored"):
+        raise ConfigError(
+            f"strategy {opts.kind!r} cannot be combined with the MPI backend, which syncs one device per process through MPI. Hint: drop kind= (or TFDIST_STRATEGY), or use TFDIST_BACKEND=tf."
+        )
+    if (opts.cpu_replicas or 0) > 1:
+        raise ConfigError(
+            f"cpu_replicas={opts.cpu_replicas} cannot be combined with the MPI backend (one device per process). Hint: start more ranks instead."
+        )
+    return "one_device", f"MPI backend: {env.world_size} rank(s) from {env.source}, one device each"
 
 
 def _choose_kind(env: ClusterEnvironment, gpus: tuple[int, ...], opts: StrategyOptions) -> tuple[str, str]:

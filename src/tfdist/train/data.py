@@ -82,11 +82,15 @@ class DistributedData:
         shuffle: bool,
         seed: int,
         pad: bool = False,
+        processes: tuple[int, int] = (0, 1),
     ) -> None:
         import tensorflow as tf
 
         self.strategy = strategy
-        self.replicas = strategy.num_replicas_in_sync
+        # (index, count) of processes that each run their own strategy (the MPI backend): the global batch
+        # is split over count x the strategy's replicas, and this process takes its own share.
+        self.process, self.processes = processes
+        self.replicas = strategy.num_replicas_in_sync * self.processes
         self.shuffle, self.seed, self.pad = shuffle, seed, pad
         self.arrays: tuple[np.ndarray, ...] | None = None
         self.dataset: Any = None
@@ -190,8 +194,9 @@ class DistributedData:
             self._tensors = tuple(tf.constant(a) for a in self.arrays)
 
         def per_worker(ctx: Any) -> Any:
-            local = plan.per_replica * (self.replicas // ctx.num_input_pipelines)
-            start = ctx.input_pipeline_id * local
+            pipelines = ctx.num_input_pipelines * self.processes
+            local = plan.per_replica * (self.replicas // pipelines)
+            start = (self.process * ctx.num_input_pipelines + ctx.input_pipeline_id) * local
             epoch_range = tf.data.Dataset.range(first_epoch, epochs)
             if self.arrays is not None:
                 # Slice the indices first: each worker gathers only its own examples.

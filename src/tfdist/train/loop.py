@@ -93,10 +93,11 @@ class SyncTrainer:
         )
         self.metrics = resolve_metrics(compiled, loss_name)
         self.names = ["loss", *[name for name, _ in self.metrics]]
+        self.sync = self._make_sync()
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
-        self.target_lr = scaled_lr(base_lr, self.strategy.num_replicas_in_sync, options.lr_scaling)
+        self.target_lr = scaled_lr(base_lr, self.data.replicas, options.lr_scaling)
         self.schedule = LearningRate(
             optimizer, base_lr, self.target_lr, round(options.warmup_epochs * self.plan.steps_per_epoch)
         )
@@ -106,6 +107,7 @@ class SyncTrainer:
             self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
             optimizer.build(model.trainable_variables)
         self.checkpointer = self._restore()
+        self._start_in_sync()
         self._make_steps()
         from keras.callbacks import CallbackList, History
 
@@ -129,6 +131,27 @@ class SyncTrainer:
         self.iterator: Any = None  # one input iterator for the whole run, made at the first epoch
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
 
+    def _make_sync(self) -> Any:
+        """The MPI synchroniser when the MPI backend is selected, else None (TensorFlow collectives)."""
+        import os
+
+        from tfdist.strategy.plan import resolve_backend
+
+        if resolve_backend(self.env, os.environ.get("TFDIST_BACKEND", "auto").lower()) != "mpi":
+            return None
+        if self.strategy.num_replicas_in_sync != 1:
+            raise ConfigError(
+                "the MPI backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
+            )
+        from tfdist.train.sync import MPISync
+
+        return MPISync()
+
+    @property
+    def processes(self) -> tuple[int, int]:
+        """(index, count) of the processes that split each global batch beyond the strategy itself."""
+        return (self.sync.rank, self.sync.size) if self.sync else (0, 1)
+
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
         o = self.options
         self.data = DistributedData(
@@ -138,6 +161,7 @@ class SyncTrainer:
             steps_per_epoch=o.steps_per_epoch,
             shuffle=o.shuffle,
             seed=o.seed,
+            processes=self.processes,
         )
         self.plan = self.data.plan
         self.val = None
@@ -150,6 +174,7 @@ class SyncTrainer:
                 shuffle=False,
                 seed=o.seed,
                 pad=True,
+                processes=self.processes,
             )
 
     @property
@@ -159,15 +184,13 @@ class SyncTrainer:
 
     def _make_steps(self) -> None:
         stats = [per_example_stat(stat) for _, stat in self.metrics]
-        self.train_step, self.eval_step = make_steps(
-            self.strategy,
-            self.model,
-            self.loss_fn,
-            stats,
-            self.plan.global_batch,
-            self.step_var,
-            self.options.jit_compile,
-        )
+        args = (self.strategy, self.model, self.loss_fn, stats, self.plan.global_batch, self.step_var)
+        if self.sync is not None:
+            from tfdist.train.sync import make_mpi_steps
+
+            self.train_step, self.eval_step = make_mpi_steps(*args, sync=self.sync)
+        else:
+            self.train_step, self.eval_step = make_steps(*args, self.options.jit_compile)
 
     def _restore(self) -> Any:
         if not self.options.checkpoint_dir:
@@ -187,6 +210,11 @@ class SyncTrainer:
         if restored:
             log.info("resumed from %s at step %d", restored, int(self.step_var.numpy()))
         return checkpointer
+
+    def _start_in_sync(self) -> None:
+        """MPI ranks build their models independently: start all of them from rank 0's weights."""
+        if self.sync is not None and int(self.step_var.numpy()) == 0:
+            self.sync.broadcast_weights(self.model)
 
     def run(self) -> Any:
         """Train every remaining epoch and return the History (with a ``summary`` dict attached)."""
@@ -215,10 +243,10 @@ class SyncTrainer:
         self.reporter.epoch_start(epoch)
         started = time.monotonic()
         totals = self._train_steps(epoch)
+        seconds = time.monotonic() - started  # training only: checkpoint and validation time excluded
         self.epoch_var.assign(epoch + 1)
         if self.checkpointer:
             self.checkpointer.save(int(self.step_var.numpy()))
-        seconds = time.monotonic() - started
         logs = {name: float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
         if self.has_validation:
             logs.update(self._validate())
@@ -296,7 +324,8 @@ class SyncTrainer:
             "examples": examples,
             "examples_per_sec": examples / max(duration, 1e-9),
             "global_batch": self.plan.global_batch,
-            "replicas": self.strategy.num_replicas_in_sync,
+            "replicas": self.strategy.num_replicas_in_sync * self.processes[1],
+            "backend": "mpi" if self.sync else "tf",
             "world_size": self.env.world_size,
             "strategy": type(self.strategy).__name__,
             "learning_rate": self.target_lr,

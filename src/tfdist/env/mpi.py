@@ -1,0 +1,76 @@
+"""A rank of an MPI job (mpirun / mpiexec, Open MPI, MPICH/Hydra, or PMIx under srun --mpi=pmix).
+
+Detected from the process manager's variables only; MPI itself is initialised by the MPI backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.errors import ConfigError
+
+#: (rank, size, local rank, local size) variables per MPI family, in the order they are tried.
+FAMILIES = (
+    (
+        "Open MPI",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    ("MPICH/Hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ("PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
+)
+
+
+def _number(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = environ.get(name)
+    if raw is None:
+        if default is None:
+            raise ConfigError(f"{name} is not set although other MPI variables are.")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer.") from None
+
+
+class MPIEnvironment(ClusterEnvironment):
+    """Rank and size from the MPI process manager; no TensorFlow cluster (the MPI backend syncs)."""
+
+    kind = "mpi"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> MPIEnvironment | None:
+        """Detect the first MPI family whose rank variable is set."""
+        for family, rank_var, size_var, local_var, local_size_var in FAMILIES:
+            if rank_var not in environ:
+                continue
+            rank = _number(environ, rank_var)
+            # PMIx under srun does not always export a size: Slurm's task count is the same number.
+            size = _number(environ, size_var, _number(environ, "SLURM_NTASKS", 0) or None)
+            if not 0 <= rank < size:
+                raise ConfigError(
+                    f"{rank_var}={rank} but {size_var}={size}; a rank must be below the job size."
+                )
+            local = _number(environ, local_var, 0)
+            local_size = _number(environ, local_size_var, 1)
+            cuda = environ.get("CUDA_VISIBLE_DEVICES")
+            return cls(
+                rank=rank,
+                world_size=size,
+                local_rank=local,
+                local_world_size=max(local_size, local + 1),
+                role="worker",
+                task_index=rank,
+                cluster_spec={},
+                gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
+                source=f"{family} ({rank_var})",
+            )
+        return None
+
+    @property
+    def is_distributed(self) -> bool:
+        """Several MPI ranks take part even though there is no TensorFlow cluster spec."""
+        return self.world_size > 1

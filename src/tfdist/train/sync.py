@@ -1,0 +1,127 @@
+"""Gradient synchronisation across processes through MPI (mpi4py), Horovod's design without its build.
+
+TensorFlow's collectives are the default path (the strategy all-reduces inside ``apply_gradients``);
+this module is the other side of that seam: each process runs a one-device strategy, and one packed
+buffer per step (every gradient plus the metric sums) is all-reduced with ``MPI_Allreduce``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from tfdist.errors import ConfigError, SetupError
+
+INSTALL_HINT = (
+    "Hint: pip install 'tfdist[mpi]' (mpi4py and the mpich wheel), or your system's MPI "
+    "(apt-get install openmpi-bin libopenmpi-dev) plus pip install mpi4py."
+)
+
+
+def import_mpi() -> Any:
+    """``mpi4py.MPI``, or a SetupError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise SetupError(f"the MPI backend needs mpi4py and an MPI library ({exc}). {INSTALL_HINT}") from None
+    return MPI
+
+
+class MPISync:
+    """Sum-all-reduces float32 buffers over MPI_COMM_WORLD and broadcasts initial weights from rank 0."""
+
+    def __init__(self) -> None:
+        mpi = import_mpi()
+        self.mpi = mpi
+        self.comm = mpi.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        expected = os.environ.get("TFDIST_WORLD_SIZE")
+        if expected and int(expected) != self.size:
+            raise ConfigError(
+                f"the MPI job has {self.size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
+            )
+
+    def allreduce(self, buffer: np.ndarray) -> np.ndarray:
+        """Element-wise sum over all ranks (called from the training graph through tf.numpy_function)."""
+        out = np.empty_like(buffer)
+        self.comm.Allreduce(np.ascontiguousarray(buffer), out, op=self.mpi.SUM)
+        return out
+
+    def broadcast_weights(self, model: Any) -> None:
+        """Give every rank rank 0's initial weights (one packed broadcast)."""
+        weights = model.get_weights()
+        flat = np.concatenate([w.ravel().astype(np.float64) for w in weights]) if weights else np.zeros(0)
+        self.comm.Bcast(flat, root=0)
+        out, offset = [], 0
+        for w in weights:
+            out.append(flat[offset : offset + w.size].reshape(w.shape).astype(w.dtype))
+            offset += w.size
+        model.set_weights(out)
+
+
+def make_mpi_steps(
+    strategy: Any,
+    model: Any,
+    loss_fn: Any,
+    stats: list[Any],
+    global_batch: int,
+    step_var: Any,
+    sync: MPISync,
+    jit_compile: bool = False,
+) -> tuple[Any, Any]:
+    """(train_step, eval_step) for the MPI backend: same contract as :func:`tfdist.train.steps.make_steps`."""
+    import tensorflow as tf
+
+    optimizer, world = model.optimizer, sync.size
+
+    def sums(y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
+        values = [tf.reduce_sum(per_example * w)]
+        values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
+        return tf.stack([*values, tf.reduce_sum(w), stop])
+
+    def allreduce(flat: Any) -> Any:
+        reduced = tf.numpy_function(sync.allreduce, [flat], tf.float32, stateful=True)
+        return tf.ensure_shape(reduced, flat.shape)
+
+    def per_example_loss(y: Any, pred: Any, w: Any) -> Any:
+        values = tf.reshape(tf.cast(loss_fn(y, pred), tf.float32), [tf.shape(w)[0], -1])
+        return tf.reduce_mean(values, axis=-1)
+
+    def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
+        variables = model.trainable_variables
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            per_example = per_example_loss(y, pred, w)
+            loss = tf.reduce_sum(per_example * w) / global_batch
+            if model.losses:
+                loss += tf.add_n(model.losses) / world  # summed over ranks below: counted once
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+        stat_values = sums(y, pred, per_example, w, stop)
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads] + [stat_values], 0)
+        reduced = allreduce(flat)  # ONE all-reduce per step: every gradient and the metric sums
+        sizes = [int(np.prod(v.shape)) for v in variables]
+        parts = tf.split(reduced[: sum(sizes)], sizes)
+        summed = [tf.cast(tf.reshape(p, v.shape), v.dtype) for p, v in zip(parts, variables, strict=True)]
+        optimizer.apply_gradients(zip(summed, variables, strict=True))
+        return reduced[sum(sizes) :]
+
+    def eval_replica(x: Any, y: Any, w: Any) -> Any:
+        pred = model(x, training=False)
+        return allreduce(sums(y, pred, per_example_loss(y, pred, w), w, tf.constant(0.0)))
+
+    @tf.function(jit_compile=False)  # numpy_function cannot be compiled by XLA
+    def train_step(batch: Any, stop: Any) -> Any:
+        x, y, w = batch
+        out = strategy.experimental_local_results(strategy.run(train_replica, args=(x, y, w, stop)))[0]
+        step_var.assign_add(1)
+        return out
+
+    @tf.function
+    def eval_step(batch: Any) -> Any:
+        x, y, w = batch
+        return strategy.experimental_local_results(strategy.run(eval_replica, args=(x, y, w)))[0]
+
+    del jit_compile
+    return train_step, eval_step

@@ -1,0 +1,90 @@
+"""The MPI backend: ranks started by `tfdist launch --backend mpi` (MPICH's mpiexec from the mpich wheel)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
+PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
+
+
+def launch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist", "launch", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_two_mpi_ranks_match_one_process(tmp_path: Path) -> None:
+    single, mpi = tmp_path / "single", tmp_path / "mpi"
+    single.mkdir()
+    mpi.mkdir()
+    subprocess.run([sys.executable, PROBE, str(single)], check=True, capture_output=True, timeout=300)
+    proc = launch("--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(mpi / "run"), PROBE, str(mpi))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    w0, w1 = np.load(mpi / "weights-0.npy"), np.load(mpi / "weights-1.npy")
+    assert np.array_equal(w0, w1)
+    assert np.max(np.abs(w0 - np.load(single / "weights-0.npy"))) <= 1e-5
+    h0, h1 = (json.loads((mpi / f"history-{r}.json").read_text()) for r in (0, 1))
+    h0["history"].pop("examples_per_sec"), h1["history"].pop("examples_per_sec")  # local timing
+    assert h0 == h1 and h0["steps"] == 12
+
+
+def test_a_dying_rank_ends_the_job_without_a_hang(tmp_path: Path) -> None:
+    script = tmp_path / "die.py"
+    script.write_text(
+        "import sys, time\nfrom mpi4py import MPI\ncomm = MPI.COMM_WORLD\n"
+        "if comm.Get_rank() == 1:\n    time.sleep(1); sys.exit(5)\ncomm.Barrier()\n"
+    )
+    started = time.monotonic()
+    proc = launch(
+        "--backend",
+        "mpi",
+        "-n",
+        "2",
+        "--cpu",
+        "--grace",
+        "2",
+        "--log-dir",
+        str(tmp_path / "run"),
+        str(script),
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 60
+    assert "mpi failed first: exited with code 5" in proc.stderr
+    assert "rank 1" in proc.stderr  # MPICH's abort line, shown from the log tail, names the rank
+
+
+def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "TFDIST_WORLD_SIZE": "3"}
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    proc = subprocess.run(
+        [mpiexec, "-n", "2", sys.executable, PROBE, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "the MPI job has 2 rank(s) but tfdist expected 3" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--backend", "mpi", "--ps", "1", "-n", "2"], "cannot run parameter servers"),
+        (["--backend", "mpi", "--nnodes", "2", "--hosts", "a,b", "-n", "2"], "runs on one node"),
+    ],
+)
+def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> None:
+    proc = launch(*argv, PROBE, str(tmp_path), timeout=60)
+    assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
