@@ -124,3 +124,12 @@ def test_save_model_formats_are_written_atomically(name: str, tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [name]  # no temporary left behind
     if name == "exported":
         assert (path / "saved_model.pb").is_file()
+
+
+def test_steps_per_epoch_beyond_the_data_cycles_it() -> None:
+    import tfdist
+
+    history = tfdist.fit(
+        compiled(), XY, batch_size=16, epochs=2, steps_per_epoch=10, verbose=0
+    )  # 4 batches of data
+    assert history.summary["steps"] == 20 and history.summary["examples"] == 320

@@ -150,11 +150,9 @@ class DistributedData:
                 )
             if self.pad:  # evaluation: -1 marks a zero-weight padding example
                 order = tf.concat([order, -tf.ones([-n % plan.global_batch], tf.int64)], 0)
-            return (
-                tf.data.Dataset.from_tensor_slices(order)
-                .batch(plan.global_batch, drop_remainder=True)
-                .take(plan.steps_per_epoch)
-            )
+            batches = tf.data.Dataset.from_tensor_slices(order).batch(plan.global_batch, drop_remainder=True)
+            # steps_per_epoch may ask for more batches than the data holds: cycle this epoch's order.
+            return batches.repeat().take(plan.steps_per_epoch)
 
         return epochs.flat_map(one_epoch)
 
