@@ -97,7 +97,7 @@ class SyncTrainer:
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
-        self.target_lr = scaled_lr(base_lr, self.data.replicas, options.lr_scaling)
+        self.target_lr = scaled_lr(base_lr, self.replicas, options.lr_scaling)
         self.schedule = LearningRate(
             optimizer, base_lr, self.target_lr, round(options.warmup_epochs * self.plan.steps_per_epoch)
         )
@@ -181,6 +181,11 @@ class SyncTrainer:
     def has_validation(self) -> bool:
         """True when validation data was given."""
         return self.val is not None
+
+    @property
+    def replicas(self) -> int:
+        """Replicas that share each global batch (all processes' strategies together)."""
+        return int(self.data.replicas)
 
     def _make_steps(self) -> None:
         stats = [per_example_stat(stat) for _, stat in self.metrics]

@@ -41,6 +41,11 @@ class ParameterServerTrainer(SyncTrainer):
             self.val_arrays = _check_arrays(validation_data)
 
     @property
+    def replicas(self) -> int:
+        """Each scheduled step is one worker's batch: learning-rate scaling counts the strategy's replicas."""
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
     def has_validation(self) -> bool:
         """True when validation arrays were given."""
         return self.val_arrays is not None
