@@ -264,7 +264,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
                     attempt=attempt,
                     base_env=os.environ,
                 )
-            group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config, specs))
+            group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
             status, failure = _Attempt(group, config, deadline, signals).run()
             elapsed = time.monotonic() - started
             if status == "ok":
@@ -298,7 +298,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
         signals.restore()
 
 
-def _console_names(config: LaunchConfig, specs: Sequence[object]) -> set[str] | None:
+def _console_names(config: LaunchConfig) -> set[str] | None:
     if not config.quiet_workers:
         return None
     return {"chief"} if config.uses_chief else {"w0"}

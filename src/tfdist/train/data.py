@@ -55,9 +55,11 @@ def plan_batches(
     return BatchPlan(global_batch, global_batch // replicas, steps_per_epoch)
 
 
-def _with_weights(element: Any) -> tuple[Any, Any, Any]:
+def with_weights(*parts: Any) -> tuple[Any, Any, Any]:
+    """Map function for dataset elements: ``(x, y)`` gains unit sample weights, ``(x, y, w)`` passes."""
     import tensorflow as tf
 
+    element = parts if len(parts) > 1 else parts[0]
     if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
         raise ConfigError(
             f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
@@ -97,7 +99,7 @@ class DistributedData:
         self.dataset_fn: Callable[[Any], Any] | None = None
         self._tensors: tuple[Any, ...] | None = None
         if isinstance(source, tuple | list):
-            self.arrays = _check_arrays(source)
+            self.arrays = check_arrays(source)
             if batch_size is None:
                 raise ConfigError("NumPy inputs need batch_size= (the GLOBAL batch size).")
             examples = len(self.arrays[0])
@@ -111,7 +113,7 @@ class DistributedData:
                     f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(spec).__name__} {spec}."
                 )
             self.dataset = source
-            global_batch = batch_size or _static_batch(source)
+            global_batch = batch_size or static_batch(source)
             cardinality = int(source.cardinality().numpy())
             if cardinality > 0 and tf.nest.flatten(spec)[0].shape[0] is None:
                 cardinality -= 1  # the last batch may be partial and is dropped: count only sure ones
@@ -165,11 +167,10 @@ class DistributedData:
         return x, y, tf.cast(index >= 0, tf.float32)
 
     def _user_batches(self) -> Any:
-        dataset = self.dataset.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
-        # A partial last batch would leave some replicas empty: keep only full global batches.
         import tensorflow as tf
 
-        full = dataset.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
+        # A partial last batch would leave some replicas empty: keep only full global batches.
+        full = self.dataset.map(with_weights).filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
         return full.take(self.plan.steps_per_epoch)
 
     def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
@@ -183,7 +184,7 @@ class DistributedData:
             user_fn = self.dataset_fn
 
             def from_user(ctx: Any) -> Any:
-                ds = user_fn(ctx).map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
+                ds = user_fn(ctx).map(with_weights)
                 return ds.repeat().skip(skip)
 
             return iter(self.strategy.distribute_datasets_from_function(from_user))
@@ -215,7 +216,8 @@ class DistributedData:
         return self.iterate(epoch, epoch + 1, skip)
 
 
-def _check_arrays(source: Any) -> tuple[np.ndarray, ...]:
+def check_arrays(source: Any) -> tuple[np.ndarray, ...]:
+    """NumPy ``(x, y)`` as arrays of equal length; anything else is a ConfigError."""
     if len(source) != 2:
         raise ConfigError(
             f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a tf.data.Dataset for sample weights."
@@ -227,7 +229,8 @@ def _check_arrays(source: Any) -> tuple[np.ndarray, ...]:
     return arrays
 
 
-def _static_batch(dataset: Any) -> int:
+def static_batch(dataset: Any) -> int:
+    """The batch size a dataset declares statically; a ConfigError when it is dynamic."""
     import tensorflow as tf
 
     spec = tf.nest.flatten(dataset.element_spec)[0]

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
-from tfdist.train.data import BatchPlan, _check_arrays, _static_batch, _with_weights
+from tfdist.train.data import BatchPlan, check_arrays, static_batch, with_weights
 from tfdist.train.loop import SyncTrainer
 from tfdist.train.metrics import per_example_stat
+from tfdist.train.steps import global_sums, per_example_loss
 
 
 class ParameterServerTrainer(SyncTrainer):
@@ -38,7 +39,7 @@ class ParameterServerTrainer(SyncTrainer):
                 raise ConfigError(
                     "under ParameterServerStrategy, validation_data must be NumPy (x, y): the chief evaluates it."
                 )
-            self.val_arrays = _check_arrays(validation_data)
+            self.val_arrays = check_arrays(validation_data)
 
     @property
     def replicas(self) -> int:
@@ -54,7 +55,7 @@ class ParameterServerTrainer(SyncTrainer):
         import tensorflow as tf
 
         if isinstance(train_data, tuple | list):
-            x, y = _check_arrays(train_data)
+            x, y = check_arrays(train_data)
             if self.options.batch_size is None:
                 raise ConfigError("NumPy inputs need batch_size= (the batch of one scheduled step).")
             batch, n = self.options.batch_size, len(x)
@@ -65,11 +66,11 @@ class ParameterServerTrainer(SyncTrainer):
 
             return batch, n, from_arrays
         if isinstance(train_data, tf.data.Dataset):
-            batch = self.options.batch_size or _static_batch(train_data)
+            batch = self.options.batch_size or static_batch(train_data)
             cardinality = int(train_data.cardinality().numpy())
 
             def from_dataset() -> Any:
-                ds = train_data.map(lambda *e: _with_weights(e if len(e) > 1 else e[0]))
+                ds = train_data.map(with_weights)
                 return ds.filter(lambda x, y, w: tf.shape(w)[0] == batch).repeat()
 
             return batch, cardinality * batch if cardinality > 0 else None, from_dataset
@@ -88,19 +89,14 @@ class ParameterServerTrainer(SyncTrainer):
         def replica(x: Any, y: Any, w: Any) -> None:
             with tf.GradientTape() as tape:
                 pred = model(x, training=True)
-                per_example = tf.reduce_mean(
-                    tf.reshape(tf.cast(loss_fn(y, pred), tf.float32), [tf.shape(w)[0], -1]), axis=-1
-                )
+                per_example = per_example_loss(loss_fn, y, pred, w)
                 loss = tf.reduce_sum(per_example * w) / batch
                 if model.losses:
                     loss += tf.add_n(model.losses)
             grads = tape.gradient(loss, model.trainable_variables)
             model.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            values = [
-                tf.reduce_sum(per_example * w),
-                *[tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats],
-            ]
-            self.sums.assign_add(tf.stack([*values, tf.reduce_sum(w)]))
+            # No stop vote under PS: the chief alone decides when to stop scheduling.
+            self.sums.assign_add(global_sums(stats, y, pred, per_example, w, 0.0)[:-1])
             self.step_var.assign_add(1)
 
         @tf.function
@@ -136,13 +132,7 @@ class ParameterServerTrainer(SyncTrainer):
         totals = np.zeros(len(self.names) + 1)
         for start in range(0, len(x), self.plan.global_batch):
             xb, yb = x[start : start + self.plan.global_batch], y[start : start + self.plan.global_batch]
-            pred = self.model(xb, training=False)
-            per_example = tf.reduce_mean(
-                tf.reshape(tf.cast(self.loss_fn(yb, pred), tf.float32), [len(xb), -1]), axis=-1
-            )
-            totals += [
-                float(tf.reduce_sum(per_example)),
-                *[float(tf.reduce_sum(fn(yb, pred))) for fn in self.stat_fns],
-                len(xb),
-            ]
+            pred, w = self.model(xb, training=False), tf.ones(len(xb), tf.float32)
+            per_example = per_example_loss(self.loss_fn, yb, pred, w)
+            totals += global_sums(self.stat_fns, yb, pred, per_example, w, 0.0).numpy()[:-1]
         return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}

@@ -31,6 +31,25 @@ def loss_function(model: Any) -> tuple[Callable[[Any, Any], Any], str]:
     return fn, str(name)
 
 
+def per_example_loss(loss_fn: Callable[[Any, Any], Any], y: Any, pred: Any, w: Any) -> Any:
+    """One float32 loss per example (losses with extra axes are averaged over them)."""
+    import tensorflow as tf
+
+    values = tf.reshape(tf.cast(loss_fn(y, pred), tf.float32), [tf.shape(w)[0], -1])
+    return tf.reduce_mean(values, axis=-1)
+
+
+def global_sums(
+    stats: list[Callable[[Any, Any], Any]], y: Any, pred: Any, per_example: Any, w: Any, stop: Any
+) -> Any:
+    """The vector every backend reduces each step: [loss sum, metric sums..., example count, stop votes]."""
+    import tensorflow as tf
+
+    values = [tf.reduce_sum(per_example * w)]
+    values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
+    return tf.stack([*values, tf.reduce_sum(w), tf.cast(stop, tf.float32)])
+
+
 def make_steps(
     strategy: Any,
     model: Any,
@@ -45,16 +64,10 @@ def make_steps(
 
     optimizer = model.optimizer
 
-    def sums(y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
-        values = [tf.reduce_sum(per_example * w)]
-        values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
-        return tf.stack([*values, tf.reduce_sum(w), stop])
-
     def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
-            per_example = tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32)
-            per_example = tf.reduce_mean(per_example, axis=-1)
+            per_example = per_example_loss(loss_fn, y, pred, w)
             # Average over the GLOBAL batch: Keras 3 sums gradients across replicas when applying them.
             loss = tf.reduce_sum(per_example * w) / global_batch
             if model.losses:
@@ -62,14 +75,11 @@ def make_steps(
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         grads = tape.gradient(scaled, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return sums(y, pred, per_example, w, stop)
+        return global_sums(stats, y, pred, per_example, w, stop)
 
     def eval_replica(x: Any, y: Any, w: Any) -> Any:
         pred = model(x, training=False)
-        per_example = tf.reduce_mean(
-            tf.cast(tf.reshape(loss_fn(y, pred), [tf.shape(w)[0], -1]), tf.float32), axis=-1
-        )
-        return sums(y, pred, per_example, w, tf.constant(0.0))
+        return global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)
 
     @tf.function(jit_compile=jit_compile or None)
     def train_step(batch: Any, stop: Any) -> Any:

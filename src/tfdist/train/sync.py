@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError, SetupError
+from tfdist.train.steps import global_sums, per_example_loss
 
 INSTALL_HINT = (
     "Hint: pip install 'tfdist[mpi]' (mpi4py and the mpich wheel), or your system's MPI "
@@ -76,29 +77,20 @@ def make_mpi_steps(
 
     optimizer, world = model.optimizer, sync.size
 
-    def sums(y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
-        values = [tf.reduce_sum(per_example * w)]
-        values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
-        return tf.stack([*values, tf.reduce_sum(w), stop])
-
     def allreduce(flat: Any) -> Any:
         reduced = tf.numpy_function(sync.allreduce, [flat], tf.float32, stateful=True)
         return tf.ensure_shape(reduced, flat.shape)
-
-    def per_example_loss(y: Any, pred: Any, w: Any) -> Any:
-        values = tf.reshape(tf.cast(loss_fn(y, pred), tf.float32), [tf.shape(w)[0], -1])
-        return tf.reduce_mean(values, axis=-1)
 
     def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
         variables = model.trainable_variables
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
-            per_example = per_example_loss(y, pred, w)
+            per_example = per_example_loss(loss_fn, y, pred, w)
             loss = tf.reduce_sum(per_example * w) / global_batch
             if model.losses:
                 loss += tf.add_n(model.losses) / world  # summed over ranks below: counted once
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
-        stat_values = sums(y, pred, per_example, w, stop)
+        stat_values = global_sums(stats, y, pred, per_example, w, stop)
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads] + [stat_values], 0)
         reduced = allreduce(flat)  # ONE all-reduce per step: every gradient and the metric sums
         sizes = [int(np.prod(v.shape)) for v in variables]
@@ -109,7 +101,7 @@ def make_mpi_steps(
 
     def eval_replica(x: Any, y: Any, w: Any) -> Any:
         pred = model(x, training=False)
-        return allreduce(sums(y, pred, per_example_loss(y, pred, w), w, tf.constant(0.0)))
+        return allreduce(global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0))
 
     @tf.function(jit_compile=False)  # numpy_function cannot be compiled by XLA
     def train_step(batch: Any, stop: Any) -> Any:
