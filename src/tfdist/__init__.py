@@ -6,7 +6,7 @@ train with ``tfdist.fit``; start several workers with ``tfdist launch``.
 
 from __future__ import annotations
 
-from tfdist.api import is_chief, local_rank, plan, rank, strategy, world_size
+from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size
 from tfdist.env import detect_environment
 from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
 from tfdist.launch import LaunchConfig, RunResult, launch
@@ -23,11 +23,13 @@ __all__ = [
     "TfdistError",
     "WorkerFailedError",
     "__version__",
+    "backend",
     "detect_environment",
     "fit",
     "is_chief",
     "launch",
     "local_rank",
+    "num_replicas",
     "plan",
     "rank",
     "save_model",

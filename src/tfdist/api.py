@@ -33,6 +33,26 @@ def world_size() -> int:
     return detect_environment().world_size
 
 
+def backend() -> str:
+    """The gradient-synchronisation backend of this process: ``tf`` (the strategy's collectives) or ``mpi``.
+
+    TFDIST_BACKEND (tf | mpi | auto) decides; ``auto`` is MPI under an MPI process manager.
+    """
+    from tfdist.strategy.plan import resolve_backend
+
+    return resolve_backend(detect_environment(), os.environ.get("TFDIST_BACKEND", "auto").lower())
+
+
+def num_replicas(strategy: Any) -> int:
+    """Replicas that share each global batch across the whole job: ``global = per_replica x this``.
+
+    With the MPI backend every process runs its own strategy, so the processes multiply its replicas;
+    with TensorFlow's collectives the strategy already counts every worker's replicas.
+    """
+    replicas = int(strategy.num_replicas_in_sync)
+    return replicas * world_size() if backend() == "mpi" else replicas
+
+
 def is_chief() -> bool:
     """True for the one process that writes shared outputs (checkpoints, summaries, saved models)."""
     return detect_environment().is_chief

@@ -94,3 +94,33 @@ def test_too_few_gpus_is_an_error() -> None:
 @pytest.mark.parametrize(("cores", "n", "share"), [(2, 2, "1"), (8, 2, "4"), (2, 4, "1"), (16, 3, "5")])
 def test_thread_share(cores: int, n: int, share: str) -> None:
     assert thread_env(cores, n)["TF_NUM_INTRAOP_THREADS"] == share
+
+
+def test_user_thread_settings_win_over_the_planned_share(tmp_path) -> None:
+    config = LaunchConfig(command=("x.py",), nproc_per_node=2, cpu=True, no_python=True)
+    specs = plan_workers(
+        config,
+        local_ports=[4001, 4002],
+        visible_gpus=[],
+        cores=8,
+        run_dir=str(tmp_path),
+        attempt=0,
+        base_env={"TF_NUM_INTRAOP_THREADS": "1"},
+    )
+    for spec in specs:
+        assert spec.env["TF_NUM_INTRAOP_THREADS"] == "1"  # the user's
+        assert spec.env["TF_NUM_INTEROP_THREADS"] == "4"  # planned: 8 cores / 2 workers
+
+
+def test_parameter_server_inter_op_minimum_beats_a_lower_user_setting(tmp_path) -> None:
+    config = LaunchConfig(command=("x.py",), nproc_per_node=2, ps=1, cpu=True, no_python=True)
+    specs = plan_workers(
+        config,
+        local_ports=[4001, 4002, 4003, 4004],
+        visible_gpus=[],
+        cores=2,
+        run_dir=str(tmp_path),
+        attempt=0,
+        base_env={"TF_NUM_INTEROP_THREADS": "1"},
+    )
+    assert {spec.env["TF_NUM_INTEROP_THREADS"] for spec in specs} == {"3"}

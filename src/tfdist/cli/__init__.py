@@ -21,6 +21,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
+    from tfdist.cli import bench as bench_cmd
     from tfdist.cli import env as env_cmd
     from tfdist.cli import launch as launch_cmd
     from tfdist.cli import slurm as slurm_cmd
@@ -38,6 +39,7 @@ def build_parser() -> Parser:
     launch_cmd.register(sub)
     train_cmd.register(sub)
     slurm_cmd.register(sub)
+    bench_cmd.register(sub)
     return parser
 
 

@@ -14,7 +14,11 @@ from tfdist.errors import ConfigError
 def register(sub: Any) -> None:
     """Add the ``train`` sub-parser."""
     p = sub.add_parser("train", help="train a workload (default: mnist-cnn on the embedded digits data)")
-    p.add_argument("--workload", default="mnist-cnn", help="regression | mnist-cnn | resnet50 | mobilenetv2")
+    p.add_argument(
+        "--workload",
+        default="mnist-cnn",
+        help="regression | mnist-cnn | resnet50 | mobilenetv2 | big-gradient",
+    )
     p.add_argument(
         "--dataset",
         default="digits",

@@ -116,6 +116,20 @@ def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[s
     }
 
 
+def with_thread_defaults(env: dict[str, str], user: Mapping[str, str], defaults: Mapping[str, str]) -> None:
+    """Add the planned thread counts to ``env`` unless the user set them: an explicit setting wins.
+
+    The inter-op minimum still holds (below it a parameter-server job deadlocks).
+    """
+    for key, value in defaults.items():
+        if key not in user:
+            env[key] = value
+    minimum = int(defaults.get("TF_NUM_INTEROP_THREADS", "1"))
+    current = env.get("TF_NUM_INTEROP_THREADS", "")
+    if current.isdigit() and int(current) < minimum:
+        env["TF_NUM_INTEROP_THREADS"] = str(minimum)
+
+
 def _rank(slot: TaskSlot, has_chief: bool) -> int:
     if slot.role == "chief":
         return 0
@@ -175,7 +189,10 @@ def plan_workers(
             env["CUDA_VISIBLE_DEVICES"] = gpus[local_rank]  # type: ignore[assignment]
         n_workers = len(spec.get("worker", []))
         if config.cpu:
-            env.update(thread_env(cores, len(training), n_workers + 1 if config.ps else 1))
+            user = {**base_env, **config.extra_env}
+            with_thread_defaults(
+                env, user, thread_env(cores, len(training), n_workers + 1 if config.ps else 1)
+            )
         elif config.ps and "TF_NUM_INTEROP_THREADS" not in env:
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
         out.append(
@@ -220,7 +237,7 @@ def plan_mpi(
         }
     )
     if config.cpu:
-        env.update(thread_env(cores, config.nproc_per_node))
+        with_thread_defaults(env, {**base_env, **config.extra_env}, thread_env(cores, config.nproc_per_node))
         env["CUDA_VISIBLE_DEVICES"] = ""
     # `python -m mpi4py` turns an uncaught exception or a non-zero exit in any rank into MPI_Abort, so the
     # other ranks do not wait forever in a collective for a peer that has left.

@@ -184,6 +184,12 @@ class DistributedData:
             user_fn = self.dataset_fn
 
             def from_user(ctx: Any) -> Any:
+                if self.processes > 1:  # MPI ranks: the strategy only knows this process's pipelines
+                    ctx = tf.distribute.InputContext(
+                        num_input_pipelines=ctx.num_input_pipelines * self.processes,
+                        input_pipeline_id=self.process * ctx.num_input_pipelines + ctx.input_pipeline_id,
+                        num_replicas_in_sync=self.replicas,
+                    )
                 ds = user_fn(ctx).map(with_weights)
                 return ds.repeat().skip(skip)
 

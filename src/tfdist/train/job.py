@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from tfdist.train.config import TrainConfig
@@ -17,17 +18,27 @@ def _optimizer(config: TrainConfig) -> Any:
     return keras.optimizers.SGD(config.lr, momentum=0.9)
 
 
-def run_training(config: TrainConfig) -> dict[str, Any]:
-    """Train as configured under the detected environment; return the summary (same on every worker)."""
+@dataclass
+class Prepared:
+    """Everything a run needs, built under the detected environment's strategy."""
+
+    strategy: Any
+    model: Any
+    data: Any
+    train_data: Any
+    steps_per_epoch: int | None
+    global_batch: int
+
+
+def prepare(config: TrainConfig) -> Prepared:
+    """Strategy, data and compiled model for ``config`` (shared by ``tfdist train`` and ``tfdist bench``)."""
     import tfdist
 
     strategy = tfdist.strategy()
     import keras
 
-    from tfdist.train import fit
     from tfdist.workloads import datasets, models
 
-    started = time.monotonic()
     data = datasets.load(
         config.dataset, seed=config.seed, data_dir=config.data_dir, image_size=config.image_size
     )
@@ -45,19 +56,30 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
             model.compile(optimizer=optimizer, loss="mse", metrics=["mae"])
         else:
             model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    global_batch = config.batch_size_per_replica * strategy.num_replicas_in_sync
+    global_batch = config.batch_size_per_replica * tfdist.num_replicas(strategy)
     steps = config.steps_per_epoch
     if isinstance(data, datasets.StreamDataset):
         train_data: Any = data.dataset_fn(global_batch, config.seed)
         steps = steps or max(1, data.train_examples // global_batch)
     else:
         train_data = (data.x_train, data.y_train)
+    return Prepared(strategy, model, data, train_data, steps, global_batch)
+
+
+def run_training(config: TrainConfig) -> dict[str, Any]:
+    """Train as configured under the detected environment; return the summary (same on every worker)."""
+    import tfdist
+    from tfdist.train import fit
+
+    started = time.monotonic()
+    p = prepare(config)
+    model, data = p.model, p.data
     history = fit(
         model,
-        train_data,
-        batch_size=global_batch,
+        p.train_data,
+        batch_size=p.global_batch,
         epochs=config.epochs,
-        steps_per_epoch=steps,
+        steps_per_epoch=p.steps_per_epoch,
         validation_data=(data.x_test, data.y_test),
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_every=config.checkpoint_every,

@@ -26,8 +26,6 @@ from tfdist.train.steps import loss_function, make_steps
 log = get_logger(__name__)
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
 CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
-#: Results (loss sums, stop votes) are read every SYNC_EVERY steps; a stop request waits at most that long.
-SYNC_EVERY = 10
 UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
 
 
@@ -129,15 +127,17 @@ class SyncTrainer:
         )
         self.stop, self.heartbeat = StopRequest(), Heartbeat()
         self.iterator: Any = None  # one input iterator for the whole run, made at the first epoch
+        # (global step, wall time) at every sync point, and when the run's first step finished: what
+        # `tfdist bench` reads step times and time-to-first-step from.
+        self.timeline: list[tuple[int, float]] = []
+        self.first_step_at: float | None = None
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
 
     def _make_sync(self) -> Any:
         """The MPI synchroniser when the MPI backend is selected, else None (TensorFlow collectives)."""
-        import os
+        from tfdist import api
 
-        from tfdist.strategy.plan import resolve_backend
-
-        if resolve_backend(self.env, os.environ.get("TFDIST_BACKEND", "auto").lower()) != "mpi":
+        if api.backend() != "mpi":
             return None
         if self.strategy.num_replicas_in_sync != 1:
             raise ConfigError(
@@ -278,11 +278,15 @@ class SyncTrainer:
             out = self.train_step(batch, self._votes[bool(self.stop.signum)])
             pending = out if pending is None else pending + out
             step += 1
+            if self.first_step_at is None:
+                out.numpy()  # one host sync per run: when did the first step finish?
+                self.first_step_at = time.time()
             if not self._sync_point(step, done + 1):
                 continue
             # Reading results blocks until the step ran; doing it every few steps keeps the input
             # pipeline and the next step's dispatch overlapping with compute.
             values, pending = pending.numpy(), None
+            self.timeline.append((step, time.time()))
             totals += values[:-1]
             self.heartbeat.beat()
             rate = totals[-1] / max(time.monotonic() - started, 1e-9)
@@ -296,8 +300,13 @@ class SyncTrainer:
         return totals
 
     def _sync_point(self, step: int, done: int) -> bool:
-        """Steps at which every worker reads its results: the same step numbers everywhere."""
-        return done == self.plan.steps_per_epoch or step % SYNC_EVERY == 0 or self._checkpoint_due(step)
+        """Steps at which every worker reads its results: the same step numbers everywhere.
+
+        Results (loss sums, stop votes) are read every ``log_every`` steps, not every step: reading blocks
+        the host until the step ran, which would stop it from queueing the next one meanwhile.
+        """
+        every = self.options.log_every
+        return done == self.plan.steps_per_epoch or step % every == 0 or self._checkpoint_due(step)
 
     def _checkpoint_due(self, step: int) -> bool:
         every = self.options.checkpoint_every
@@ -334,6 +343,8 @@ class SyncTrainer:
             "world_size": self.env.world_size,
             "strategy": type(self.strategy).__name__,
             "learning_rate": self.target_lr,
+            "first_step_at": self.first_step_at,
+            "timeline": self.timeline,
         }
         self.reporter.finish(
             self.history.history, {"summary": self.history.summary, "environment": self.env.describe()}
@@ -374,7 +385,8 @@ def fit(
     ``batch_size`` (global). Keyword options are those of :class:`tfdist.train.options.FitOptions`:
     ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
     ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
-    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``.
+    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``, ``log_every`` (steps between
+    reads of the results: progress, stop requests).
 
     Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
     workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``

@@ -27,12 +27,15 @@ class FitOptions:
     run_dir: str | None = None
     tensorboard_dir: str | None = None
     jit_compile: bool = False
+    log_every: int = 10
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
             raise ConfigError(f"epochs={self.epochs!r} must be a positive integer.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise ConfigError(f"checkpoint_every={self.checkpoint_every} must be at least 1 step.")
+        if isinstance(self.log_every, bool) or not isinstance(self.log_every, int) or self.log_every < 1:
+            raise ConfigError(f"log_every={self.log_every!r} must be a positive number of steps.")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints={self.keep_checkpoints} must be at least 1.")
         if self.lr_scaling not in RULES:

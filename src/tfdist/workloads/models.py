@@ -1,4 +1,4 @@
-"""Named models sized from the dataset: regression, mnist-cnn, resnet50, mobilenetv2."""
+"""Named models sized from the dataset: regression, mnist-cnn, resnet50, mobilenetv2, big-gradient."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from typing import Any
 
 from tfdist.errors import ConfigError
 
-NAMES = ("regression", "mnist-cnn", "resnet50", "mobilenetv2")
+NAMES = ("regression", "mnist-cnn", "resnet50", "mobilenetv2", "big-gradient")
+#: Size of big-gradient's parameter table: 4M floats (16 MB of gradient per step) for almost no compute.
+BIG_GRADIENT_PARAMS = 4_000_000
 
 
 def build(name: str, input_shape: tuple[int, ...], num_classes: int, weights: str | None = None) -> Any:
@@ -33,6 +35,16 @@ def build(name: str, input_shape: tuple[int, ...], num_classes: int, weights: st
             ],
             name="mnist_cnn",
         )
+    if name == "big-gradient":
+        # A linear classifier plus a large parameter table that enters the output through one mean: the
+        # compute is tiny and every step all-reduces a 16 MB dense gradient. It exists to show (and test)
+        # what a communication-bound job looks like.
+        inputs = keras.Input(input_shape)
+        logits = keras.layers.Dense(num_classes)(keras.layers.Flatten()(inputs))
+        from tfdist.workloads.layers import TableShift
+
+        shifted = TableShift(BIG_GRADIENT_PARAMS)(logits)
+        return keras.Model(inputs, keras.layers.Softmax()(shifted), name="big_gradient")
     if name in ("resnet50", "mobilenetv2"):
         app = keras.applications.ResNet50 if name == "resnet50" else keras.applications.MobileNetV2
         model = app(

@@ -1,0 +1,106 @@
+"""BenchConfig: the options of ``tfdist bench``, validated before anything runs or is written."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tfdist.errors import ConfigError
+from tfdist.train.config import TrainConfig
+
+BACKENDS = ("tf", "mpi")
+
+
+def parse_counts(text: str, flag: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4): positive, distinct, in the given order sorted ascending."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError(f"{flag} {text!r} is empty. Hint: a comma-separated list such as 1,2.")
+    values = []
+    for part in parts:
+        if not part.isdigit() or int(part) < 1:
+            raise ConfigError(f"{flag} {text!r}: {part!r} is not a positive integer. Hint: e.g. {flag} 1,2.")
+        values.append(int(part))
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{flag} {text!r} repeats a value.")
+    return tuple(sorted(values))
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``"tf,mpi"`` -> ("tf", "mpi"), each a known synchronisation backend."""
+    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in BACKENDS]
+    if not names or unknown:
+        raise ConfigError(
+            f"--backend {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: {', '.join(BACKENDS)}."
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--backend {text!r} repeats a backend.")
+    return names
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A benchmark grid (workers x replicas x backends), its lengths and where the results go."""
+
+    out: str
+    workload: str = "mnist-cnn"
+    dataset: str = "synthetic"
+    workers: tuple[int, ...] = (1, 2)
+    replicas: tuple[int, ...] = (1,)
+    backends: tuple[str, ...] = ("tf",)
+    steps: int = 50
+    warmup: int = 10
+    repeats: int = 3
+    batch_size_per_replica: int = 64
+    threads: int | None = None
+    diagnose: bool = False
+    input_delay_ms: float = 0.0
+    run_timeout: float = 600.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        # The training options are TrainConfig's: one place validates workload and dataset names.
+        self.train_config(self.out)
+        if self.steps < 1:
+            raise ConfigError(f"--steps={self.steps} must be at least 1 measured step.")
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup={self.warmup} must be 0 or more steps.")
+        if self.repeats < 1:
+            raise ConfigError(f"--repeats={self.repeats} must be at least 1.")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads={self.threads} must be at least 1 per worker.")
+        if self.input_delay_ms < 0:
+            raise ConfigError(f"--input-delay-ms={self.input_delay_ms} must be 0 or more.")
+        if self.run_timeout <= 0:
+            raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
+        if os.path.exists(os.path.join(self.out, "results.json")):
+            raise ConfigError(
+                f"--out {self.out!r} already holds results.json. Hint: choose a new --out directory."
+            )
+        if os.path.exists(self.out) and not os.path.isdir(self.out):
+            raise ConfigError(f"--out {self.out!r} is a file. Hint: give a directory.")
+
+    def train_config(self, output_dir: str) -> TrainConfig:
+        """The training options every measured run shares."""
+        return TrainConfig(
+            workload=self.workload,
+            dataset=self.dataset,
+            epochs=1,
+            batch_size_per_replica=self.batch_size_per_replica,
+            lr=0.01,
+            output_dir=output_dir,
+            steps_per_epoch=self.warmup + self.steps,
+            seed=self.seed,
+        )
+
+    @property
+    def log_every(self) -> int:
+        """Steps per timing block: results are read (and a time stamp taken) at block ends.
+
+        Blocks must end exactly at the warm-up boundary so warm-up steps never enter the step times.
+        """
+        import math
+
+        block = math.gcd(self.steps, 10)
+        return math.gcd(block, self.warmup) if self.warmup else block

@@ -1,0 +1,181 @@
+"""Pure planning of a benchmark: which runs, in what order, with which threads, and what to warn about."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tfdist.bench.config import BenchConfig
+
+#: Single-process runs synchronise nothing across processes: every backend's curve starts from them.
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One configuration: processes (workers), replicas per process and the synchronisation backend."""
+
+    workers: int
+    replicas: int
+    backend: str
+
+    @property
+    def devices(self) -> int:
+        """Replicas in the whole job: the ideal speed-up is proportional to this."""
+        return self.workers * self.replicas
+
+    @property
+    def name(self) -> str:
+        """Stable identifier, e.g. ``mpi-w2-r1``."""
+        return f"{self.backend}-w{self.workers}-r{self.replicas}"
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """The runs, the per-worker thread count, and the notes/warnings the report states."""
+
+    runs: tuple[RunSpec, ...]
+    threads: int
+    skipped: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def order(self, repeat: int) -> list[RunSpec]:
+        """Run order of one repeat: rotated and reversed on alternate repeats to spread machine drift."""
+        runs = list(self.runs)
+        shift = repeat % len(runs)
+        rotated = runs[shift:] + runs[:shift]
+        return rotated[::-1] if repeat % 2 else rotated
+
+
+def plan_bench(config: BenchConfig, *, cores: int, gpus: int) -> BenchPlan:
+    """Expand the grid. One process per worker; replicas are GPUs, or logical CPU devices without GPUs."""
+    runs: list[RunSpec] = []
+    skipped: list[str] = []
+    for workers in config.workers:
+        for replicas in config.replicas:
+            if workers == 1:
+                runs.append(RunSpec(1, replicas, LOCAL))
+                continue
+            for backend in config.backends:
+                if gpus and replicas > 1:
+                    skipped.append(
+                        f"{workers} workers x {replicas} GPUs each: the launcher hands out one GPU or all GPUs per worker."
+                    )
+                    continue
+                if backend == "mpi" and replicas > 1:
+                    skipped.append(
+                        f"mpi with {replicas} replicas per worker: the MPI backend runs one replica per rank."
+                    )
+                    continue
+                runs.append(RunSpec(workers, replicas, backend))
+    max_workers = max(config.workers)
+    threads = config.threads or max(1, cores // max_workers)
+    return BenchPlan(
+        tuple(runs), threads, tuple(dict.fromkeys(skipped)), tuple(_warnings(config, threads, cores, gpus))
+    )
+
+
+def _warnings(config: BenchConfig, threads: int, cores: int, gpus: int) -> list[str]:
+    out = []
+    max_workers, max_replicas = max(config.workers), max(config.replicas)
+    if gpus:
+        if max_workers * max_replicas > gpus:
+            out.append(
+                f"{max_workers} workers x {max_replicas} replicas asks for more GPUs than the {gpus} visible: "
+                "replicas would share GPUs, so the speed-up past that point measures sharing, not scaling."
+            )
+        return out
+    if max_workers * threads > cores:
+        out.append(
+            f"{max_workers} workers x {threads} thread(s) > {cores} CPU cores: the workers time-slice the "
+            "cores, so the speed-up past that point measures oversubscription, not scaling."
+        )
+    if max_replicas > 1:
+        out.append(
+            f"no GPU: {max_replicas} replicas per worker are logical CPU devices that share the worker's "
+            f"{threads} thread(s); they test the multi-replica code path but add no compute."
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Command:
+    """How to start one measured run: argv, environment additions, and where its output goes."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    run_dir: str
+    log_path: str
+
+
+def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple[str, ...]:
+    """The arguments of ``python -m tfdist.bench.worker`` for ``config``."""
+    return (
+        "-m",
+        "tfdist.bench.worker",
+        "--mode",
+        mode,
+        "--workload",
+        config.workload,
+        "--dataset",
+        config.dataset,
+        "--batch-size-per-replica",
+        str(config.batch_size_per_replica),
+        "--warmup",
+        str(config.warmup),
+        "--steps",
+        str(config.steps),
+        "--log-every",
+        str(config.log_every),
+        "--seed",
+        str(config.seed),
+        "--input-delay-ms",
+        str(config.input_delay_ms),
+        "--run-dir",
+        run_dir,
+    )
+
+
+def thread_settings(threads: int) -> dict[str, str]:
+    """The same thread pools for every process of every run: what makes configurations comparable."""
+    return {
+        "TF_NUM_INTRAOP_THREADS": str(threads),
+        "TF_NUM_INTEROP_THREADS": str(threads),
+        "OMP_NUM_THREADS": str(threads),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+def command_for(
+    spec: RunSpec,
+    program: tuple[str, ...],
+    *,
+    python: str,
+    threads: int,
+    gpus: int,
+    run_dir: str,
+    log_path: str,
+    timeout: float,
+) -> Command:
+    """Start ``program`` (arguments after ``python``) as configuration ``spec``.
+
+    One worker runs directly; several go through ``tfdist launch`` (``--backend mpi`` for MPI). Without
+    GPUs, replicas are logical CPU devices (TFDIST_CPU_REPLICAS); with GPUs, one worker's replicas are
+    its first ``replicas`` GPUs and several workers get one GPU each from the launcher.
+    """
+    env = thread_settings(threads)
+    if gpus == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        if spec.replicas > 1:
+            env["TFDIST_CPU_REPLICAS"] = str(spec.replicas)
+    elif spec.workers == 1:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.replicas))
+    if spec.workers == 1:
+        return Command((python, "-u", *program), env, run_dir, log_path)
+    launch = [python, "-m", "tfdist", "launch", "-n", str(spec.workers), "--quiet-workers"]
+    launch += ["--log-dir", os.path.join(run_dir, "launch"), "--timeout", str(timeout)]
+    if spec.backend == "mpi":
+        launch += ["--backend", "mpi"]
+    if gpus == 0:
+        launch.append("--cpu")
+    return Command((*launch, *program), env, run_dir, log_path)

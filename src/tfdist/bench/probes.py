@@ -1,0 +1,106 @@
+"""Worker-side measurements for ``tfdist bench --diagnose`` and the benchmarks, run in launched processes.
+
+``python -m tfdist.bench.probes allreduce --backend tf|mpi --floats N --iters K --out FILE``: the time of one
+sum-all-reduce of N float32 across every worker of the launch, through TensorFlow's collectives
+(MultiWorkerMirroredStrategy, what the ``tf`` backend uses) or MPI (what the ``mpi`` backend uses).
+The chief writes the median, p90 and all samples as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def timed(call: Callable[[], object], iters: int, warmup: int) -> list[float]:
+    """Wall-clock seconds of ``call`` per iteration, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(iters):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def memcopy_samples(floats: int, iters: int) -> list[float]:
+    """One in-memory copy of ``floats`` float32: the lower bound of any all-reduce of that size."""
+    src, dst = np.ones(floats, np.float32), np.empty(floats, np.float32)
+    return timed(lambda: np.copyto(dst, src), iters, warmup=3)
+
+
+def _mpi_allreduce(floats: int, iters: int, warmup: int) -> tuple[list[float], bool]:
+    from tfdist.train.sync import MPISync
+
+    sync = MPISync()
+    buffer = np.ones(floats, np.float32)
+    samples = timed(lambda: sync.allreduce(buffer), iters, warmup)
+    check = sync.allreduce(np.ones(4, np.float32))
+    return samples, bool(np.all(check == sync.size)) and sync.rank == 0
+
+
+def _tf_allreduce(floats: int, iters: int, warmup: int) -> tuple[list[float], bool]:
+    import tensorflow as tf
+
+    from tfdist import api
+
+    strategy = api.strategy()
+    buffer = tf.ones([floats], tf.float32)
+
+    @tf.function
+    def reduce(x: tf.Tensor) -> tf.Tensor:
+        def replica(v: tf.Tensor) -> tf.Tensor:
+            # A value computed in the replica (not the captured input): what a gradient is.
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, v * 1.0)
+
+        return strategy.experimental_local_results(strategy.run(replica, args=(x,)))[0]
+
+    # .numpy() per call: the time includes waiting for the peers, as a training step does.
+    samples = timed(lambda: reduce(buffer).numpy(), iters, warmup)
+    total = float(reduce(tf.ones([4], tf.float32)).numpy()[0])
+    return samples, total == strategy.num_replicas_in_sync and api.is_chief()
+
+
+def allreduce_main(args: argparse.Namespace) -> int:
+    """Measure, and let the chief (rank 0) write the JSON result."""
+    run = _mpi_allreduce if args.backend == "mpi" else _tf_allreduce
+    samples, writer = run(args.floats, args.iters, args.warmup)
+    if writer:
+        result = {
+            "backend": args.backend,
+            "floats": args.floats,
+            "bytes": args.floats * 4,
+            "workers": int(os.environ.get("TFDIST_WORLD_SIZE", "1")),
+            "median_s": statistics.median(samples),
+            "p90_s": float(np.percentile(samples, 90)),
+            "samples_s": samples,
+        }
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tfdist.bench.probes``."""
+    parser = argparse.ArgumentParser(prog="python -m tfdist.bench.probes")
+    sub = parser.add_subparsers(dest="probe", required=True)
+    ar = sub.add_parser("allreduce")
+    ar.add_argument("--backend", choices=("tf", "mpi"), required=True)
+    ar.add_argument("--floats", type=int, required=True)
+    ar.add_argument("--iters", type=int, default=30)
+    ar.add_argument("--warmup", type=int, default=5)
+    ar.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    return allreduce_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Benchmark output: results.json, results.csv, report.md, scaling.png and a rich table on the console."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CSV_COLUMNS = (
+    "name",
+    "workers",
+    "replicas",
+    "backend",
+    "repeats",
+    "examples_per_sec",
+    "step_time_median_s",
+    "step_time_p90_s",
+    "speedup",
+    "efficiency",
+    "time_to_first_step_s",
+    "cpu_util",
+    "gpu_util",
+    "gpu_mem_mb",
+)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV (one line per configuration)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """report.md: what was run, on what, the table, the warnings and the diagnosis."""
+    s = payload["settings"]
+    lines = [
+        "# tfdist bench",
+        "",
+        f"Workload `{s['workload']}` on `{s['dataset']}`, batch {s['batch_size_per_replica']} per replica, "
+        f"{s['steps']} measured steps after {s['warmup']} warm-up steps, {s['repeats']} repeat(s) with the "
+        "configurations alternating. Step times are per-step means over blocks of "
+        f"{s['log_every']} steps; examples/s cover the measured steps only.",
+        "",
+        f"Machine: {payload['machine']['cores']} CPU cores, {payload['machine']['gpus']} GPU(s). Threads per "
+        f"worker: {s['threads']} intra-op and {s['threads']} inter-op (TF_NUM_INTRAOP_THREADS, "
+        "TF_NUM_INTEROP_THREADS), the same in every configuration.",
+        "",
+        "| configuration | workers | replicas | backend | examples/s | step median | step p90 | speed-up | efficiency | first step | CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["runs"]:
+        lines.append(
+            f"| {r['name']} | {r['workers']} | {r['replicas']} | {r['backend']} | {r['examples_per_sec']:,.0f} | "
+            f"{r['step_time_median_s'] * 1000:.1f} ms | {r['step_time_p90_s'] * 1000:.1f} ms | "
+            f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {r['time_to_first_step_s']:.1f} s | "
+            f"{_pct(r['cpu_util'])} |"
+        )
+    lines += [
+        "",
+        "`local`: one process, nothing synchronised across processes; every backend's line starts there.",
+    ]
+    if payload["skipped"]:
+        lines += ["", "Not run:", *[f"- {x}" for x in payload["skipped"]]]
+    if payload["warnings"]:
+        lines += ["", "Warnings:", *[f"- {x}" for x in payload["warnings"]]]
+    diagnosis = payload.get("diagnosis")
+    if diagnosis:
+        lines += ["", f"## Diagnosis: {diagnosis['bottleneck']}-bound", ""]
+        lines += [f"- {x}" for x in diagnosis["evidence"]]
+        lines += ["", f"Recommendation: {diagnosis['recommendation']}"]
+    lines += ["", "![speed-up](scaling.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Speed-up against workers, one line per backend (each starting from the local runs), and the ideal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    local = [r for r in rows if r["backend"] == "local"]
+    backends = sorted({r["backend"] for r in rows if r["backend"] != "local"}) or ["local"]
+    replica_counts = sorted({r["replicas"] for r in rows})
+    for backend in backends:
+        for replicas in replica_counts:
+            points = sorted(
+                (r["workers"], r["speedup"])
+                for r in [*local, *[r for r in rows if r["backend"] == backend]]
+                if r["replicas"] == replicas
+            )
+            if points:
+                label = backend if len(replica_counts) == 1 else f"{backend}, {replicas} replica(s)/worker"
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    workers = sorted({r["workers"] for r in rows})
+    base = min(rows, key=lambda r: r["devices"])
+    ax.plot(workers, [w / base["workers"] for w in workers], linestyle="--", color="grey", label="ideal")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("speed-up (examples/s vs smallest)")
+    ax.set_xticks(workers)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_all(out: Path, payload: dict[str, Any]) -> list[Path]:
+    """Write the four result files (each atomically) and return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.json", out / "results.csv", out / "report.md", out / "scaling.png"]
+    _atomic_write(paths[0], json.dumps(payload, indent=2, default=float))
+    _atomic_write(paths[1], csv_text(payload["runs"]))
+    _atomic_write(paths[2], markdown(payload))
+    plot(payload["runs"], paths[3])
+    return paths
+
+
+def print_table(payload: dict[str, Any]) -> None:
+    """The results as a rich table, then warnings and the diagnosis."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=140)
+    table = Table(
+        title=f"tfdist bench: {payload['settings']['workload']} on {payload['settings']['dataset']}"
+    )
+    for column in (
+        "config",
+        "examples/s",
+        "step median",
+        "step p90",
+        "speed-up",
+        "efficiency",
+        "1st step",
+        "CPU",
+        "GPU",
+    ):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for r in payload["runs"]:
+        table.add_row(
+            r["name"],
+            f"{r['examples_per_sec']:,.0f}",
+            f"{r['step_time_median_s'] * 1000:.1f} ms",
+            f"{r['step_time_p90_s'] * 1000:.1f} ms",
+            f"{r['speedup']:.2f}x",
+            f"{r['efficiency']:.2f}",
+            f"{r['time_to_first_step_s']:.1f} s",
+            _pct(r["cpu_util"]),
+            _pct(r["gpu_util"]),
+        )
+    console.print(table)
+    for warning in payload["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    diagnosis = payload.get("diagnosis")
+    if diagnosis:
+        console.print(f"[bold]bottleneck: {diagnosis['bottleneck']}[/bold]")
+        for line in diagnosis["evidence"]:
+            console.print(f"  - {line}")
+        console.print(f"  recommendation: {diagnosis['recommendation']}")

@@ -1,0 +1,155 @@
+"""Starts the measured processes of ``tfdist bench`` and samples their CPU (psutil) and GPU (NVML) use."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfdist.bench.plan import Command
+from tfdist.errors import TfdistError
+
+POLL_S = 0.1
+
+
+class RunFailed(TfdistError):
+    """A measured run exited with an error or ran past its time limit."""
+
+
+@dataclass
+class Usage:
+    """(wall time, cumulative CPU seconds of the process tree) samples, plus GPU samples when available."""
+
+    cpu: list[tuple[float, float]] = field(default_factory=list)
+    gpu_util: list[tuple[float, float]] = field(default_factory=list)
+    gpu_mem_mb: list[tuple[float, float]] = field(default_factory=list)
+
+    def cpu_util(self, start: float, end: float, cores: int) -> float | None:
+        """Mean share of all cores the job used between two wall times (interpolated samples)."""
+        if len(self.cpu) < 2 or end <= start:
+            return None
+        used = _interpolate(self.cpu, end) - _interpolate(self.cpu, start)
+        return max(0.0, used / ((end - start) * cores))
+
+    def gpu(self, start: float, end: float) -> tuple[float | None, float | None]:
+        """(mean utilisation 0-1, peak memory MB) within the window, or (None, None) without NVML."""
+        util = [v for t, v in self.gpu_util if start <= t <= end]
+        mem = [v for t, v in self.gpu_mem_mb if start <= t <= end]
+        return (sum(util) / len(util) if util else None, max(mem) if mem else None)
+
+
+def _interpolate(series: list[tuple[float, float]], at: float) -> float:
+    times = [t for t, _ in series]
+    i = bisect.bisect_left(times, at)
+    if i <= 0:
+        return series[0][1]
+    if i >= len(series):
+        return series[-1][1]
+    (t0, v0), (t1, v1) = series[i - 1], series[i]
+    return v0 + (v1 - v0) * (at - t0) / max(t1 - t0, 1e-12)
+
+
+class _Sampler(threading.Thread):
+    """Polls the CPU time of a process tree (and NVML, when present) until stopped."""
+
+    def __init__(self, pid: int, usage: Usage) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.usage = pid, usage
+        self.done = threading.Event()
+        self.seen: dict[int, float] = {}  # CPU seconds last seen per pid: exited processes keep theirs
+        self.nvml = _nvml_handles()
+
+    def run(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self.done.is_set():
+            now = time.time()
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            for proc in procs:
+                try:
+                    t = proc.cpu_times()
+                    self.seen[proc.pid] = t.user + t.system
+                except psutil.Error:
+                    continue
+            self.usage.cpu.append((now, sum(self.seen.values())))
+            self._sample_gpus(now)
+            self.done.wait(POLL_S)
+
+    def _sample_gpus(self, now: float) -> None:
+        if not self.nvml:
+            return
+        import pynvml
+
+        util = [pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100 for h in self.nvml]
+        mem = [pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20 for h in self.nvml]
+        self.usage.gpu_util.append((now, sum(util) / len(util)))
+        self.usage.gpu_mem_mb.append((now, sum(mem)))
+
+
+def _nvml_handles() -> list[Any]:
+    """NVML device handles, or [] when nvidia-ml-py, a driver or a GPU is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # no library / driver / device: GPU columns stay empty
+        return []
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run that exited 0: its worker's bench.json, when it started, and its resource samples."""
+
+    result: dict[str, Any]
+    started_at: float
+    usage: Usage
+
+
+def run_command(command: Command, *, timeout: float, base_env: Mapping[str, str] | None = None) -> Finished:
+    """Run one measured process tree to completion; RunFailed (with the log path) when it does not succeed."""
+    env = {**(base_env if base_env is not None else os.environ), **command.env}
+    Path(command.run_dir).mkdir(parents=True, exist_ok=True)
+    Path(command.log_path).parent.mkdir(parents=True, exist_ok=True)
+    usage = Usage()
+    with open(command.log_path, "w", encoding="utf-8") as log:
+        started = time.time()
+        proc = subprocess.Popen(
+            command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        sampler = _Sampler(proc.pid, usage)
+        sampler.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole tree, and nothing else
+            proc.wait()
+            raise RunFailed(
+                f"a run took longer than {timeout:.0f} s and was stopped; log: {command.log_path}"
+            ) from None
+        finally:
+            sampler.done.set()
+            sampler.join(timeout=5)
+    result_path = Path(command.run_dir) / "bench.json"
+    if code != 0 or not result_path.exists():
+        tail = Path(command.log_path).read_text(errors="replace").strip().splitlines()[-3:]
+        raise RunFailed(
+            f"a run exited with code {code}; log: {command.log_path}"
+            + (f" (last line: {tail[-1]})" if tail else "")
+        )
+    return Finished(json.loads(result_path.read_text()), started, usage)

@@ -1,0 +1,149 @@
+"""One measured process of ``tfdist bench`` (started directly, by the launcher, or by mpiexec).
+
+``python -m tfdist.bench.worker --mode train|compute|input ...`` writes ``bench.json`` (chief only):
+- ``train``: the real distributed step (``tfdist.fit`` on the workload's input pipeline);
+- ``compute``: the same step on one in-memory batch (no input pipeline cost);
+- ``input``: the input pipeline alone (batches are fetched, nothing is computed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+MODES = ("train", "compute", "input")
+
+
+def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
+    """``train_data`` as a per-replica ``dataset_fn`` whose every batch takes at least ``delay_s`` to make.
+
+    A serial sleep in the pipeline: the way to see (and test) what an input-bound job looks like.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    def wait(x: Any, y: Any) -> tuple[Any, Any]:
+        done = tf.numpy_function(
+            lambda: np.float32(time.sleep(delay_s) or 0.0), [], tf.float32, stateful=True
+        )
+        return x + tf.cast(done, x.dtype), y
+
+    if callable(train_data):
+        return lambda ctx: train_data(ctx).map(wait)
+    x, y = train_data
+
+    def dataset_fn(ctx: Any) -> Any:
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        ds = ds.shuffle(4096, seed=seed).repeat().batch(per_replica, drop_remainder=True)
+        return ds.map(wait).prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def in_memory(prepared: Any) -> Any:
+    """One global batch held in memory and repeated: the step without any input pipeline cost."""
+    import numpy as np
+    import tensorflow as tf
+
+    data, global_batch = prepared.train_data, prepared.global_batch
+    if callable(data):  # per-replica batches: repeat one until it fills the global batch
+        x, y = (np.asarray(t) for t in next(iter(data(tf.distribute.InputContext())))[:2])
+    else:
+        x, y = data
+    x, y = (np.resize(a, (global_batch, *a.shape[1:])) for a in (x, y))
+    return tf.data.Dataset.from_tensors((tf.constant(x), tf.constant(y))).repeat()
+
+
+def measure_input(prepared: Any, warmup: int, steps: int, seed: int) -> dict[str, Any]:
+    """Examples per second of this worker's input pipeline alone (the same pipeline ``fit`` builds)."""
+    from tfdist.train.data import DistributedData
+
+    data = DistributedData(
+        prepared.strategy,
+        prepared.train_data,
+        batch_size=prepared.global_batch,
+        steps_per_epoch=warmup + steps,
+        shuffle=True,
+        seed=seed,
+    )
+    iterator = data.iterate(0, 1)
+    for _ in range(warmup):
+        next(iterator)
+    started = time.perf_counter()
+    for _ in range(steps):
+        next(iterator)
+    seconds = time.perf_counter() - started
+    return {"examples_per_sec": steps * prepared.global_batch / seconds, "seconds": seconds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tfdist.bench.worker``."""
+    parser = argparse.ArgumentParser(prog="python -m tfdist.bench.worker")
+    parser.add_argument("--mode", choices=MODES, default="train")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--batch-size-per-replica", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--input-delay-ms", type=float, default=0.0)
+    parser.add_argument("--run-dir", required=True)
+    args = parser.parse_args(argv)
+
+    import tfdist
+    from tfdist.train.config import TrainConfig
+    from tfdist.train.job import prepare
+
+    config = TrainConfig(
+        workload=args.workload,
+        dataset=args.dataset,
+        epochs=1,
+        batch_size_per_replica=args.batch_size_per_replica,
+        lr=0.01,
+        output_dir=args.run_dir,
+        steps_per_epoch=args.warmup + args.steps,
+        seed=args.seed,
+    )
+    prepared = prepare(config)
+    if args.input_delay_ms > 0:
+        prepared.train_data = slowed(
+            prepared.train_data, args.batch_size_per_replica, args.input_delay_ms / 1000, args.seed
+        )
+    result: dict[str, Any] = {
+        "mode": args.mode,
+        "params": int(prepared.model.count_params()),
+        "global_batch": prepared.global_batch,
+        "pid": os.getpid(),
+    }
+    if args.mode == "input":
+        result.update(measure_input(prepared, args.warmup, args.steps, args.seed))
+    else:
+        train_data = in_memory(prepared) if args.mode == "compute" else prepared.train_data
+        history = tfdist.fit(
+            prepared.model,
+            train_data,
+            batch_size=prepared.global_batch,
+            epochs=1,
+            steps_per_epoch=args.warmup + args.steps,
+            verbose=0,
+            log_every=args.log_every,
+            seed=args.seed,
+        )
+        result.update(history.summary)
+    if tfdist.is_chief():
+        out = Path(args.run_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json.tmp").write_text(json.dumps(result, default=float))
+        os.replace(out / "bench.json.tmp", out / "bench.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
