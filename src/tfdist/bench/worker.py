@@ -28,10 +28,12 @@ def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
     import numpy as np
     import tensorflow as tf
 
+    def pause() -> np.float32:
+        time.sleep(delay_s)
+        return np.float32(0.0)
+
     def wait(x: Any, y: Any) -> tuple[Any, Any]:
-        done = tf.numpy_function(
-            lambda: np.float32(time.sleep(delay_s) or 0.0), [], tf.float32, stateful=True
-        )
+        done = tf.numpy_function(pause, [], tf.float32, stateful=True)
         return x + tf.cast(done, x.dtype), y
 
     if callable(train_data):
