@@ -113,8 +113,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
                 f"{_ms(max(t_full - t_comp, 0.0))} longer than compute alone",
                 *evidence,
             ),
-            hint + "raise --batch-size-per-replica so each step carries more compute per byte synchronised, "
-            "or use a model with fewer parameters per unit of compute.",
+            hint + ("r" if hint else "R") + "aise --batch-size-per-replica so each step carries more compute "
+            "per byte synchronised, or use a model with fewer parameters per unit of compute.",
         )
     return Diagnosis(
         "compute",

@@ -40,11 +40,11 @@ class BenchPlan:
     warnings: tuple[str, ...]
 
     def order(self, repeat: int) -> list[RunSpec]:
-        """Run order of one repeat: rotated and reversed on alternate repeats to spread machine drift."""
+        """Run order of one repeat: rotated by one per repeat, so every configuration takes every position
+        in turn and a slow drift of the machine is spread over all of them instead of one."""
         runs = list(self.runs)
         shift = repeat % len(runs)
-        rotated = runs[shift:] + runs[:shift]
-        return rotated[::-1] if repeat % 2 else rotated
+        return runs[shift:] + runs[:shift]
 
 
 def plan_bench(config: BenchConfig, *, cores: int, gpus: int) -> BenchPlan:

@@ -1,0 +1,112 @@
+"""`tfdist bench` end to end: real runs through the launcher and MPI, and the diagnosis on constructed cases."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
+REQUIRED = {
+    "workers",
+    "replicas",
+    "backend",
+    "examples_per_sec",
+    "step_time_median_s",
+    "speedup",
+    "efficiency",
+}
+
+
+def bench(out: Path, *args: str, timeout: float = 500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist", "bench", "--out", str(out), "--repeats", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_scaling_grid_over_both_backends(tmp_path: Path) -> None:
+    out = tmp_path / "grid"
+    proc = bench(out, "--workers", "1,2", "--backend", "tf,mpi", "--steps", "20", "--warmup", "10")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    runs = {r["name"]: r for r in results["runs"]}
+    assert set(runs) == {"local-w1-r1", "tf-w2-r1", "mpi-w2-r1"}
+    for run in runs.values():
+        assert REQUIRED <= set(run)
+        assert run["examples_per_sec"] > 0 and 0 < run["step_time_median_s"] <= run["step_time_p90_s"]
+        assert 0 < run["efficiency"] < 1.5 and run["time_to_first_step_s"] > 0
+        assert 0 < run["cpu_util"] <= 1.05
+    assert runs["local-w1-r1"]["speedup"] == 1.0
+    # Two processes on two cores do more work per second than one, through either backend.
+    assert runs["tf-w2-r1"]["speedup"] > 1.0 and runs["mpi-w2-r1"]["speedup"] > 1.0
+    with (out / "results.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 3
+    assert (out / "scaling.png").stat().st_size > 1000
+    assert "| mpi-w2-r1 | 2 | 1 | mpi |" in (out / "report.md").read_text()
+    assert "speed-up" in proc.stdout and "mpi-w2-r1" in proc.stdout  # the console table
+
+
+def test_slow_input_pipeline_is_named_input_bound(tmp_path: Path) -> None:
+    proc = bench(
+        tmp_path / "slow",
+        "--workers",
+        "1",
+        "--steps",
+        "10",
+        "--warmup",
+        "2",
+        "--diagnose",
+        "--input-delay-ms",
+        "150",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    diagnosis = json.loads((tmp_path / "slow" / "results.json").read_text())["diagnosis"]
+    assert diagnosis["bottleneck"] == "input", diagnosis
+    assert "bottleneck: input" in proc.stdout
+
+
+def test_tiny_model_with_large_gradients_is_named_communication_bound(tmp_path: Path) -> None:
+    proc = bench(
+        tmp_path / "comm",
+        "--workload",
+        "big-gradient",
+        "--workers",
+        "1,2",
+        "--backend",
+        "tf",
+        "--steps",
+        "20",
+        "--warmup",
+        "10",
+        "--diagnose",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "comm" / "results.json").read_text())
+    diagnosis = results["diagnosis"]
+    assert diagnosis["bottleneck"] == "communication", diagnosis
+    assert any("16.0 MB gradient" in line for line in diagnosis["evidence"])
+    assert {r["name"]: r for r in results["runs"]}["tf-w2-r1"]["efficiency"] < 0.5
+
+
+def test_a_failing_run_reports_its_log(tmp_path: Path) -> None:
+    proc = bench(
+        tmp_path / "bad",
+        "--workers",
+        "1",
+        "--steps",
+        "10",
+        "--warmup",
+        "0",
+        "--dataset",
+        "tfds:not_prepared_anywhere",
+    )
+    assert proc.returncode == 1
+    assert "tfdist bench: a run exited with code" in proc.stderr and "log:" in proc.stderr
+    assert not (tmp_path / "bad" / "results.json").exists()
