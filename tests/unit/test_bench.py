@@ -68,7 +68,7 @@ def test_bad_config(tmp_path: Path, kw: dict[str, object], message: str) -> None
 def test_existing_results_are_not_overwritten(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "results.json").write_text("{}")
-    with pytest.raises(ConfigError, match="already holds results.json"):
+    with pytest.raises(ConfigError, match=r"already holds results\.json"):
         config(tmp_path)
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
