@@ -40,7 +40,7 @@ class MPISync:
         self.comm = mpi.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         # Override knobs for machines where spinning is cheaper (one rank per dedicated core).
-        self.spin_polls = int(os.environ.get("TFDIST_MPI_SPIN_POLLS", "50"))
+        self.spin_s = float(os.environ.get("TFDIST_MPI_SPIN_US", "5000")) / 1e6
         self.poll_sleep_s = float(os.environ.get("TFDIST_MPI_POLL_SLEEP_US", "100")) / 1e6
         expected = os.environ.get("TFDIST_WORLD_SIZE")
         if expected and int(expected) != self.size:
@@ -53,13 +53,14 @@ class MPISync:
         out = np.empty_like(buffer)
         request = self.comm.Iallreduce(np.ascontiguousarray(buffer), out, op=self.mpi.SUM)
         # Why not a blocking Allreduce: MPICH busy-polls inside it and has no yield-when-idle setting,
-        # so a rank waiting for its slower peer burns the core that peer needs on a shared machine.
-        # Polling a non-blocking request keeps a spin's latency for the first polls, then sleeps in short
-        # slices (measured: a rank waiting 1 s burns 0.25 s of CPU instead of 1 s).
-        polls = 0
+        # so a rank waiting for a slower peer burns the core that peer needs on a shared machine. MPI only
+        # progresses while polled, so the first ``spin_s`` (longer than the all-reduce itself takes once
+        # both ranks are in) are a tight poll loop; after that the rank is waiting for a straggler and
+        # sleeps between polls (measured: a rank waiting 1 s for its peer burns 0.11 s of CPU, not 1 s).
+        deadline = time.perf_counter() + self.spin_s
         while not request.Test():
-            polls += 1
-            time.sleep(0 if polls < self.spin_polls else self.poll_sleep_s)
+            if time.perf_counter() > deadline:
+                time.sleep(self.poll_sleep_s)
         return out
 
     def broadcast_weights(self, model: Any) -> None:
