@@ -88,3 +88,37 @@ def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
 def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> None:
     proc = launch(*argv, PROBE, str(tmp_path), timeout=60)
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+    """Rank 1 SIGKILLs itself after epoch 2; MPI aborts the job, the launcher restarts it from the checkpoint."""
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    reference.mkdir()
+    resumed.mkdir()
+    proc = launch(
+        "--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(reference / "run"), PROBE, str(reference)
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = launch(
+        "--backend",
+        "mpi",
+        "-n",
+        "2",
+        "--cpu",
+        "--max-restarts",
+        "1",
+        "--grace",
+        "2",
+        "--log-dir",
+        str(resumed / "run"),
+        PROBE,
+        str(resumed),
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--crash",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "restarting" in proc.stderr and (resumed / "run" / "attempt-1").is_dir()
+    weights = np.load(resumed / "weights-0.npy")
+    assert np.max(np.abs(weights - np.load(reference / "weights-0.npy"))) <= 1e-6
+    assert json.loads((resumed / "history-0.json").read_text())["steps"] == 12
