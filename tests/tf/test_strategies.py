@@ -144,3 +144,25 @@ def test_env_bad_environment_is_one_line_exit_2(variables: dict[str, str], expec
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_num_replicas_counts_mpi_ranks_but_not_collective_workers_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tensorflow as tf
+
+    import tfdist
+
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert tfdist.backend() == "tf" and tfdist.num_replicas(one_device) == 1
+    # Rank 0 of 4 under MPICH's Hydra: the MPI backend, each rank with its own one-device strategy.
+    for key, value in {
+        "PMI_RANK": "0",
+        "PMI_SIZE": "4",
+        "MPI_LOCALRANKID": "0",
+        "MPI_LOCALNRANKS": "4",
+    }.items():
+        monkeypatch.setenv(key, value)
+    assert tfdist.backend() == "mpi" and tfdist.num_replicas(one_device) == 4
+    monkeypatch.setenv("TFDIST_BACKEND", "tf")
+    assert tfdist.backend() == "tf" and tfdist.num_replicas(one_device) == 1
