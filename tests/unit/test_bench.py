@@ -51,6 +51,7 @@ def test_bad_backends(text: str) -> None:
     [
         ({"steps": 0}, "--steps"),
         ({"warmup": -1}, "--warmup"),
+        ({"warmup": 0, "steps": 1}, "never timed"),
         ({"repeats": 0}, "--repeats"),
         ({"threads": 0}, "--threads"),
         ({"input_delay_ms": -5.0}, "--input-delay-ms"),

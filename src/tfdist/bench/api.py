@@ -13,7 +13,7 @@ from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
 from tfdist.bench.plan import LOCAL, BenchPlan, RunSpec, command_for, plan_bench, worker_args
 from tfdist.bench.runner import Finished, RunFailed, run_command
-from tfdist.bench.stats import Sample, sample_from_summary, summarize
+from tfdist.bench.stats import Sample, measured_window, sample_from_summary, summarize
 
 
 def machine() -> dict[str, Any]:
@@ -56,9 +56,8 @@ class Bench:
     def _sample(self, finished: Finished) -> Sample:
         summary = finished.result
         sample = sample_from_summary(summary, self.config.warmup, finished.started_at)
-        window = [t for s, t in summary["timeline"] if s >= max(self.config.warmup, 1)]
-        start = summary["first_step_at"] if self.config.warmup == 0 else (window[0] if window else 0.0)
-        end = summary["timeline"][-1][1]
+        window = measured_window(summary["timeline"], summary["first_step_at"], self.config.warmup)
+        start, end = window[0][1], window[-1][1]  # the measured steps only: no startup, no warm-up
         gpu_util, gpu_mem = finished.usage.gpu(start, end)
         return Sample(
             sample.step_times_s,

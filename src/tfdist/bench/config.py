@@ -64,6 +64,10 @@ class BenchConfig:
         self.train_config(self.out)
         if self.steps < 1:
             raise ConfigError(f"--steps={self.steps} must be at least 1 measured step.")
+        if self.warmup == 0 and self.steps < 2:
+            raise ConfigError(
+                "--warmup 0 --steps 1: the first step (tracing) is never timed; use --steps 2 or more."
+            )
         if self.warmup < 0:
             raise ConfigError(f"--warmup={self.warmup} must be 0 or more steps.")
         if self.repeats < 1:
