@@ -9,35 +9,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tfdist.bench.plan import RunSpec, command_for
 from tfdist.bench.probes import memcopy_samples
+from tfdist.bench.runner import run_command
 
 FLOATS = 1_199_882
 
 
-def allreduce_median(backend: str, workers: int, iters: int, out: Path) -> float:
-    env = {
-        **os.environ,
-        "TF_NUM_INTRAOP_THREADS": "1",
-        "TF_NUM_INTEROP_THREADS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    argv = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--quiet-workers"]
-    argv += ["--log-dir", str(out.parent / f"{out.stem}-logs"), "--timeout", "300"]
-    if backend == "mpi":
-        argv += ["--backend", "mpi"]
-    argv += ["-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(FLOATS)]
-    argv += ["--iters", str(iters), "--out", str(out)]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{backend} all-reduce failed: {proc.stderr[-2000:]}")
-    return float(json.loads(out.read_text())["median_s"])
+def allreduce_median(backend: str, workers: int, iters: int, run_dir: Path) -> float:
+    """The chief's median all-reduce time, started the way `tfdist bench --diagnose` starts its probe."""
+    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(FLOATS))
+    program += ("--iters", str(iters), "--out", str(run_dir / "bench.json"))
+    command = command_for(
+        RunSpec(workers, 1, backend),
+        program,
+        python=sys.executable,
+        threads=1,
+        gpus=0,
+        run_dir=str(run_dir),
+        log_path=str(run_dir / "probe.log"),
+        timeout=300,
+    )
+    return float(run_command(command, timeout=400).result["median_s"])
 
 
 def main() -> int:
@@ -51,8 +49,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for backend in ("tf", "mpi") if repeat % 2 == 0 else ("mpi", "tf"):
-                path = Path(tmp) / f"{backend}{repeat}.json"
-                medians[backend].append(allreduce_median(backend, args.workers, args.iters, path))
+                run_dir = Path(tmp) / f"{backend}{repeat}"
+                medians[backend].append(allreduce_median(backend, args.workers, args.iters, run_dir))
             medians["memcopy"].append(statistics.median(memcopy_samples(FLOATS, args.iters)))
     best = {name: statistics.median(values) for name, values in medians.items()}
     report = {

@@ -141,6 +141,7 @@ def test_step_times_exclude_the_warmup() -> None:
     assert s.step_times_s == pytest.approx((0.1, 0.15, 0.1))
     assert s.examples_per_sec == pytest.approx(30 * 64 / 3.5)
     assert s.time_to_first_step_s == pytest.approx(3.0)
+    assert s.window == (101.0, 104.5)
     with pytest.raises(ValueError, match="more --steps"):
         sample_from_summary(summary, 40, started_at=97.0)
 
@@ -151,7 +152,7 @@ def test_percentile() -> None:
 
 
 def _sample(rate: float) -> Sample:
-    return Sample((0.1, 0.2), rate, 3.0, 0.5)
+    return Sample((0.1, 0.2), rate, 3.0, (0.0, 1.0), 0.5)
 
 
 def test_speedup_and_efficiency_against_the_smallest_configuration() -> None:

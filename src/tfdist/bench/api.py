@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
 from tfdist.bench.plan import LOCAL, BenchPlan, RunSpec, command_for, plan_bench, worker_args
 from tfdist.bench.runner import Finished, RunFailed, run_command
-from tfdist.bench.stats import Sample, measured_window, sample_from_summary, summarize
+from tfdist.bench.stats import Sample, sample_from_summary, summarize
 
 
 def machine() -> dict[str, Any]:
@@ -54,19 +55,11 @@ class Bench:
         )
 
     def _sample(self, finished: Finished) -> Sample:
-        summary = finished.result
-        sample = sample_from_summary(summary, self.config.warmup, finished.started_at)
-        window = measured_window(summary["timeline"], summary["first_step_at"], self.config.warmup)
-        start, end = window[0][1], window[-1][1]  # the measured steps only: no startup, no warm-up
-        gpu_util, gpu_mem = finished.usage.gpu(start, end)
-        return Sample(
-            sample.step_times_s,
-            sample.examples_per_sec,
-            sample.time_to_first_step_s,
-            finished.usage.cpu_util(start, end, self.machine["cores"]),
-            gpu_util,
-            gpu_mem,
-        )
+        """The run's timing, plus its CPU/GPU use over the measured steps only (no startup, no warm-up)."""
+        sample = sample_from_summary(finished.result, self.config.warmup, finished.started_at)
+        gpu_util, gpu_mem = finished.usage.gpu(*sample.window)
+        cpu_util = finished.usage.cpu_util(*sample.window, cores=self.machine["cores"])
+        return replace(sample, cpu_util=cpu_util, gpu_util=gpu_util, gpu_mem_mb=gpu_mem)
 
     def measure_grid(self) -> dict[RunSpec, list[Sample]]:
         """Every configuration ``repeats`` times, alternating the order between repeats."""

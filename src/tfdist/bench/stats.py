@@ -18,7 +18,8 @@ class Sample:
     step_times_s: tuple[float, ...]  # per-step time of each timing block after the warm-up
     examples_per_sec: float
     time_to_first_step_s: float
-    cpu_util: float | None  # CPU seconds of the job's processes / (wall seconds x cores)
+    window: tuple[float, float]  # wall times of the first and last measured points
+    cpu_util: float | None = None  # CPU seconds of the job's processes / (wall seconds x cores)
     gpu_util: float | None = None  # mean GPU utilisation (0-1) over the run
     gpu_mem_mb: float | None = None  # peak GPU memory used
 
@@ -37,9 +38,7 @@ def measured_window(
     return [(s, t) for s, t in points if s >= start]
 
 
-def sample_from_summary(
-    summary: Mapping[str, Any], warmup: int, started_at: float, cpu_util: float | None = None
-) -> Sample:
+def sample_from_summary(summary: Mapping[str, Any], warmup: int, started_at: float) -> Sample:
     """A Sample from a worker's fit summary (``timeline``, ``first_step_at``, ``global_batch``)."""
     window = measured_window(summary["timeline"], summary.get("first_step_at"), warmup)
     if len(window) < 2:
@@ -50,7 +49,7 @@ def sample_from_summary(
         step_times_s=tuple(blocks),
         examples_per_sec=steps * int(summary["global_batch"]) / max(seconds, 1e-12),
         time_to_first_step_s=float(summary["first_step_at"]) - started_at,
-        cpu_util=cpu_util,
+        window=(window[0][1], window[-1][1]),
     )
 
 
