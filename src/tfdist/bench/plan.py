@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from tfdist.bench.config import BenchConfig
+from tfdist.launch.plan import thread_env
 
 #: Single-process runs synchronise nothing across processes: every backend's curve starts from them.
 LOCAL = "local"
@@ -138,12 +139,7 @@ def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple
 
 def thread_settings(threads: int) -> dict[str, str]:
     """The same thread pools for every process of every run: what makes configurations comparable."""
-    return {
-        "TF_NUM_INTRAOP_THREADS": str(threads),
-        "TF_NUM_INTEROP_THREADS": str(threads),
-        "OMP_NUM_THREADS": str(threads),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
+    return {**thread_env(threads, 1), "TF_CPP_MIN_LOG_LEVEL": "2"}  # all ``threads`` cores to one worker
 
 
 def command_for(
