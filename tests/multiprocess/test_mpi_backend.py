@@ -34,6 +34,10 @@ def test_two_mpi_ranks_match_one_process(tmp_path: Path) -> None:
     h0, h1 = (json.loads((mpi / f"history-{r}.json").read_text()) for r in (0, 1))
     h0["history"].pop("examples_per_sec"), h1["history"].pop("examples_per_sec")  # local timing
     assert h0 == h1 and h0["steps"] == 12
+    # Metrics are all-reduced in the same buffer as the gradients: they must equal the single process's.
+    one = json.loads((single / "history-0.json").read_text())["history"]
+    for name, values in h0["history"].items():
+        assert np.allclose(values, one[name], rtol=1e-4, atol=1e-6), (name, values, one[name])
 
 
 def test_a_dying_rank_ends_the_job_without_a_hang(tmp_path: Path) -> None:

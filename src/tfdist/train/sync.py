@@ -42,15 +42,21 @@ class MPISync:
         # Override knobs for machines where spinning is cheaper (one rank per dedicated core).
         self.spin_s = float(os.environ.get("TFDIST_MPI_SPIN_US", "5000")) / 1e6
         self.poll_sleep_s = float(os.environ.get("TFDIST_MPI_POLL_SLEEP_US", "100")) / 1e6
+        self._buffers: dict[tuple[int, str], np.ndarray] = {}
         expected = os.environ.get("TFDIST_WORLD_SIZE")
         if expected and int(expected) != self.size:
             raise ConfigError(
                 f"the MPI job has {self.size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
             )
 
-    def allreduce(self, buffer: np.ndarray) -> np.ndarray:
-        """Element-wise sum over all ranks (called from the training graph through tf.numpy_function)."""
-        out = np.empty_like(buffer)
+    def allreduce(self, buffer: np.ndarray, keep: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Element-wise sum over all ranks, split at ``keep`` into ``(head, tail)``.
+
+        ``head`` is a view of a receive buffer that the next call with the same size overwrites: the
+        training step consumes it (apply_gradients) before it returns. ``tail`` is a fresh copy the caller
+        may keep (the metric sums, which the loop accumulates across steps).
+        """
+        out = self._output(buffer)
         request = self.comm.Iallreduce(np.ascontiguousarray(buffer), out, op=self.mpi.SUM)
         # Why not a blocking Allreduce: MPICH busy-polls inside it and has no yield-when-idle setting,
         # so a rank waiting for a slower peer burns the core that peer needs on a shared machine. MPI only
@@ -61,6 +67,19 @@ class MPISync:
         while not request.Test():
             if time.perf_counter() > deadline:
                 time.sleep(self.poll_sleep_s)
+        return out[:keep], out[keep:].copy()
+
+    def _output(self, buffer: np.ndarray) -> np.ndarray:
+        """A receive buffer reused across steps (one per size and dtype).
+
+        Why: a fresh multi-megabyte array each step is new memory from the kernel, and the all-reduce then
+        pays a page fault per 4 KiB page while writing into it: measured 3.2 ms for 1.2M floats against 1.0 ms
+        into a reused buffer. Only the small tail is copied out (see :meth:`allreduce`).
+        """
+        key = (buffer.size, buffer.dtype.str)
+        out = self._buffers.get(key)
+        if out is None:
+            out = self._buffers[key] = np.zeros_like(buffer)
         return out
 
     def broadcast_weights(self, model: Any) -> None:
@@ -90,9 +109,11 @@ def make_mpi_steps(
 
     optimizer, world = model.optimizer, sync.size
 
-    def allreduce(flat: Any) -> Any:
-        reduced = tf.numpy_function(sync.allreduce, [flat], tf.float32, stateful=True)
-        return tf.ensure_shape(reduced, flat.shape)
+    def allreduce(flat: Any, keep: int = 0) -> tuple[Any, Any]:
+        head, tail = tf.numpy_function(
+            lambda buffer: sync.allreduce(buffer, keep), [flat], [tf.float32, tf.float32], stateful=True
+        )
+        return tf.ensure_shape(head, [keep]), tf.ensure_shape(tail, [flat.shape[0] - keep])
 
     def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
         variables = model.trainable_variables
@@ -105,16 +126,17 @@ def make_mpi_steps(
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
         stat_values = global_sums(stats, y, pred, per_example, w, stop)
         flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads] + [stat_values], 0)
-        reduced = allreduce(flat)  # ONE all-reduce per step: every gradient and the metric sums
         sizes = [int(np.prod(v.shape)) for v in variables]
-        parts = tf.split(reduced[: sum(sizes)], sizes)
+        # ONE all-reduce per step: every gradient and the metric sums.
+        reduced, stat_sums = allreduce(flat, keep=sum(sizes))
+        parts = tf.split(reduced, sizes)
         summed = [tf.cast(tf.reshape(p, v.shape), v.dtype) for p, v in zip(parts, variables, strict=True)]
         optimizer.apply_gradients(zip(summed, variables, strict=True))
-        return reduced[sum(sizes) :]
+        return stat_sums
 
     def eval_replica(x: Any, y: Any, w: Any) -> Any:
         pred = model(x, training=False)
-        return allreduce(global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0))
+        return allreduce(global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0))[1]
 
     @tf.function(jit_compile=False)  # numpy_function cannot be compiled by XLA
     def train_step(batch: Any, stop: Any) -> Any:
