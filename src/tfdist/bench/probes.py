@@ -43,8 +43,8 @@ def _mpi_allreduce(floats: int, iters: int, warmup: int) -> tuple[list[float], b
 
     sync = MPISync()
     buffer = np.ones(floats, np.float32)
-    samples = timed(lambda: sync.allreduce(buffer, keep=floats), iters, warmup)
-    check = sync.allreduce(np.ones(4, np.float32))[1]
+    samples = timed(lambda: sync.allreduce([buffer], keep=1), iters, warmup)
+    check = sync.allreduce([np.ones(4, np.float32)])[0]
     return samples, bool(np.all(check == sync.size)) and sync.rank == 0
 
 
