@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -126,3 +127,26 @@ def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(tmp_path: Path
     weights = np.load(resumed / "weights-0.npy")
     assert np.max(np.abs(weights - np.load(reference / "weights-0.npy"))) <= 1e-6
     assert json.loads((resumed / "history-0.json").read_text())["steps"] == 12
+
+
+@pytest.mark.parametrize(("shm", "local_size", "cross_size"), [("1", 3, 1), ("0", 1, 3)])
+def test_packed_allreduce_sums_every_layout(
+    shm: str, local_size: int, cross_size: int, tmp_path: Path
+) -> None:
+    """3 ranks (chunks of unequal length): shared-memory path, and MPI alone as across nodes."""
+    script = str(Path(__file__).parent.parent / "helpers" / "allreduce_probe.py")
+    env = {**os.environ, "TFDIST_MPI_SHM": shm}
+    argv = ["--backend", "mpi", "-n", "3", "--cpu", "--log-dir", str(tmp_path / "run"), script, str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", "launch", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reports = [json.loads((tmp_path / f"ok-{r}.json").read_text()) for r in range(3)]
+    assert {r["rank"] for r in reports} == {0, 1, 2}
+    for report in reports:
+        assert report["checked"] == 3 * (1 + 5 + 12 + 17 + 2 + 1000 + 147 + 3 + 100_003 + 4)
+        assert (report["local_size"], report["cross_size"]) == (local_size, cross_size)

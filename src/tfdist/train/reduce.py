@@ -1,0 +1,131 @@
+"""Hierarchical sum-all-reduce for the MPI backend: shared memory inside a node, MPI across nodes.
+
+Why not one ``MPI_Allreduce``: between ranks of one node MPICH moves the data through its shared-memory
+cells (copied in, copied out, reduced, copied in and out again for the all-gather), and its receive buffer
+must then be handed to TensorFlow. Here every rank of a node packs its gradients straight into its own row
+of an MPI-3 shared window, sums one chunk of all rows into a result row, and reads the whole result from
+that row: one copy in and one pass of additions per element. Measured inside the mnist-cnn training step
+(1.2M floats, 2 ranks, both ready): 2.1 ms for MPICH's ``MPI_Iallreduce`` in place, 0.36 ms for this path. Across nodes each rank all-reduces only its own chunk, with the ranks of the same local index on the
+other nodes (the two-level scheme Horovod and NCCL use), so every link carries 1/local_size of the data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tfdist.errors import SetupError
+
+ALIGN_FLOATS = 16  # 64 bytes: TensorFlow's CPU alignment, below which it copies a returned array
+
+
+def aligned(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`ALIGN_FLOATS`."""
+    return -(-n // ALIGN_FLOATS) * ALIGN_FLOATS
+
+
+def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Start of each part in the packed buffer (each on a 64-byte boundary) and the buffer's length."""
+    offsets, end = [], 0
+    for size in sizes:
+        offsets.append(end)
+        end += aligned(size)
+    return offsets, end
+
+
+def chunk(length: int, index: int, count: int) -> tuple[int, int]:
+    """The ``index``-th of ``count`` contiguous, aligned slices of ``range(length)`` (the last may be short)."""
+    step = aligned(-(-length // count))
+    return min(index * step, length), min((index + 1) * step, length)
+
+
+class Waiter:
+    """Completes MPI requests without stealing the core a neighbouring rank computes on.
+
+    MPICH busy-polls inside blocking calls and has no yield-when-idle setting, so a rank waiting for a
+    slower peer would burn the core that peer needs on a shared machine. MPI only progresses while polled,
+    so the first ``spin_s`` (longer than the collective itself takes once every rank is in) are a tight poll
+    loop; after that the rank is waiting for a straggler and sleeps between polls (measured: a rank waiting
+    1 s for its peer burns 0.11 s of CPU, not 1 s).
+    """
+
+    def __init__(self, spin_s: float, sleep_s: float) -> None:
+        self.spin_s, self.sleep_s = spin_s, sleep_s
+
+    def wait(self, request: Any) -> None:
+        """Return once ``request`` completed."""
+        deadline = time.perf_counter() + self.spin_s
+        while not request.Test():
+            if time.perf_counter() > deadline:
+                time.sleep(self.sleep_s)
+
+
+class NodeReducer:
+    """Sum-all-reduce of packed float32 buffers: shared-memory reduce-scatter in each node, MPI across nodes."""
+
+    def __init__(self, mpi: Any, comm: Any, waiter: Waiter, shared_memory: bool = True) -> None:
+        self.mpi, self.waiter = mpi, waiter
+        node = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
+        # The two-level scheme needs the same number of ranks on every node (chunk i of every node goes
+        # to the same cross-node group); otherwise, or when shared memory is turned off, each rank is its
+        # own "node" and MPI does all the work.
+        if not shared_memory or len(set(comm.allgather(node.Get_size()))) != 1:
+            node.Free()
+            node = comm.Split(comm.Get_rank(), 0)
+        self.node = node
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        self.cross = comm.Split(self.local_rank, comm.Get_rank())
+        self._windows: dict[int, tuple[Any, np.ndarray]] = {}
+
+    def input_row(self, length: int) -> np.ndarray:
+        """This rank's input row of the shared window for buffers of ``length`` floats (fill, then reduce)."""
+        if length not in self._windows:
+            # One input row per local rank plus the result row; a single rank needs no copy: its row is
+            # the result. Allocated once per buffer length: reused memory does not page-fault every step.
+            count = self.local_size + 1 if self.local_size > 1 else 1
+            own = count * length if self.local_rank == 0 else 0
+            try:
+                window = self.mpi.Win.Allocate_shared(own * 4, 4, comm=self.node)
+            except self.mpi.Exception as exc:
+                raise SetupError(
+                    f"could not allocate {own * 4 / 2**20:.0f} MiB of shared memory for the MPI all-reduce "
+                    f"({exc}). Hint: enlarge /dev/shm (e.g. docker run --shm-size=2g) or set "
+                    "TFDIST_MPI_SHM=0 to all-reduce through MPI alone."
+                ) from None
+            window.Lock_all(self.mpi.MODE_NOCHECK)  # one passive epoch for the run: Win.Sync needs it
+            memory, _ = window.Shared_query(0)
+            table = np.ndarray(buffer=memory, dtype=np.float32, shape=(count, length))
+            self._windows[length] = (window, table)
+        table = self._windows[length][1]
+        return table[self.local_rank if self.local_size > 1 else 0]
+
+    def allreduce(self, length: int) -> np.ndarray:
+        """Sum the input rows of ``length`` floats over all ranks (after filling :meth:`input_row`).
+
+        Returns the result row. It stays valid until this rank's next call with the same length: a rank
+        writes its next input only after every local rank passed the final barrier of this call, that is,
+        after they all finished summing, and the result is rewritten only after the next call's first barrier.
+        """
+        window, table = self._windows[length]
+        result = table[-1]
+        if self.local_size > 1:
+            self._node_barrier(window)
+            lo, hi = chunk(length, self.local_rank, self.local_size)
+            np.sum(table[: self.local_size, lo:hi], axis=0, out=result[lo:hi])
+        else:
+            lo, hi = 0, length
+        if self.cross.Get_size() > 1:
+            self.waiter.wait(self.cross.Iallreduce(self.mpi.IN_PLACE, result[lo:hi], op=self.mpi.SUM))
+        if self.local_size > 1:
+            self._node_barrier(window)
+        return result
+
+    def _node_barrier(self, window: Any) -> None:
+        # The barrier orders the ranks; Sync makes the shared window's stores visible across them (MPI-3's
+        # unified memory model asks for both).
+        window.Sync()
+        self.waiter.wait(self.node.Ibarrier())
+        window.Sync()
