@@ -316,3 +316,44 @@ def test_parameter_server_job_completes(tmp_path: Path) -> None:
     assert result["weight"] < 5.0
     for name in ("chief0", "worker0", "worker1", "ps0"):
         assert (tmp_path / "run" / "attempt-0" / f"{name}.log").exists()
+
+
+# Each worker writes its CPU set to a file of its own (console lines of MPI ranks may interleave).
+AFFINITY = (
+    "import json, os, pathlib, sys\n"
+    "out = pathlib.Path(sys.argv[1]) / f'cpus-{os.getpid()}.json'\n"
+    "out.write_text(json.dumps(sorted(os.sched_getaffinity(0))))\n"
+)
+
+
+def reported_cpus(where: Path) -> list[list[int]]:
+    return sorted(json.loads(p.read_text()) for p in where.glob("cpus-*.json"))
+
+
+@pytest.mark.parametrize("backend", ["tf", "mpi"])
+def test_cpu_workers_are_bound_to_their_own_cores(backend: str, tmp_path: Path) -> None:
+    script = tmp_path / "cpus.py"
+    script.write_text(AFFINITY)
+    cpus = sorted(os.sched_getaffinity(0))
+    n = min(2, len(cpus))
+    b, f = tmp_path / "b", tmp_path / "f"
+    b.mkdir(), f.mkdir()
+    bound = run("--backend", backend, "-n", str(n), "--cpu", "--log-dir", str(b / "run"), str(script), str(b))
+    assert bound.returncode == 0, bound.stdout[-2000:] + bound.stderr[-2000:]
+    share = len(cpus) // n
+    assert reported_cpus(b) == [cpus[i * share : (i + 1) * share] for i in range(n)]
+    argv = ["--backend", backend, "-n", str(n), "--cpu", "--bind-to", "none", "--log-dir", str(f / "run")]
+    free = run(*argv, str(script), str(f))
+    assert free.returncode == 0
+    assert reported_cpus(f) == [cpus] * n
+
+
+def test_core_binding_with_more_workers_than_cores_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "cpus.py"
+    script.write_text(AFFINITY)
+    n = len(os.sched_getaffinity(0)) + 1
+    argv = ["-n", str(n), "--cpu", "--bind-to", "core", "--log-dir", str(tmp_path / "run")]
+    proc = run(*argv, str(script), str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--bind-to core" in proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -8,6 +8,7 @@ from typing import Any
 
 from tfdist.cli.argtypes import integer, seconds
 from tfdist.errors import ConfigError
+from tfdist.launch.config import BIND_CHOICES
 
 
 def register(sub: Any) -> None:
@@ -66,6 +67,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--timeout", type=seconds, default=None, help="limit on the whole run, in seconds")
     p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default)")
+    p.add_argument(
+        "--bind-to",
+        choices=BIND_CHOICES,
+        default="auto",
+        help="bind each worker to its own cores: auto (CPU workers that fit the cores), core, none",
+    )
     p.add_argument("--no-python", action="store_true", help="run the command as is instead of with Python")
     p.add_argument("-m", "--module", action="store_true", help="treat SCRIPT as a module name (python -m)")
     p.add_argument("script", metavar="SCRIPT", help="the Python script (or module with -m) every worker runs")
@@ -123,6 +130,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         timeout=args.timeout,
         no_python=args.no_python,
         backend=args.backend,
+        bind=args.bind_to,
     )
 
 

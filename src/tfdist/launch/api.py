@@ -89,6 +89,24 @@ def find_mpiexec() -> str:
     raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {INSTALL_HINT}")
 
 
+def mpi_flavour(mpiexec: str) -> str:
+    """``hydra`` (MPICH), ``openmpi`` or ``unknown``, from the launcher's ``--version`` output."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [mpiexec, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = out.stdout + out.stderr
+    if "HYDRA" in text:
+        return "hydra"
+    if "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text:
+        return "openmpi"
+    return "unknown"
+
+
 def new_run_id() -> str:
     """Sortable and unique: ``20261121-101500-3fa2``."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -234,9 +252,11 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
         )
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
     gpus = visible_gpus(os.environ) if not config.cpu else []
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
     mpiexec = find_mpiexec() if config.backend == "mpi" else None
+    flavour = mpi_flavour(mpiexec) if mpiexec and config.bind != "none" else "unknown"
     signals = _Signals()
     signals.install()
     started = time.monotonic()
@@ -253,6 +273,9 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
                     run_dir=run_dir,
                     attempt=attempt,
                     base_env=os.environ,
+                    flavour=flavour,
+                    cpu_ids=cpu_ids,
+                    visible_gpus=gpus,
                 )
             else:
                 specs = plan_workers(
@@ -263,6 +286,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
                     run_dir=run_dir,
                     attempt=attempt,
                     base_env=os.environ,
+                    cpu_ids=cpu_ids,
                 )
             group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
             status, failure = _Attempt(group, config, deadline, signals).run()

@@ -12,6 +12,11 @@ from tfdist.errors import ConfigError
 BACKENDS = ("tf", "mpi")
 
 
+#: ``auto``: one core set per worker when CPU workers fit the cores; ``core``: always (error if they do
+#: not fit); ``none``: let the kernel schedule.
+BIND_CHOICES = ("auto", "core", "none")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """Options of one launch. ``command`` is what each worker runs after the Python interpreter:
@@ -37,6 +42,7 @@ class LaunchConfig:
     timeout: float | None = None
     no_python: bool = False
     backend: str = "tf"
+    bind: str = "auto"
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
 
@@ -53,6 +59,13 @@ class LaunchConfig:
             )
         if self.ps < 0:
             raise ConfigError(f"--ps={self.ps} must be 0 or more parameter servers per node.")
+        if self.bind not in BIND_CHOICES:
+            raise ConfigError(f"--bind-to={self.bind!r} is not one of {', '.join(BIND_CHOICES)}.")
+        if self.bind == "core" and self.ps:
+            raise ConfigError(
+                "--bind-to core binds all-reduce workers to cores; parameter-server jobs serve many "
+                "workers from few tasks. Hint: use --bind-to none (or leave the default) with --ps."
+            )
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts={self.max_restarts} must be 0 or more.")
         if self.gpus_per_worker not in ("1", "all"):

@@ -40,6 +40,7 @@ class WorkerSpec:
     argv: tuple[str, ...]
     env: dict[str, str]
     log_path: str
+    cpus: tuple[int, ...] = ()  # CPU ids the process is bound to; empty: not bound
 
     @property
     def name(self) -> str:
@@ -116,6 +117,29 @@ def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[s
     }
 
 
+def cpu_sets(bind: str, workers: int, cpu_ids: Sequence[int], cpu_training: bool) -> list[tuple[int, ...]]:
+    """Contiguous, disjoint CPU sets, one per training worker of this node; ``[]`` for no binding.
+
+    Why bind: with one worker per core and no spare core, a worker that the kernel migrates, or whose
+    side threads land on its neighbour's core, stretches every synchronous step (measured in the README's
+    benchmarks). ``auto`` binds only CPU training whose workers fit the cores; GPU workers keep all cores
+    for their host threads. Input/Output: ``("auto", 2, [0, 1, 2, 3], True)`` -> ``[(0, 1), (2, 3)]``.
+    """
+    if bind == "none" or workers < 1:
+        return []
+    if workers > len(cpu_ids):
+        if bind == "core":
+            raise ConfigError(
+                f"--bind-to core: {workers} workers on this node but only {len(cpu_ids)} CPU core(s) "
+                "available to it. Hint: start at most one worker per core, or use --bind-to none."
+            )
+        return []
+    if bind == "auto" and not cpu_training:
+        return []
+    share = len(cpu_ids) // workers
+    return [tuple(cpu_ids[i * share : (i + 1) * share]) for i in range(workers)]
+
+
 def with_thread_defaults(env: dict[str, str], user: Mapping[str, str], defaults: Mapping[str, str]) -> None:
     """Add the planned thread counts to ``env`` unless the user set them: an explicit setting wins.
 
@@ -147,6 +171,7 @@ def plan_workers(
     run_dir: str,
     attempt: int,
     base_env: Mapping[str, str],
+    cpu_ids: Sequence[int] = (),
 ) -> list[WorkerSpec]:
     """The processes this node starts for one attempt, each with argv, environment and log file."""
     slots = plan_slots(config)
@@ -154,6 +179,8 @@ def plan_workers(
     local = [s for s in slots if s.node == config.node_rank]
     training = [s for s in local if s.role in ("chief", "worker")]
     gpus = gpu_assignment(config, len(training), visible_gpus)
+    cpu_training = config.cpu or not visible_gpus
+    binding = cpu_sets(config.bind, len(training), cpu_ids, cpu_training) if not config.ps else []
     world = len(spec.get("chief", [])) + len(spec.get("worker", []))
     attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
     out: list[WorkerSpec] = []
@@ -195,11 +222,9 @@ def plan_workers(
             )
         elif config.ps and "TF_NUM_INTEROP_THREADS" not in env:
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
-        out.append(
-            WorkerSpec(
-                slot, _argv(config, slot), env, os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
-            )
-        )
+        log_path = os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
+        cpus = binding[local_rank] if binding and local_rank >= 0 else ()
+        out.append(WorkerSpec(slot, _argv(config, slot), env, log_path, cpus))
     return out
 
 
@@ -212,6 +237,18 @@ def _argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
     return (config.python, "-u", *config.command)
 
 
+def mpi_bind_args(flavour: str, cores_per_rank: int) -> tuple[str, ...]:
+    """The MPI launcher's own options for one set of ``cores_per_rank`` cores per rank (it knows the topology).
+
+    Input/Output: ``("hydra", 1)`` -> ``("-bind-to", "core:1")``; an unknown launcher gets none.
+    """
+    if flavour == "hydra":
+        return ("-bind-to", f"core:{cores_per_rank}")
+    if flavour == "openmpi":
+        return ("--map-by", f"slot:PE={cores_per_rank}", "--bind-to", "core")
+    return ()
+
+
 #: MPI libraries busy-poll while waiting, stealing the core of a neighbouring worker on a small machine.
 #: Open MPI can be told to yield; MPICH has no such setting (measured: a rank waiting 1 s burns 1 s of CPU).
 #: Users' own settings win.
@@ -219,7 +256,16 @@ MPI_YIELD_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
 def plan_mpi(
-    config: LaunchConfig, *, mpiexec: str, cores: int, run_dir: str, attempt: int, base_env: Mapping[str, str]
+    config: LaunchConfig,
+    *,
+    mpiexec: str,
+    cores: int,
+    run_dir: str,
+    attempt: int,
+    base_env: Mapping[str, str],
+    flavour: str = "unknown",
+    cpu_ids: Sequence[int] = (),
+    visible_gpus: Sequence[str] = (),
 ) -> list[WorkerSpec]:
     """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend)."""
     attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
@@ -242,5 +288,7 @@ def plan_mpi(
     # `python -m mpi4py` turns an uncaught exception or a non-zero exit in any rank into MPI_Abort, so the
     # other ranks do not wait forever in a collective for a peer that has left.
     program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
-    argv = (mpiexec, "-n", str(config.nproc_per_node), *program)
+    binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
+    bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
+    argv = (mpiexec, *bind_args, "-n", str(config.nproc_per_node), *program)
     return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, env, os.path.join(attempt_dir, "mpi.log"))]

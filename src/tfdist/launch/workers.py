@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -23,6 +24,16 @@ def _die_with_launcher() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the launcher's own shutdown path still applies
         pass
+
+
+def _child_setup(cpus: tuple[int, ...]) -> None:
+    """Runs in the child before exec: die with the launcher, and bind to ``cpus`` when planned.
+
+    Binding before exec means every thread TensorFlow later starts inherits the set.
+    """
+    _die_with_launcher()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 @dataclass
@@ -71,7 +82,9 @@ class WorkerGroup:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_launcher if sys.platform.startswith("linux") else None,
+                preexec_fn=functools.partial(_child_setup, spec.cpus)
+                if sys.platform.startswith("linux")
+                else None,
             )
             shown = self.console_names is None or spec.name in self.console_names
             assert popen.stdout is not None
