@@ -21,7 +21,7 @@ from tfdist.train.metrics import per_example_stat, resolve_metrics
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
-from tfdist.train.steps import loss_function, make_steps
+from tfdist.train.steps import loss_function, make_reduce, make_steps
 
 log = get_logger(__name__)
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
@@ -194,8 +194,10 @@ class SyncTrainer:
             from tfdist.train.sync import make_mpi_steps
 
             self.train_step, self.eval_step = make_mpi_steps(*args, sync=self.sync)
+            self.reduce_totals: Any = lambda totals: totals  # already summed over ranks, with the gradients
         else:
             self.train_step, self.eval_step = make_steps(*args, self.options.jit_compile)
+            self.reduce_totals = make_reduce(self.strategy)
 
     def _restore(self) -> Any:
         if not self.options.checkpoint_dir:
@@ -268,7 +270,7 @@ class SyncTrainer:
         if self.iterator is None:
             self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
         iterator = self.iterator
-        pending: Any = None  # device-side sums since the last sync point
+        pending: Any = None  # this worker's sums since the last sync point (reduced across workers there)
         for done in range(skip, self.plan.steps_per_epoch):
             self.schedule.update(step)
             try:
@@ -285,7 +287,7 @@ class SyncTrainer:
                 continue
             # Reading results blocks until the step ran; doing it every few steps keeps the input
             # pipeline and the next step's dispatch overlapping with compute.
-            values, pending = pending.numpy(), None
+            values, pending = self.reduce_totals(pending).numpy(), None
             self.timeline.append((step, time.time()))
             totals += values[:-1]
             self.heartbeat.beat()
@@ -296,7 +298,7 @@ class SyncTrainer:
             if values[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
                 self._preempt(step)
         if pending is not None:
-            totals += pending.numpy()[:-1]
+            totals += self.reduce_totals(pending).numpy()[:-1]
         return totals
 
     def _sync_point(self, step: int, done: int) -> bool:
@@ -314,10 +316,12 @@ class SyncTrainer:
 
     def _validate(self) -> dict[str, float]:
         assert self.val is not None
-        totals = np.zeros(len(self.names) + 1)
         iterator = self.val.epoch(0)
+        local: Any = None
         for _ in range(self.val.plan.steps_per_epoch):
-            totals += self.eval_step(next(iterator)).numpy()[:-1]
+            out = self.eval_step(next(iterator))
+            local = out if local is None else local + out
+        totals = self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(len(self.names) + 1)
         return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
 
     def _preempt(self, step: int) -> None:

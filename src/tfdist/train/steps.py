@@ -1,8 +1,11 @@
 """The compiled per-step functions: one train step and one evaluation step under any strategy.
 
-Each returns ONE vector of global sums [loss, metric..., examples, stop votes], reduced across all
-replicas and workers by a single all-reduce, so every worker sees identical numbers and agrees on
-stopping at the same step boundary.
+Each returns ONE vector of sums [loss, metric..., examples, stop votes] over this worker's replicas; the
+loop adds them up on the worker and all-reduces the total across workers only when it reads results
+(every ``log_every`` steps), with :func:`make_reduce`. Every worker then sees identical numbers and agrees
+on stopping at the same step boundary. Why not reduce every step: through TensorFlow's collectives a second
+all-reduce per step, even of a few floats, costs more than the gradient one (measured with mnist-cnn on 2
+workers: 68 ms per step without it, 84 ms with a scalar ``strategy.reduce``).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def make_steps(
     step_var: Any,
     jit_compile: bool = False,
 ) -> tuple[Any, Any]:
-    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return global sums."""
+    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return this worker's sums."""
     import tensorflow as tf
 
     optimizer = model.optimizer
@@ -81,20 +84,44 @@ def make_steps(
         pred = model(x, training=False)
         return global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)
 
+    def local_sum(per_replica: Any) -> Any:
+        return tf.add_n(list(strategy.experimental_local_results(per_replica)))
+
     @tf.function(jit_compile=jit_compile or None)
     def train_step(batch: Any, stop: Any) -> Any:
         x, y, w = batch
-        totals = strategy.reduce(
-            tf.distribute.ReduceOp.SUM, strategy.run(train_replica, args=(x, y, w, stop)), axis=None
-        )
+        totals = local_sum(strategy.run(train_replica, args=(x, y, w, stop)))
         step_var.assign_add(1)
         return totals
 
     @tf.function
     def eval_step(batch: Any) -> Any:
         x, y, w = batch
-        return strategy.reduce(
-            tf.distribute.ReduceOp.SUM, strategy.run(eval_replica, args=(x, y, w)), axis=None
-        )
+        return local_sum(strategy.run(eval_replica, args=(x, y, w)))
 
     return train_step, eval_step
+
+
+def make_reduce(strategy: Any) -> Callable[[Any], Any]:
+    """A function summing a vector of per-worker totals over all workers (one all-reduce).
+
+    Every local replica receives the worker's vector; only the first of them contributes it, so each
+    worker's total is counted once.
+    """
+    import tensorflow as tf
+
+    try:
+        local_replicas = len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default (no) strategy: one replica, one worker, nothing to reduce
+        return lambda totals: totals
+
+    def replica(totals: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        first = tf.equal(ctx.replica_id_in_sync_group % local_replicas, 0)
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(first, totals, tf.zeros_like(totals)))
+
+    @tf.function
+    def reduce(totals: Any) -> Any:
+        return strategy.experimental_local_results(strategy.run(replica, args=(totals,)))[0]
+
+    return reduce
