@@ -36,7 +36,7 @@ def world_size() -> int:
 def backend() -> str:
     """The gradient-synchronisation backend of this process: ``tf`` (the strategy's collectives) or ``mpi``.
 
-    TFDIST_BACKEND (tf | mpi | auto) decides; ``auto`` is MPI under an MPI process manager.
+    TFDIST_BACKEND (tf | mpi | horovod | auto) decides; ``auto`` is MPI under an MPI process manager.
     """
     from tfdist.strategy.plan import resolve_backend
 
@@ -49,8 +49,10 @@ def num_replicas(strategy: Any) -> int:
     With the MPI backend every process runs its own strategy, so the processes multiply its replicas;
     with TensorFlow's collectives the strategy already counts every worker's replicas.
     """
+    from tfdist.strategy.plan import PROCESS_BACKENDS
+
     replicas = int(strategy.num_replicas_in_sync)
-    return replicas * world_size() if backend() == "mpi" else replicas
+    return replicas * world_size() if backend() in PROCESS_BACKENDS else replicas
 
 
 def is_chief() -> bool:

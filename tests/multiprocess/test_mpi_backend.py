@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 
 
 def launch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -88,6 +90,12 @@ def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
     [
         (["--backend", "mpi", "--ps", "1", "-n", "2"], "cannot run parameter servers"),
         (["--backend", "mpi", "--nnodes", "2", "--hosts", "a,b", "-n", "2"], "runs on one node"),
+        (["--backend", "horovod", "--chief", "-n", "2"], "cannot run parameter servers or a chief"),
+        pytest.param(
+            ["--backend", "horovod", "-n", "2"],
+            "the horovod backend needs horovod.tensorflow",
+            marks=pytest.mark.skipif(HAVE_HOROVOD, reason="Horovod is installed here"),
+        ),
     ],
 )
 def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> None:
@@ -150,3 +158,16 @@ def test_packed_allreduce_sums_every_layout(
     for report in reports:
         assert report["checked"] == 3 * (1 + 5 + 12 + 17 + 2 + 1000 + 147 + 3 + 100_003 + 4)
         assert (report["local_size"], report["cross_size"]) == (local_size, cross_size)
+
+
+@pytest.mark.skipif(not HAVE_HOROVOD, reason="Horovod is not installed (it does not build against TF 2.21)")
+def test_two_horovod_ranks_match_one_process(tmp_path: Path) -> None:
+    single, hvd = tmp_path / "single", tmp_path / "hvd"
+    single.mkdir()
+    hvd.mkdir()
+    subprocess.run([sys.executable, PROBE, str(single)], check=True, capture_output=True, timeout=300)
+    proc = launch("--backend", "horovod", "-n", "2", "--cpu", "--log-dir", str(hvd / "run"), PROBE, str(hvd))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    w0, w1 = np.load(hvd / "weights-0.npy"), np.load(hvd / "weights-1.npy")
+    assert np.array_equal(w0, w1)
+    assert np.max(np.abs(w0 - np.load(single / "weights-0.npy"))) <= 1e-5

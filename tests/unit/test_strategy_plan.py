@@ -178,6 +178,13 @@ def test_mpi_environment_plans_one_device_with_the_mpi_backend() -> None:
     assert gpu_plan.gpu_indices == (1,)  # one GPU per rank, by local rank
 
 
+def test_horovod_backend_plans_like_mpi() -> None:
+    plan = plan_strategy(MPI_ENV, CPU, StrategyOptions(backend="horovod"))
+    assert (plan.kind, plan.backend, plan.num_replicas) == ("one_device", "horovod", 2)
+    with pytest.raises(ConfigError, match="cannot be combined with the MPI backend"):
+        plan_strategy(MPI_ENV, CPU, StrategyOptions(backend="horovod", kind="multi_worker"))
+
+
 @pytest.mark.parametrize(
     ("options", "expected"),
     [

@@ -66,7 +66,7 @@ def register(sub: Any) -> None:
         help="seconds without output or heartbeat that count as a hang",
     )
     p.add_argument("--timeout", type=seconds, default=None, help="limit on the whole run, in seconds")
-    p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default)")
+    p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default), mpi, horovod")
     p.add_argument(
         "--bind-to",
         choices=BIND_CHOICES,

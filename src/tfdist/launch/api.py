@@ -255,7 +255,11 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
-    mpiexec = find_mpiexec() if config.backend == "mpi" else None
+    if config.backend == "horovod":
+        from tfdist.train.horovod import import_horovod
+
+        import_horovod()  # a SetupError with the install hint before anything starts
+    mpiexec = find_mpiexec() if config.backend != "tf" else None
     flavour = mpi_flavour(mpiexec) if mpiexec and config.bind != "none" else "unknown"
     signals = _Signals()
     signals.install()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tfdist.errors import ConfigError
 
-BACKENDS = ("tf", "mpi")
+BACKENDS = ("tf", "mpi", "horovod")
 
 
 #: ``auto``: one core set per worker when CPU workers fit the cores; ``core``: always (error if they do
@@ -74,13 +74,13 @@ class LaunchConfig:
             )
         if self.backend not in BACKENDS:
             raise ConfigError(f"--backend={self.backend!r}: available backends are {', '.join(BACKENDS)}.")
-        if self.backend == "mpi" and (self.ps or self.chief):
+        if self.backend != "tf" and (self.ps or self.chief):
             raise ConfigError(
-                "--backend mpi cannot run parameter servers or a chief: every MPI rank is a worker."
+                f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a worker."
             )
-        if self.backend == "mpi" and self.nnodes > 1:
+        if self.backend != "tf" and self.nnodes > 1:
             raise ConfigError(
-                "--backend mpi runs on one node; for several nodes start the job with mpirun or srun --mpi=pmix."
+                f"--backend {self.backend} runs on one node; for several nodes start the job with mpirun or srun --mpi=pmix."
             )
 
     def _check_nodes(self) -> None:

@@ -273,7 +273,7 @@ def plan_mpi(
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(
         {
-            "TFDIST_BACKEND": "mpi",
+            "TFDIST_BACKEND": config.backend,
             "TFDIST_WORLD_SIZE": str(config.nproc_per_node),
             "TFDIST_RUN_DIR": run_dir,
             "TFDIST_ATTEMPT_DIR": attempt_dir,

@@ -10,7 +10,9 @@ from tfdist.errors import ConfigError
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "parameter_server", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-BACKENDS = ("auto", "tf", "mpi")
+BACKENDS = ("auto", "tf", "mpi", "horovod")
+#: Backends where each process runs its own one-device strategy and a synchroniser sums across processes.
+PROCESS_BACKENDS = ("mpi", "horovod")
 #: A stuck peer should fail the step in minutes, not hang for hours (TensorFlow's default is no limit).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -185,7 +187,7 @@ def plan_strategy(
     opts = options or StrategyOptions()
     gpus = plan_gpus(env, devices, opts)
     backend = resolve_backend(env, opts.backend)
-    if backend == "mpi":
+    if backend in PROCESS_BACKENDS:
         kind, reason = _mpi_kind(env, opts)
     else:
         kind, reason = _choose_kind(env, gpus, opts)
@@ -219,7 +221,9 @@ def plan_strategy(
         task_index=env.task_index,
         tpu_name=getattr(env, "tpu_name", ""),
         backend=backend,
-        num_replicas=env.world_size if backend == "mpi" else _num_replicas(kind, env, local_replicas),
+        num_replicas=env.world_size
+        if backend in PROCESS_BACKENDS
+        else _num_replicas(kind, env, local_replicas),
         warnings=tuple(warnings),
     )
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
+from tfdist.strategy.plan import PROCESS_BACKENDS
 from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import per_example_stat, resolve_metrics
@@ -134,15 +135,20 @@ class SyncTrainer:
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
 
     def _make_sync(self) -> Any:
-        """The MPI synchroniser when the MPI backend is selected, else None (TensorFlow collectives)."""
+        """The process-level synchroniser of the MPI or Horovod backend, else None (TensorFlow collectives)."""
         from tfdist import api
 
-        if api.backend() != "mpi":
+        backend = api.backend()
+        if backend not in PROCESS_BACKENDS:
             return None
         if self.strategy.num_replicas_in_sync != 1:
             raise ConfigError(
-                "the MPI backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
+                f"the {backend} backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
             )
+        if backend == "horovod":
+            from tfdist.train.horovod import HorovodSync
+
+            return HorovodSync()
         from tfdist.train.sync import MPISync
 
         return MPISync()
@@ -321,7 +327,9 @@ class SyncTrainer:
         for _ in range(self.val.plan.steps_per_epoch):
             out = self.eval_step(next(iterator))
             local = out if local is None else local + out
-        totals = self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(len(self.names) + 1)
+        totals = (
+            self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(len(self.names) + 1)
+        )
         return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
 
     def _preempt(self, step: int) -> None:
@@ -343,7 +351,7 @@ class SyncTrainer:
             "examples_per_sec": examples / max(duration, 1e-9),
             "global_batch": self.plan.global_batch,
             "replicas": self.strategy.num_replicas_in_sync * self.processes[1],
-            "backend": "mpi" if self.sync else "tf",
+            "backend": self.sync.name if self.sync else "tf",
             "world_size": self.env.world_size,
             "strategy": type(self.strategy).__name__,
             "learning_rate": self.target_lr,

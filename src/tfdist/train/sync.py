@@ -32,24 +32,55 @@ def import_mpi() -> Any:
     return MPI
 
 
+def pack_weights(weights: Sequence[np.ndarray]) -> np.ndarray:
+    """All weights as one float64 vector (float64 holds every float32/float16 value exactly)."""
+    return np.concatenate([w.ravel().astype(np.float64) for w in weights]) if weights else np.zeros(0)
+
+
+def unpack_weights(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Inverse of :func:`pack_weights`, with the shapes and dtypes of ``like``."""
+    out, offset = [], 0
+    for w in like:
+        out.append(flat[offset : offset + w.size].reshape(w.shape).astype(w.dtype))
+        offset += w.size
+    return out
+
+
+def check_world(size: int) -> None:
+    """ConfigError when the job's rank count differs from the count tfdist launched (``-n``)."""
+    expected = os.environ.get("TFDIST_WORLD_SIZE")
+    if expected and int(expected) != size:
+        raise ConfigError(
+            f"the MPI job has {size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
+        )
+
+
 class MPISync:
     """Sum-all-reduces float32 buffers over MPI_COMM_WORLD and broadcasts initial weights from rank 0."""
+
+    name = "mpi"
 
     def __init__(self) -> None:
         mpi = import_mpi()
         self.mpi = mpi
         self.comm = mpi.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
-        expected = os.environ.get("TFDIST_WORLD_SIZE")
-        if expected and int(expected) != self.size:
-            raise ConfigError(
-                f"the MPI job has {self.size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
-            )
+        check_world(self.size)
         # Override knobs for machines where spinning is cheaper (one rank per dedicated core).
         spin_s = float(os.environ.get("TFDIST_MPI_SPIN_US", "5000")) / 1e6
         poll_sleep_s = float(os.environ.get("TFDIST_MPI_POLL_SLEEP_US", "100")) / 1e6
         shared = os.environ.get("TFDIST_MPI_SHM", "1") != "0"
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
+
+    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
+        """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""
+        import tensorflow as tf
+
+        parts = [tf.cast(p, tf.float32) for p in parts]
+        outs = tf.numpy_function(
+            lambda *arrays: self.allreduce(arrays, keep), parts, [tf.float32] * len(parts), stateful=True
+        )
+        return [tf.ensure_shape(o, p.shape) for o, p in zip(outs, parts, strict=True)]
 
     def allreduce(self, parts: Sequence[np.ndarray], keep: int = 0) -> list[np.ndarray]:
         """Element-wise sums over all ranks of every array in ``parts``, through ONE packed all-reduce.
@@ -71,13 +102,9 @@ class MPISync:
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""
         weights = model.get_weights()
-        flat = np.concatenate([w.ravel().astype(np.float64) for w in weights]) if weights else np.zeros(0)
+        flat = pack_weights(weights)
         self.comm.Bcast(flat, root=0)
-        out, offset = [], 0
-        for w in weights:
-            out.append(flat[offset : offset + w.size].reshape(w.shape).astype(w.dtype))
-            offset += w.size
-        model.set_weights(out)
+        model.set_weights(unpack_weights(flat, weights))
 
 
 def make_mpi_steps(
@@ -87,20 +114,18 @@ def make_mpi_steps(
     stats: list[Any],
     global_batch: int,
     step_var: Any,
-    sync: MPISync,
+    sync: Any,
     jit_compile: bool = False,
 ) -> tuple[Any, Any]:
-    """(train_step, eval_step) for the MPI backend: same contract as :func:`tfdist.train.steps.make_steps`."""
+    """(train_step, eval_step) for a process-level synchroniser (:class:`MPISync`, or
+    :class:`tfdist.train.horovod.HorovodSync`): same contract as :func:`tfdist.train.steps.make_steps`.
+
+    The synchroniser's ``graph_allreduce(parts, keep)`` sums a list of tensors over all processes.
+    """
     import tensorflow as tf
 
     optimizer, world = model.optimizer, sync.size
-
-    def allreduce(parts: list[Any], keep: int = 0) -> list[Any]:
-        parts = [tf.cast(p, tf.float32) for p in parts]
-        outs = tf.numpy_function(
-            lambda *arrays: sync.allreduce(arrays, keep), parts, [tf.float32] * len(parts), stateful=True
-        )
-        return [tf.ensure_shape(o, p.shape) for o, p in zip(outs, parts, strict=True)]
+    allreduce = sync.graph_allreduce
 
     def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
         variables = model.trainable_variables
@@ -123,7 +148,7 @@ def make_mpi_steps(
         pred = model(x, training=False)
         return allreduce([global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)])[0]
 
-    @tf.function(jit_compile=False)  # numpy_function cannot be compiled by XLA
+    @tf.function(jit_compile=False)  # numpy_function and Horovod's ops cannot be compiled by XLA
     def train_step(batch: Any, stop: Any) -> Any:
         x, y, w = batch
         out = strategy.experimental_local_results(strategy.run(train_replica, args=(x, y, w, stop)))[0]
