@@ -100,8 +100,7 @@ class NodeReducer:
             memory, _ = window.Shared_query(0)
             table = np.ndarray(buffer=memory, dtype=np.float32, shape=(count, length))
             self._windows[length] = (window, table)
-        table = self._windows[length][1]
-        return table[self.local_rank if self.local_size > 1 else 0]
+        return self._windows[length][1][self.local_rank]
 
     def allreduce(self, length: int) -> np.ndarray:
         """Sum the input rows of ``length`` floats over all ranks (after filling :meth:`input_row`).
