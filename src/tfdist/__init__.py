@@ -1,38 +1,60 @@
 """tfdist: distributed TensorFlow/Keras training from a laptop to a cluster.
 
 Create the strategy first thing with :func:`strategy`, build and compile the model in its scope, and
-train with ``tfdist.fit``; start several workers with ``tfdist launch``.
+train with ``model.fit`` or ``tfdist.fit``; start several workers with ``tfdist launch``.
+
+The names below load on first use (PEP 562): every launched worker imports a piece of tfdist before the
+user's script runs, and that must not cost the import of the whole package.
 """
 
 from __future__ import annotations
 
-from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size
-from tfdist.env import detect_environment
-from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
-from tfdist.launch import LaunchConfig, RunResult, launch
-from tfdist.train import fit
-from tfdist.train.save import save_model
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ConfigError",
-    "LaunchConfig",
-    "RunResult",
-    "SetupError",
-    "TfdistError",
-    "WorkerFailedError",
-    "__version__",
-    "backend",
-    "detect_environment",
-    "fit",
-    "is_chief",
-    "launch",
-    "local_rank",
-    "num_replicas",
-    "plan",
-    "rank",
-    "save_model",
-    "strategy",
-    "world_size",
-]
+#: public name -> module that defines it
+_EXPORTS = {
+    "backend": "tfdist.api",
+    "is_chief": "tfdist.api",
+    "local_rank": "tfdist.api",
+    "num_replicas": "tfdist.api",
+    "plan": "tfdist.api",
+    "rank": "tfdist.api",
+    "strategy": "tfdist.api",
+    "world_size": "tfdist.api",
+    "detect_environment": "tfdist.env",
+    "ConfigError": "tfdist.errors",
+    "SetupError": "tfdist.errors",
+    "TfdistError": "tfdist.errors",
+    "WorkerFailedError": "tfdist.errors",
+    "LaunchConfig": "tfdist.launch",
+    "RunResult": "tfdist.launch",
+    "launch": "tfdist.launch",
+    "fit": "tfdist.train",
+    "save_model": "tfdist.train.save",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size
+    from tfdist.env import detect_environment
+    from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
+    from tfdist.launch import LaunchConfig, RunResult, launch
+    from tfdist.train import fit
+    from tfdist.train.save import save_model
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -110,4 +110,8 @@ def strategy(
     )
     built = build_strategy(chosen)
     _LAST[:] = [built]
+    if chosen.kind == "multi_worker":
+        from tfdist.keras import fix
+
+        fix.install()  # model.fit under this strategy works from here on (a no-op for other strategies)
     return built

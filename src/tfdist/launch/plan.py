@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
+from tfdist.worker import with_bootstrap
 
 LOOPBACK = "127.0.0.1"
 #: Multi-node default: every node must derive the same ports without talking, so they are fixed.
@@ -224,7 +225,7 @@ def plan_workers(
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
         log_path = os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
         cpus = binding[local_rank] if binding and local_rank >= 0 else ()
-        out.append(WorkerSpec(slot, _argv(config, slot), env, log_path, cpus))
+        out.append(WorkerSpec(slot, _argv(config, slot), with_bootstrap(env), log_path, cpus))
     return out
 
 
@@ -291,4 +292,4 @@ def plan_mpi(
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
     bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
     argv = (mpiexec, *bind_args, "-n", str(config.nproc_per_node), *program)
-    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, env, os.path.join(attempt_dir, "mpi.log"))]
+    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), os.path.join(attempt_dir, "mpi.log"))]

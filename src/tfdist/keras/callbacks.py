@@ -1,0 +1,126 @@
+"""File-writing Keras callbacks under a multi-worker ``model.fit``: the chief writes, the others do not race.
+
+Every worker must run the same callbacks (a save reads distributed variables, which may need every
+worker), so, as Keras 2's multi-worker ``fit`` did, non-chief workers keep their callbacks but write to a
+private temporary directory that is removed when the process exits:
+
+- ``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``: the path is moved under the worker's temp dir;
+- ``BackupAndRestore``: every worker *reads* the chief's backup (so all resume from the same epoch) and
+  non-chief workers *write* theirs to the temp dir and never delete the chief's directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from tfdist._log import get_logger
+
+log = get_logger(__name__)
+#: The Keras module whose CallbackList is patched.
+TARGET = "keras.src.callbacks.callback_list"
+
+
+def worker_identity(strategy: Any) -> tuple[bool, int]:
+    """(is_chief, task index) of this process in a multi-worker strategy."""
+    chief = bool(getattr(strategy.extended, "should_checkpoint", True))
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_id = getattr(resolver, "task_id", 0) if resolver is not None else 0
+    return chief, int(task_id or 0)
+
+
+def private_dir(task_id: int) -> str:
+    """A fresh temporary directory for this worker's throw-away files, removed at exit."""
+    path = tempfile.mkdtemp(prefix=f"tfdist-worker{task_id}-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def moved_path(path: str, into: str) -> str:
+    """``path`` re-rooted under ``into``, keeping any ``{epoch}``-style template in its directories.
+
+    Input/Output: ``("out/ckpt-{epoch}.keras", "/tmp/w1")`` -> ``"/tmp/w1/ckpt-{epoch}.keras"``;
+    ``("out/{epoch}/m.keras", "/tmp/w1")`` -> ``"/tmp/w1/out/{epoch}/m.keras"``.
+    """
+    head, tail = os.path.split(path)
+    if "{" in head:
+        return os.path.join(into, path.lstrip(os.sep))
+    return os.path.join(into, tail)
+
+
+def redirect(callback: Any, task_id: int) -> bool:
+    """Point one non-chief worker's file-writing callback away from the chief's files. True if changed."""
+    if getattr(callback, "_tfdist_redirected", False):
+        return False
+    name = type(callback).__name__
+    if name == "ModelCheckpoint":
+        callback.filepath = moved_path(str(callback.filepath), private_dir(task_id))
+    elif name == "CSVLogger":
+        callback.filename = moved_path(str(callback.filename), private_dir(task_id))
+    elif name == "TensorBoard":
+        callback.log_dir = private_dir(task_id)
+    elif name == "BackupAndRestore":
+        _read_chief_write_private(callback, private_dir(task_id))
+    else:
+        return False
+    callback._tfdist_redirected = True
+    log.debug("worker %d: %s writes to a private temp dir (the chief writes the real files)", task_id, name)
+    return True
+
+
+def _read_chief_write_private(callback: Any, into: str) -> None:
+    read_paths = {
+        name: getattr(callback, name)
+        for name in (
+            "_weights_path",
+            "_training_metadata_path",
+            "_prev_weights_path",
+            "_prev_training_metadata_path",
+        )
+    }
+    write_paths = {name: moved_path(path, into) for name, path in read_paths.items()}
+    chief_dir, save = callback.backup_dir, callback._save_model
+
+    def save_privately() -> None:
+        # Keras' _save_model writes backup_dir and the four paths: swap in the private ones for the write.
+        callback.backup_dir = into
+        for name, path in write_paths.items():
+            setattr(callback, name, path)
+        try:
+            save()
+        finally:
+            callback.backup_dir = chief_dir
+            for name, path in read_paths.items():
+                setattr(callback, name, path)
+
+    def train_end(logs: Any = None) -> None:
+        shutil.rmtree(into, ignore_errors=True)  # the chief deletes its own directory, never a worker
+
+    callback._save_model = save_privately
+    callback.on_train_end = train_end
+
+
+def patch_callback_list(module: Any) -> None:
+    """Make Keras' ``CallbackList`` redirect non-chief file callbacks when its model is multi-worker."""
+    cls = module.CallbackList
+    if getattr(cls.set_model, "__wrapped__", None):
+        return
+    original = cls.set_model
+
+    def set_model(self: Any, model: Any) -> None:
+        from tfdist.keras.fix import is_multi_worker
+
+        # Before Keras' own set_model: TensorBoard fixes its write directory there.
+        strategy = getattr(model, "_distribute_strategy", None)
+        if strategy is not None and is_multi_worker(strategy):
+            chief, task_id = worker_identity(strategy)
+            if not chief:
+                for callback in self.callbacks:
+                    redirect(callback, task_id)
+        original(self, model)
+
+    set_model.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.set_model = set_model

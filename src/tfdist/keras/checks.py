@@ -1,0 +1,83 @@
+"""What Keras cannot do multi-worker, said before the first step instead of failing or training wrong."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from tfdist.errors import ConfigError
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A RuntimeWarning shown once per process (fit and evaluate both pass here)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
+    """Refuse ``steps_per_execution > 1``; warn about unseeded shuffles and uneven last batches."""
+    steps = int(getattr(model, "steps_per_execution", 1) or 1)
+    if steps > 1:
+        raise ConfigError(
+            f"model.compile(steps_per_execution={steps}) under MultiWorkerMirroredStrategy: Keras runs several "
+            "steps in one call with per-step end-of-data checks that are not safe across workers. "
+            "Hint: compile with steps_per_execution=1 (the default)."
+        )
+    adapter = getattr(iterator, "data_adapter", None)
+    if adapter is None:
+        return
+    if unseeded_shuffle(adapter):
+        warn_once(
+            "tfdist: the training data is shuffled without a seed; every worker shuffles differently, and "
+            "with DATA auto-sharding workers then skip and repeat examples. Hint: call "
+            "keras.utils.set_random_seed(SEED) (or tf.random.set_seed) before building the data, or pass "
+            "shuffle(..., seed=SEED)."
+        )
+    partial = getattr(adapter, "partial_batch_size", None)
+    replicas = int(strategy.num_replicas_in_sync)
+    if partial and int(partial) % replicas:
+        warn_once(
+            f"tfdist: the last batch holds {int(partial)} examples for {replicas} replicas, so replicas get "
+            "unequal (possibly empty) shares and that step's gradient is not the one-process gradient "
+            "(an empty share crashes convolutions under oneDNN). Hint: use a dataset size divisible by the "
+            "global batch, or drop the remainder."
+        )
+
+
+def unseeded_shuffle(adapter: Any) -> bool:
+    """True when the adapter shuffles with no seed, so two workers draw two different orders."""
+    import tensorflow as tf
+    from tensorflow.python.framework import random_seed
+
+    shuffle = getattr(adapter, "_shuffle", False)
+    if shuffle and type(adapter).__name__ == "ArrayDataAdapter":
+        # Keras shuffles arrays with tf.random.shuffle: unseeded unless a global seed is set.
+        return random_seed.get_seed(None) == (None, None)
+    dataset = getattr(adapter, "_dataset", None)
+    if not isinstance(dataset, tf.data.Dataset):
+        return False
+    return any(_is_unseeded(node) for node in _pipeline(dataset))
+
+
+def _pipeline(dataset: Any, limit: int = 200) -> list[Any]:
+    seen: list[Any] = []
+    todo = [dataset]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        seen.append(node)
+        try:
+            todo.extend(node._inputs())
+        except Exception:  # a dataset kind without inputs (sources, or private wrappers)
+            continue
+    return seen
+
+
+def _is_unseeded(node: Any) -> bool:
+    return (
+        type(node).__name__ == "_ShuffleDataset"
+        and getattr(node, "_seed", 0) is None
+        and getattr(node, "_seed2", 0) is None
+    )

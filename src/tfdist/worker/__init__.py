@@ -1,0 +1,32 @@
+"""RUNS INSIDE EVERY LAUNCHED PROCESS, before the user's code.
+
+Launchers put :func:`boot_dir` first on ``PYTHONPATH``; Python's ``site`` then imports the
+``sitecustomize`` there, which chains the user's own ``sitecustomize`` and calls
+:func:`tfdist.worker.bootstrap.start`. That is how a plain ``tf.distribute`` script that never imports
+tfdist still gets the Keras fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+#: Set in a process's environment when the tfdist bootstrap should run there.
+BOOT_MARK = "TFDIST_BOOTSTRAP"
+
+
+def boot_dir() -> str:
+    """The directory holding tfdist's ``sitecustomize.py``."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "boot")
+
+
+def with_bootstrap(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus the bootstrap: :func:`boot_dir` first on PYTHONPATH (once) and the mark set.
+
+    Input/Output: ``{"PYTHONPATH": "/a"}`` -> ``{"PYTHONPATH": "<boot>:/a", "TFDIST_BOOTSTRAP": "1"}``.
+    """
+    out = dict(env)
+    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot_dir()]
+    out["PYTHONPATH"] = os.pathsep.join([boot_dir(), *parts])
+    out[BOOT_MARK] = "1"
+    return out

@@ -1,0 +1,68 @@
+"""A Keras tutorial-style script (no tfdist import): MultiWorkerMirroredStrategy + model.fit with
+validation data and the usual callbacks, then evaluate and predict. Writes what it got to OUT/rank-R.*.
+
+usage: keras_fit.py OUT [--shared DIR]   (DIR: where every worker points its file-writing callbacks)
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+import keras
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out")
+parser.add_argument("--shared", default=None)
+parser.add_argument("--epochs", type=int, default=4)
+args = parser.parse_args()
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+rank = int(json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0))
+GLOBAL_BATCH = 48  # divisible by 1, 2 and 3 workers
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(480, 8)).astype("float32")
+w_true = rng.normal(size=(8,)).astype("float32")
+y = (x @ w_true > 0).astype("int32")
+x_val = rng.normal(size=(96, 8)).astype("float32")
+y_val = (x_val @ w_true > 0).astype("int32")
+train = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+val = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(GLOBAL_BATCH)
+
+with strategy.scope():
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=1, name="top1")],
+    )
+
+callbacks = [
+    keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
+    keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1, min_delta=1.0),
+    keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.9),
+    keras.callbacks.TerminateOnNaN(),
+]
+if args.shared:
+    callbacks += [
+        keras.callbacks.ModelCheckpoint(os.path.join(args.shared, "ckpt-{epoch:02d}.keras")),
+        keras.callbacks.CSVLogger(os.path.join(args.shared, "log.csv")),
+        keras.callbacks.BackupAndRestore(os.path.join(args.shared, "backup"), delete_checkpoint=False),
+        keras.callbacks.TensorBoard(os.path.join(args.shared, "tb")),
+    ]
+
+history = model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks, verbose=2)
+evaluation = model.evaluate(val, return_dict=True, verbose=0)
+predictions = model.predict(tf.data.Dataset.from_tensor_slices(x_val[:90]).batch(GLOBAL_BATCH), verbose=0)
+
+np.save(os.path.join(args.out, f"rank-{rank}.weights.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
+np.save(os.path.join(args.out, f"rank-{rank}.predictions.npy"), predictions)
+with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
+    json.dump({"history": history.history, "evaluate": evaluation, "lr": float(model.optimizer.learning_rate.numpy())}, f)
+print(f"rank {rank}: evaluate {evaluation}", flush=True)
