@@ -39,12 +39,12 @@ _EXPORTS = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
-    from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size
-    from tfdist.env import detect_environment
-    from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError
-    from tfdist.launch import LaunchConfig, RunResult, launch
-    from tfdist.train import fit
-    from tfdist.train.save import save_model
+    from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size  # noqa: F401
+    from tfdist.env import detect_environment  # noqa: F401
+    from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError  # noqa: F401
+    from tfdist.launch import LaunchConfig, RunResult, launch  # noqa: F401
+    from tfdist.train import fit  # noqa: F401
+    from tfdist.train.save import save_model  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -8,15 +8,19 @@ import argparse
 import json
 import os
 
+import keras
 import numpy as np
 import tensorflow as tf
-
-import keras
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
 parser.add_argument("--shared", default=None)
 parser.add_argument("--epochs", type=int, default=4)
+parser.add_argument("--steps-per-execution", type=int, default=1)
+parser.add_argument("--plain", action="store_true", help="no stateful callbacks (EarlyStopping, LR changes)")
+parser.add_argument(
+    "--crash-at-epoch", type=int, default=None, help="last worker exits there, first attempt only"
+)
 args = parser.parse_args()
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -41,14 +45,26 @@ with strategy.scope():
         optimizer=keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=1, name="top1")],
+        steps_per_execution=args.steps_per_execution,
     )
 
-callbacks = [
-    keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
-    keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1, min_delta=1.0),
-    keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.9),
-    keras.callbacks.TerminateOnNaN(),
-]
+
+class CrashOnce(keras.callbacks.Callback):
+    """Kills the last worker at the start of an epoch on the first attempt, as a node failure would."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        last = os.environ.get("TFDIST_WORLD_SIZE") == str(rank + 1)
+        if epoch == args.crash_at_epoch and last and os.environ.get("TFDIST_RESTART_COUNT") == "0":
+            os._exit(3)
+
+
+callbacks = [keras.callbacks.TerminateOnNaN(), CrashOnce()]
+if not args.plain:
+    callbacks += [
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
+        keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1, min_delta=1.0),
+        keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.9),
+    ]
 if args.shared:
     callbacks += [
         keras.callbacks.ModelCheckpoint(os.path.join(args.shared, "ckpt-{epoch:02d}.keras")),
@@ -61,8 +77,18 @@ history = model.fit(train, epochs=args.epochs, validation_data=val, callbacks=ca
 evaluation = model.evaluate(val, return_dict=True, verbose=0)
 predictions = model.predict(tf.data.Dataset.from_tensor_slices(x_val[:90]).batch(GLOBAL_BATCH), verbose=0)
 
-np.save(os.path.join(args.out, f"rank-{rank}.weights.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
+np.save(
+    os.path.join(args.out, f"rank-{rank}.weights.npy"),
+    np.concatenate([w.ravel() for w in model.get_weights()]),
+)
 np.save(os.path.join(args.out, f"rank-{rank}.predictions.npy"), predictions)
 with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
-    json.dump({"history": history.history, "evaluate": evaluation, "lr": float(model.optimizer.learning_rate.numpy())}, f)
+    json.dump(
+        {
+            "history": history.history,
+            "evaluate": evaluation,
+            "lr": float(model.optimizer.learning_rate.numpy()),
+        },
+        f,
+    )
 print(f"rank {rank}: evaluate {evaluation}", flush=True)

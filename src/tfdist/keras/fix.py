@@ -32,7 +32,8 @@ _STATE: dict[str, Any] = {}
 
 def _version_tuple(text: str) -> tuple[int, int]:
     parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+    padded = [*parts, 0, 0]
+    return padded[0], padded[1]
 
 
 def keras_in_tested_range(version: str) -> bool:

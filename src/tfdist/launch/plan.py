@@ -292,4 +292,6 @@ def plan_mpi(
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
     bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
     argv = (mpiexec, *bind_args, "-n", str(config.nproc_per_node), *program)
-    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), os.path.join(attempt_dir, "mpi.log"))]
+    return [
+        WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), os.path.join(attempt_dir, "mpi.log"))
+    ]

@@ -23,7 +23,8 @@ class _HookedLoader(importlib.abc.Loader):
         self._hook = hook
 
     def create_module(self, spec: Any) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+        module: ModuleType | None = self._loader.create_module(spec)
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
