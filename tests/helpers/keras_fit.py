@@ -17,6 +17,7 @@ parser.add_argument("out")
 parser.add_argument("--shared", default=None)
 parser.add_argument("--epochs", type=int, default=4)
 parser.add_argument("--steps-per-execution", type=int, default=1)
+parser.add_argument("--shuffle", action="store_true", help="shuffle the training data without a seed")
 parser.add_argument("--plain", action="store_true", help="no stateful callbacks (EarlyStopping, LR changes)")
 parser.add_argument(
     "--crash-at-epoch", type=int, default=None, help="last worker exits there, first attempt only"
@@ -33,7 +34,8 @@ w_true = rng.normal(size=(8,)).astype("float32")
 y = (x @ w_true > 0).astype("int32")
 x_val = rng.normal(size=(96, 8)).astype("float32")
 y_val = (x_val @ w_true > 0).astype("int32")
-train = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+train = tf.data.Dataset.from_tensor_slices((x, y))
+train = (train.shuffle(480) if args.shuffle else train).batch(GLOBAL_BATCH)
 val = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(GLOBAL_BATCH)
 
 with strategy.scope():

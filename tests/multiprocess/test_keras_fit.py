@@ -152,3 +152,10 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert marker.read_text() == "ran\n" * 3  # the launcher's own interpreter and both workers
     assert proc.stdout.count("patched") == 2 and "unpatched" not in proc.stdout
+
+
+def test_an_unseeded_shuffle_is_named_with_its_fix(tmp_path: Path) -> None:
+    proc = run_launch(2, tmp_path / "out", "--plain", "--epochs", "1", "--shuffle")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "shuffled without a seed" in proc.stdout + proc.stderr
+    assert "keras.utils.set_random_seed(SEED)" in proc.stdout + proc.stderr

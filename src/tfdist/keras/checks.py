@@ -76,8 +76,8 @@ def _pipeline(dataset: Any, limit: int = 200) -> list[Any]:
 
 
 def _is_unseeded(node: Any) -> bool:
-    return (
-        type(node).__name__ == "_ShuffleDataset"
-        and getattr(node, "_seed", 0) is None
-        and getattr(node, "_seed2", 0) is None
-    )
+    # tf.data stores an unseeded shuffle's seeds as (0, 0): "draw fresh randomness in every process".
+    if type(node).__name__ != "_ShuffleDataset":
+        return False
+    seeds = (getattr(node, "_seed", None), getattr(node, "_seed2", None))
+    return all(seed is None or int(seed) == 0 for seed in seeds)

@@ -1,0 +1,89 @@
+"""The Keras fix's pure parts and the worker bootstrap, without TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tfdist.keras import callbacks, fix
+from tfdist.worker import BOOT_MARK, boot_dir, with_bootstrap
+from tfdist.worker.imports import after_import
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [
+        ("3.15.0", True),
+        ("3.15.1", True),
+        ("3.15.2rc1", True),
+        ("3.14.9", False),
+        ("3.16.0", False),
+        ("3.16.0.dev2026", False),
+        ("2.15.0", False),
+        ("0", False),
+    ],
+)
+def test_tested_keras_range(version: str, tested: bool) -> None:
+    assert fix.keras_in_tested_range(version) is tested
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("", True), ("0", False), ("false", False), ("OFF", False)])
+def test_tfdist_keras_patch_switch(value: str, on: bool) -> None:
+    assert fix.enabled_by_env({"TFDIST_KERAS_PATCH": value}) is on
+
+
+def test_out_of_range_keras_is_left_alone_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fix, "keras_version", lambda: "3.99.0")
+    monkeypatch.setattr(fix, "_STATE", {})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert fix.gate() is False
+        assert fix.gate() is False
+    assert len(seen) == 1
+    assert "Keras 3.99.0 is outside the range" in str(seen[0].message)
+    assert "pip install 'keras>=3.15,<3.16'" in str(seen[0].message)
+
+
+def test_pyproject_pins_the_tested_range() -> None:
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    low, high = fix.TESTED_KERAS
+    assert f'"keras>={low[0]}.{low[1]},<{high[0]}.{high[1]}"' in text
+
+
+@pytest.mark.parametrize(
+    ("path", "moved"),
+    [
+        ("out/ckpt-{epoch:02d}.keras", "/t/ckpt-{epoch:02d}.keras"),
+        ("/abs/log.csv", "/t/log.csv"),
+        ("out/{epoch}/model.keras", "/t/out/{epoch}/model.keras"),
+        ("model.weights.h5", "/t/model.weights.h5"),
+    ],
+)
+def test_worker_files_move_under_the_private_dir(path: str, moved: str) -> None:
+    assert callbacks.moved_path(path, "/t") == moved
+
+
+def test_bootstrap_goes_first_on_pythonpath_once() -> None:
+    env = with_bootstrap({"PYTHONPATH": os.pathsep.join(["/a", boot_dir(), "/b"]), "X": "1"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [boot_dir(), "/a", "/b"]
+    assert env[BOOT_MARK] == "1" and env["X"] == "1"
+    assert with_bootstrap({})["PYTHONPATH"] == boot_dir()
+    assert (Path(boot_dir()) / "sitecustomize.py").is_file()
+
+
+def test_after_import_runs_once_when_the_module_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tfdist_probe_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[int] = []
+    after_import("tfdist_probe_mod", lambda m: seen.append(m.VALUE))
+    assert seen == []  # nothing imported eagerly
+    import tfdist_probe_mod  # type: ignore[import-not-found]
+
+    assert seen == [1] and tfdist_probe_mod.VALUE == 1
+    after_import("tfdist_probe_mod", lambda m: seen.append(2))  # already imported: at once
+    assert seen == [1, 2]
+    sys.modules.pop("tfdist_probe_mod", None)
