@@ -10,6 +10,8 @@ user's script runs, and that must not cost the import of the whole package.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -58,3 +60,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """``tfdist.strategy`` and ``tfdist.launch`` are functions *and* subpackages. Importing a subpackage
+    makes Python set it as an attribute of its parent, which would hide the function; the function wins."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("strategy", "launch") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -31,7 +31,9 @@ def test_tested_keras_range(version: str, tested: bool) -> None:
     assert fix.keras_in_tested_range(version) is tested
 
 
-@pytest.mark.parametrize(("value", "on"), [("1", True), ("", True), ("0", False), ("false", False), ("OFF", False)])
+@pytest.mark.parametrize(
+    ("value", "on"), [("1", True), ("", True), ("0", False), ("false", False), ("OFF", False)]
+)
 def test_tfdist_keras_patch_switch(value: str, on: bool) -> None:
     assert fix.enabled_by_env({"TFDIST_KERAS_PATCH": value}) is on
 
@@ -75,7 +77,9 @@ def test_bootstrap_goes_first_on_pythonpath_once() -> None:
     assert (Path(boot_dir()) / "sitecustomize.py").is_file()
 
 
-def test_after_import_runs_once_when_the_module_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_import_runs_once_when_the_module_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "tfdist_probe_mod.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen: list[int] = []

@@ -240,13 +240,55 @@ def check_arrays(source: Any) -> tuple[np.ndarray, ...]:
 
 
 def static_batch(dataset: Any) -> int:
-    """The batch size a dataset declares statically; a ConfigError when it is dynamic."""
+    """The global batch size of a batched dataset: declared statically, else read from its first element.
+
+    ``from_tensor_slices(...).batch(32)`` declares ``None`` (the last batch may be partial); its first
+    batch tells the size.
+    """
     import tensorflow as tf
 
     spec = tf.nest.flatten(dataset.element_spec)[0]
-    size = spec.shape[0] if spec.shape.rank else None
-    if size is None:
+    if spec.shape.rank == 0:
         raise ConfigError(
-            "the dataset's batch size is not static. Hint: batch with drop_remainder=True or pass batch_size= (the GLOBAL batch)."
+            "the dataset is not batched (its elements are single examples). Hint: call .batch(GLOBAL_BATCH) on it."
         )
-    return int(size)
+    size = spec.shape[0] if spec.shape.rank else None
+    if size is not None:
+        return int(size)
+    for element in dataset.take(1):
+        return int(tf.shape(tf.nest.flatten(element)[0])[0])
+    raise ConfigError("the dataset is empty: it yields no batch to train on.")
+
+
+def sample_inputs(source: Any) -> tuple[Any, Any]:
+    """A tiny (x, y) batch with the data's structure, shapes and dtypes: builds unbuilt models and metrics.
+
+    Zeros from the element spec for datasets (nothing is read); the first two rows for NumPy arrays.
+    """
+    import tensorflow as tf
+
+    def zeros(spec: Any) -> Any:
+        if not isinstance(spec, tf.TensorSpec):
+            raise ConfigError(f"dataset elements must be dense tensors; got {type(spec).__name__}.")
+        if spec.dtype == tf.string:
+            raise ConfigError(
+                "the dataset yields strings; tfdist.fit trains on numbers. Hint: decode or vectorize in the "
+                "pipeline (dataset.map(...)) before batching."
+            )
+        dims = [1 if d is None else int(d) for d in spec.shape]
+        if dims:
+            dims[0] = min(dims[0], 2)  # a batch of at most 2 rows: only the structure matters
+        return tf.zeros(dims, spec.dtype)
+
+    if isinstance(source, tuple | list):
+        x, y = check_arrays(source)
+        return x[:2], y[:2]
+    if callable(source) and not isinstance(source, tf.data.Dataset):
+        source = source(tf.distribute.InputContext())
+    spec = getattr(source, "element_spec", None)
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise ConfigError(
+            f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {spec}."
+        )
+    x, y = tf.nest.map_structure(zeros, spec[0]), tf.nest.map_structure(zeros, spec[1])
+    return x, y

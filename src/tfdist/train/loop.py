@@ -16,9 +16,9 @@ import numpy as np
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.strategy.plan import PROCESS_BACKENDS
-from tfdist.train.data import DistributedData
+from tfdist.train.data import DistributedData, sample_inputs
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
-from tfdist.train.metrics import per_example_stat, resolve_metrics
+from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
@@ -49,6 +49,17 @@ def strategy_of(model: Any) -> Any:
             )
         return tf.distribute.get_strategy()
     return owner
+
+
+def ensure_built(model: Any, x_sample: Any) -> None:
+    """Build a model that has no variables yet from a sample batch, inside the strategy it was made under."""
+    if model.variables:
+        return
+    import tensorflow as tf
+
+    owner = getattr(model, "_distribute_strategy", None) or tf.distribute.get_strategy()
+    with owner.scope():
+        model(x_sample, training=False)
 
 
 def is_parameter_server(strategy: Any) -> bool:
@@ -84,14 +95,12 @@ class SyncTrainer:
         from tfdist.env import detect_environment
 
         self.model, self.options = model, options
+        x_sample, y_sample = sample_inputs(train_data)
+        ensure_built(model, x_sample)
         self.strategy = strategy_of(model)
         self.env = detect_environment()
-        self.loss_fn, loss_name = loss_function(model)
-        compiled = (
-            model._compile_config.config.get("metrics") if getattr(model, "_compile_config", None) else None
-        )
-        self.metrics = resolve_metrics(compiled, loss_name)
-        self.names = ["loss", *[name for name, _ in self.metrics]]
+        self.loss_fn, _ = loss_function(model)
+        self.metrics = MetricSet(model, self.strategy, x_sample, y_sample)
         self.sync = self._make_sync()
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
@@ -194,8 +203,7 @@ class SyncTrainer:
         return int(self.data.replicas)
 
     def _make_steps(self) -> None:
-        stats = [per_example_stat(stat) for _, stat in self.metrics]
-        args = (self.strategy, self.model, self.loss_fn, stats, self.plan.global_batch, self.step_var)
+        args = (self.strategy, self.model, self.loss_fn, self.metrics, self.plan.global_batch, self.step_var)
         if self.sync is not None:
             from tfdist.train.sync import make_mpi_steps
 
@@ -260,7 +268,7 @@ class SyncTrainer:
         self.epoch_var.assign(epoch + 1)
         if self.checkpointer:
             self.checkpointer.save(int(self.step_var.numpy()))
-        logs = {name: float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
+        logs = self.metrics.logs(totals)
         if self.has_validation:
             logs.update(self._validate())
         logs["examples_per_sec"] = float(totals[-1] / max(seconds, 1e-9))
@@ -271,7 +279,7 @@ class SyncTrainer:
     def _train_steps(self, epoch: int) -> np.ndarray:
         step = int(self.step_var.numpy())
         skip = step - epoch * self.plan.steps_per_epoch
-        totals = np.zeros(len(self.names) + 1)
+        totals = np.zeros(self.metrics.width)
         started = time.monotonic()
         if self.iterator is None:
             self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
@@ -327,10 +335,8 @@ class SyncTrainer:
         for _ in range(self.val.plan.steps_per_epoch):
             out = self.eval_step(next(iterator))
             local = out if local is None else local + out
-        totals = (
-            self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(len(self.names) + 1)
-        )
-        return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
+        totals = self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(self.metrics.width)
+        return self.metrics.logs(totals, "val_")
 
     def _preempt(self, step: int) -> None:
         signum = self.stop.signum or signal.SIGTERM

@@ -1,85 +1,88 @@
-"""Metrics as per-example statistics summed over the global batch.
+"""Any Keras metric with its exact global value, through the metric's own state variables.
 
-Every metric is a sum of per-example values divided by the number of examples, so one packed all-reduce
-of sums gives every worker the exact global value (Keras metric objects under multi-worker strategies
-would each need their own collectives at read time).
+Keras metrics keep additive state (totals, counts, confusion matrices, AUC buckets: variables with
+``aggregation="sum"``). In each replica step tfdist asks the model's compiled metrics what their state
+would become for this batch, starting from zeros (``stateless_update_state``): that is the batch's
+contribution. The contributions ride in the same packed vector as the loss sums, are added over steps on
+the worker and over replicas and workers in the one all-reduce of each sync point, and the logged value is
+``stateless_result`` of the summed state — what one process would have computed over the same examples.
+Why not the metric objects themselves: under a multi-worker strategy every read of their variables would
+be a collective of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from tfdist.errors import ConfigError
 
-StatFn = Callable[[Any, Any], Any]
 
+class MetricSet:
+    """The compiled metrics (``metrics`` and ``weighted_metrics``) of a model as a flat state vector."""
 
-def _accuracy_for(loss_name: str) -> str:
-    if "sparse" in loss_name:
-        return "sparse_categorical_accuracy"
-    if "binary" in loss_name:
-        return "binary_accuracy"
-    return "categorical_accuracy"
+    def __init__(self, model: Any, strategy: Any, x_sample: Any, y_sample: Any) -> None:
+        import tensorflow as tf
 
+        self.compiled = getattr(model, "_compile_metrics", None)
+        if self.compiled is not None and not self.compiled.built:
+            with strategy.scope():
+                self.compiled.build(y_sample, model(x_sample, training=False))
+        variables = list(self.compiled.variables) if self.compiled is not None else []
+        for v in variables:
+            if str(getattr(v, "aggregation", "sum")) != "sum":
+                raise ConfigError(
+                    f"metric variable {v.path!r} aggregates by {v.aggregation!r}; tfdist.fit sums metric state "
+                    "over replicas and workers, so it needs additive (aggregation='sum') metric state. "
+                    "Hint: drop that metric from compile(), or compute it after training."
+                )
+        self.shapes = [tuple(int(d) for d in v.shape) for v in variables]
+        self.dtypes = [v.dtype for v in variables]
+        self.size = int(sum(int(np.prod(s)) for s in self.shapes))
+        self._zeros = [tf.zeros(s, d) for s, d in zip(self.shapes, self.dtypes, strict=True)]
+        self.names = list(self._result(np.zeros(self.size)).keys())
 
-def per_example_stat(name: str) -> StatFn:
-    """A function ``(y_true, y_pred) -> per-example values`` for a supported metric name."""
-    import tensorflow as tf
+    def sums(self, y: Any, pred: Any, w: Any) -> Any:
+        """This replica's contribution to the metric state for one batch, as a float32 vector.
 
-    def sparse_acc(y: Any, p: Any) -> Any:
-        y = tf.reshape(tf.cast(y, tf.int64), [-1])
-        return tf.cast(tf.equal(tf.argmax(p, axis=-1), y), tf.float32)
+        Examples with weight 0 are padding (evaluation of a partial last batch): they are left out, also
+        from the unweighted metrics.
+        """
+        import tensorflow as tf
 
-    def cat_acc(y: Any, p: Any) -> Any:
-        return tf.cast(tf.equal(tf.argmax(p, axis=-1), tf.argmax(y, axis=-1)), tf.float32)
+        if not self.size:
+            return tf.zeros([0], tf.float32)
+        keep = w > 0
+        y, pred = (tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), s) for s in (y, pred))
+        state = self.compiled.stateless_update_state(
+            self._zeros, y, pred, sample_weight=tf.boolean_mask(w, keep)
+        )
+        return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in state], 0)
 
-    def bin_acc(y: Any, p: Any) -> Any:
-        hit = tf.equal(tf.cast(p > 0.5, tf.float32), tf.cast(y, tf.float32))
-        return tf.reduce_mean(tf.reshape(tf.cast(hit, tf.float32), [tf.shape(p)[0], -1]), axis=-1)
+    def _result(self, flat: np.ndarray) -> dict[str, float]:
+        if self.compiled is None:
+            return {}
+        import tensorflow as tf
 
-    def mae(y: Any, p: Any) -> Any:
-        diff = tf.abs(tf.cast(y, p.dtype) - p)
-        return tf.reduce_mean(tf.reshape(diff, [tf.shape(p)[0], -1]), axis=-1)
+        values, at = [], 0
+        for shape, dtype in zip(self.shapes, self.dtypes, strict=True):
+            n = int(np.prod(shape))
+            values.append(tf.cast(np.reshape(flat[at : at + n], shape), dtype))
+            at += n
+        out = self.compiled.stateless_result(values)
+        return {name: float(np.asarray(value)) for name, value in out.items()}
 
-    def mse(y: Any, p: Any) -> Any:
-        diff = tf.square(tf.cast(y, p.dtype) - p)
-        return tf.reduce_mean(tf.reshape(diff, [tf.shape(p)[0], -1]), axis=-1)
+    def logs(self, totals: np.ndarray, prefix: str = "") -> dict[str, float]:
+        """``{loss, metric…}`` from a totals vector ``[loss sum, state…, examples]``."""
+        count = max(float(totals[-1]), 1.0)
+        out = {f"{prefix}loss": float(totals[0] / count)}
+        out.update(
+            {f"{prefix}{k}": v for k, v in self._result(np.asarray(totals[1 : 1 + self.size])).items()}
+        )
+        return out
 
-    table: dict[str, StatFn] = {
-        "sparse_categorical_accuracy": sparse_acc,
-        "categorical_accuracy": cat_acc,
-        "binary_accuracy": bin_acc,
-        "mae": mae,
-        "mean_absolute_error": mae,
-        "mse": mse,
-        "mean_squared_error": mse,
-    }
-    return table[name]
-
-
-SUPPORTED = (
-    "accuracy",
-    "acc",
-    "sparse_categorical_accuracy",
-    "categorical_accuracy",
-    "binary_accuracy",
-    "mae",
-    "mean_absolute_error",
-    "mse",
-    "mean_squared_error",
-)
-
-
-def resolve_metrics(metrics: list[Any] | None, loss_name: str) -> list[tuple[str, str]]:
-    """Map compile()'s metric list to ``(display name, stat name)`` pairs; unsupported ones are a ConfigError."""
-    out: list[tuple[str, str]] = []
-    for metric in metrics or []:
-        name = metric if isinstance(metric, str) else getattr(metric, "name", repr(metric))
-        if name not in SUPPORTED:
-            raise ConfigError(
-                f"metric {name!r} from model.compile is not supported by tfdist.fit; supported: {', '.join(SUPPORTED)}."
-            )
-        stat = _accuracy_for(loss_name) if name in ("accuracy", "acc") else name
-        out.append(("accuracy" if name in ("accuracy", "acc") else name, stat))
-    return out
+    @property
+    def width(self) -> int:
+        """Length of a totals vector: loss sum, metric state, example count."""
+        return self.size + 2

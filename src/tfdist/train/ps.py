@@ -14,7 +14,6 @@ import numpy as np
 from tfdist.errors import ConfigError
 from tfdist.train.data import BatchPlan, check_arrays, static_batch, with_weights
 from tfdist.train.loop import SyncTrainer
-from tfdist.train.metrics import per_example_stat
 from tfdist.train.steps import global_sums, per_example_loss
 
 
@@ -81,10 +80,10 @@ class ParameterServerTrainer(SyncTrainer):
     def _make_steps(self) -> None:
         import tensorflow as tf
 
-        stats = [per_example_stat(stat) for _, stat in self.metrics]
+        stats = self.metrics
         model, loss_fn, batch = self.model, self.loss_fn, self.plan.global_batch
         with self.strategy.scope():
-            self.sums = tf.Variable(tf.zeros(len(self.names) + 1), trainable=False)
+            self.sums = tf.Variable(tf.zeros(self.metrics.width), trainable=False)
 
         def replica(x: Any, y: Any, w: Any) -> None:
             with tf.GradientTape() as tape:
@@ -129,10 +128,10 @@ class ParameterServerTrainer(SyncTrainer):
 
         assert self.val_arrays is not None
         x, y = self.val_arrays
-        totals = np.zeros(len(self.names) + 1)
+        totals = np.zeros(self.metrics.width)
         for start in range(0, len(x), self.plan.global_batch):
             xb, yb = x[start : start + self.plan.global_batch], y[start : start + self.plan.global_batch]
             pred, w = self.model(xb, training=False), tf.ones(len(xb), tf.float32)
             per_example = per_example_loss(self.loss_fn, yb, pred, w)
             totals += global_sums(self.stat_fns, yb, pred, per_example, w, 0.0).numpy()[:-1]
-        return {f"val_{name}": float(totals[i] / max(totals[-1], 1)) for i, name in enumerate(self.names)}
+        return self.metrics.logs(totals, "val_")

@@ -42,22 +42,31 @@ def per_example_loss(loss_fn: Callable[[Any, Any], Any], y: Any, pred: Any, w: A
     return tf.reduce_mean(values, axis=-1)
 
 
-def global_sums(
-    stats: list[Callable[[Any, Any], Any]], y: Any, pred: Any, per_example: Any, w: Any, stop: Any
-) -> Any:
-    """The vector every backend reduces each step: [loss sum, metric sums..., example count, stop votes]."""
+def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
+    """The vector every backend reduces each step: [loss sum, metric state…, example count, stop votes].
+
+    ``metrics`` is a :class:`tfdist.train.metrics.MetricSet`. The example count leaves out zero-weight
+    padding, and the loss is reported as Keras does: sum of weighted per-example losses / examples.
+    """
     import tensorflow as tf
 
-    values = [tf.reduce_sum(per_example * w)]
-    values += [tf.reduce_sum(tf.cast(fn(y, pred), tf.float32) * w) for fn in stats]
-    return tf.stack([*values, tf.reduce_sum(w), tf.cast(stop, tf.float32)])
+    count = tf.reduce_sum(tf.cast(w > 0, tf.float32))
+    return tf.concat(
+        [
+            tf.reshape(tf.reduce_sum(per_example * w), [1]),
+            metrics.sums(y, pred, w),
+            tf.reshape(count, [1]),
+            tf.reshape(tf.cast(stop, tf.float32), [1]),
+        ],
+        0,
+    )
 
 
 def make_steps(
     strategy: Any,
     model: Any,
     loss_fn: Callable[[Any, Any], Any],
-    stats: list[Callable[[Any, Any], Any]],
+    stats: Any,
     global_batch: int,
     step_var: Any,
     jit_compile: bool = False,

@@ -111,7 +111,7 @@ def make_mpi_steps(
     strategy: Any,
     model: Any,
     loss_fn: Any,
-    stats: list[Any],
+    stats: Any,
     global_batch: int,
     step_var: Any,
     sync: Any,
