@@ -201,9 +201,10 @@ def plan_strategy(
     cpu_replicas = opts.cpu_replicas or 0
     local_replicas = cpu_replicas if cpu_replicas > 1 else max(1, len(gpus))
     warnings = list(env.warnings)
-    if kind in ("multi_worker", "parameter_server"):
+    if kind == "parameter_server":
+        # Under MultiWorkerMirroredStrategy tfdist's Keras fix makes model.fit work; here Keras 3 has no path.
         warnings.append(
-            "Keras 3 model.fit does not work under this strategy on TensorFlow 2.21; use tfdist.fit(model, data, ...)."
+            "Keras 3 model.fit does not work under ParameterServerStrategy on TensorFlow 2.21; use tfdist.fit(model, data, ...)."
         )
     if opts.communication != "auto" and kind not in ("multi_worker", "mirrored"):
         warnings.append(f"communication={opts.communication!r} is ignored by the {kind} strategy.")

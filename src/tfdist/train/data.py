@@ -114,9 +114,7 @@ class DistributedData:
                 )
             self.dataset = source
             global_batch = batch_size or static_batch(source)
-            cardinality = int(source.cardinality().numpy())
-            if cardinality > 0 and tf.nest.flatten(spec)[0].shape[0] is None:
-                cardinality -= 1  # the last batch may be partial and is dropped: count only sure ones
+            cardinality = full_batches(source)
             self.plan = plan_batches(
                 global_batch,
                 self.replicas,
@@ -258,6 +256,33 @@ def static_batch(dataset: Any) -> int:
     for element in dataset.take(1):
         return int(tf.shape(tf.nest.flatten(element)[0])[0])
     raise ConfigError("the dataset is empty: it yields no batch to train on.")
+
+
+def full_batches(dataset: Any) -> int:
+    """Batches of a batched dataset that are full (a partial last batch is not trained on); -1 if unknown.
+
+    ``.batch(N)`` declares a dynamic batch dimension because its last batch may be partial: look through
+    the pipeline for the batching step and the size of what it batches to know whether it is.
+    Input/Output: ``range(384).batch(48)`` -> 8; ``range(100).batch(48)`` -> 2.
+    """
+    import tensorflow as tf
+
+    cardinality = int(dataset.cardinality().numpy())
+    if cardinality <= 0 or tf.nest.flatten(dataset.element_spec)[0].shape[0] is not None:
+        return cardinality
+    node = dataset
+    for _ in range(100):  # map / prefetch / cache keep the number of batches; follow the first input
+        if type(node).__name__ in ("_BatchDataset", "_ParallelBatchDataset"):
+            examples = int(node._input_dataset.cardinality().numpy())
+            size = int(node._batch_size.numpy())
+            if examples >= 0 and -(-examples // size) == cardinality:
+                return examples // size
+            break
+        inputs = node._inputs() if hasattr(node, "_inputs") else []
+        if len(inputs) != 1 or int(inputs[0].cardinality().numpy()) != cardinality:
+            break
+        node = inputs[0]
+    return cardinality - 1  # unknown: the last batch may be partial, count only the sure ones
 
 
 def sample_inputs(source: Any) -> tuple[Any, Any]:

@@ -96,7 +96,6 @@ class SyncTrainer:
 
         self.model, self.options = model, options
         x_sample, y_sample = sample_inputs(train_data)
-        ensure_built(model, x_sample)
         self.strategy = strategy_of(model)
         self.env = detect_environment()
         self.loss_fn, _ = loss_function(model)
@@ -415,6 +414,7 @@ def fit(
         fit_options = FitOptions(epochs=epochs, **options)
     except TypeError as exc:
         raise ConfigError(f"tfdist.fit: {exc}") from None
+    ensure_built(model, sample_inputs(train_data)[0])
     if is_parameter_server(strategy_of(model)):
         from tfdist.train.ps import ParameterServerTrainer
 

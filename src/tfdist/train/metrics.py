@@ -25,7 +25,7 @@ class MetricSet:
     def __init__(self, model: Any, strategy: Any, x_sample: Any, y_sample: Any) -> None:
         import tensorflow as tf
 
-        self.compiled = getattr(model, "_compile_metrics", None)
+        self.compiled: Any = getattr(model, "_compile_metrics", None)
         if self.compiled is not None and not self.compiled.built:
             with strategy.scope():
                 self.compiled.build(y_sample, model(x_sample, training=False))
@@ -51,7 +51,7 @@ class MetricSet:
         """
         import tensorflow as tf
 
-        if not self.size:
+        if not self.size or self.compiled is None:
             return tf.zeros([0], tf.float32)
         keep = w > 0
         y, pred = (tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), s) for s in (y, pred))
