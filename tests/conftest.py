@@ -39,8 +39,10 @@ def forget_strategy() -> Iterator[None]:
     from tfdist import api
 
     api._LAST.clear()
+    api._PLAN.clear()
     yield
     api._LAST.clear()
+    api._PLAN.clear()
 
 
 @pytest.fixture

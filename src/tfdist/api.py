@@ -7,10 +7,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdist.env import ClusterEnvironment, detect_environment
+from tfdist.errors import ConfigError
 from tfdist.strategy import build_strategy, discover_devices, options_from_environ, plan_strategy
 from tfdist.strategy.plan import StrategyPlan
 
 _LAST: list[Any] = []  # the strategy built by the last strategy() call, to diagnose models built outside it
+_PLAN: list[StrategyPlan] = []  # and its plan: a second call must ask for the same thing
+
+
+def _same_as_before(chosen: StrategyPlan) -> Any:
+    """The strategy already built when ``chosen`` is its plan; else one clear error.
+
+    Why refuse: a second multi-worker strategy in one process re-initialises the collectives under the
+    first one's variables and breaks them.
+    """
+    if _PLAN and _PLAN[-1] != chosen:
+        before = _PLAN[-1]
+        raise ConfigError(
+            f"tfdist.strategy() was already called in this process and built {before.kind} "
+            f"({before.reason}); this call asks for {chosen.kind} ({chosen.reason}). One process holds one "
+            "strategy. Hint: call tfdist.strategy() once and pass the strategy around."
+        )
+    return _LAST[-1]
 
 
 def last_strategy() -> Any:
@@ -108,8 +126,11 @@ def strategy(
         cpu_replicas=cpu_replicas,
         memory_limit_mb=memory_limit_mb,
     )
+    if _LAST:
+        return _same_as_before(chosen)
     built = build_strategy(chosen)
     _LAST[:] = [built]
+    _PLAN[:] = [chosen]
     if chosen.kind == "multi_worker":
         from tfdist.keras import fix
 

@@ -73,6 +73,11 @@ history = tfdist.fit(
     callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=maybe_crash)],
     verbose=0,
 )
+if ckpt:  # what this worker finds on disk the moment fit returns (the chief writes the checkpoints)
+    import tensorflow as tf
+
+    with open(os.path.join(out, f"latest-{max(tfdist.rank(), 0)}.txt"), "w") as fh:
+        fh.write(os.path.basename(tf.train.latest_checkpoint(ckpt) or ""))
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
 np.save(os.path.join(out, f"weights-{max(tfdist.rank(), 0)}.npy"), weights)
 with open(os.path.join(out, f"history-{max(tfdist.rank(), 0)}.json"), "w") as fh:

@@ -81,6 +81,9 @@ def test_resume_after_kill_matches_uninterrupted_run(two_workers: Path, tmp_path
     assert np.max(np.abs(resumed - np.load(two_workers / "weights-0.npy"))) <= 1e-6
     assert json.loads((tmp_path / "history-0.json").read_text())["steps"] == 12
     assert (tmp_path / "run" / "attempt-1").is_dir()
+    # fit returns on no worker before the chief's final checkpoint is on disk
+    seen = {(tmp_path / f"latest-{r}.txt").read_text() for r in range(2)}
+    assert len(seen) == 1 and seen.pop().endswith("-12"), seen
 
 
 def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Path) -> None:

@@ -166,3 +166,13 @@ def test_num_replicas_counts_mpi_ranks_but_not_collective_workers_twice(
     assert tfdist.backend() == "mpi" and tfdist.num_replicas(one_device) == 4
     monkeypatch.setenv("TFDIST_BACKEND", "tf")
     assert tfdist.backend() == "tf" and tfdist.num_replicas(one_device) == 1
+
+
+def test_strategy_is_built_once_per_process() -> None:
+    import tfdist
+    from tfdist.errors import ConfigError
+
+    first = tfdist.strategy()
+    assert tfdist.strategy() is first  # same arguments: the same strategy, nothing rebuilt
+    with pytest.raises(ConfigError, match=r"already called in this process and built one_device .* mirrored"):
+        tfdist.strategy(kind="mirrored", cpu_replicas=2)

@@ -51,6 +51,12 @@ class HorovodSync:
         parts = [tf.cast(p, tf.float32) for p in parts]
         return list(self.hvd.grouped_allreduce(parts, op=self.hvd.Sum))
 
+    def barrier(self) -> None:
+        """Return once every rank got here."""
+        import tensorflow as tf
+
+        self.hvd.allreduce(tf.zeros([1]), op=self.hvd.Sum, name="tfdist_barrier")
+
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""
         import tensorflow as tf

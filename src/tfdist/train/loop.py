@@ -254,9 +254,18 @@ class SyncTrainer:
                     )
                     break
             self.callbacks.on_train_end()
+            self._barrier()
         finally:
             self.stop.restore()
         return self._finish(time.monotonic() - started, examples)
+
+    def _barrier(self) -> None:
+        """No worker returns before every worker, the chief included, finished its last save: a script
+        that reads the chief's checkpoint or files right after ``fit`` finds them on every worker."""
+        if self.sync is not None:
+            self.sync.barrier()
+        elif self.env.world_size > 1 and not is_parameter_server(self.strategy):
+            self.reduce_totals(np.zeros(self.metrics.width + 1, np.float32)).numpy()
 
     def _epoch(self, epoch: int) -> int:
         self.callbacks.on_epoch_begin(epoch)

@@ -99,6 +99,10 @@ class MPISync:
         ]
         return views[:keep] + [v.copy() for v in views[keep:]]
 
+    def barrier(self) -> None:
+        """Return once every rank got here (a one-float all-reduce, polled like the training ones)."""
+        self.allreduce([np.zeros(1, np.float32)])
+
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""
         weights = model.get_weights()
