@@ -35,6 +35,8 @@ _EXPORTS = {
     "RunResult": "tfdist.launch",
     "launch": "tfdist.launch",
     "fit": "tfdist.train",
+    "evaluate": "tfdist.train",
+    "predict": "tfdist.train",
     "save_model": "tfdist.train.save",
 }
 
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from tfdist.env import detect_environment  # noqa: F401
     from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError  # noqa: F401
     from tfdist.launch import LaunchConfig, RunResult, launch  # noqa: F401
-    from tfdist.train import fit  # noqa: F401
+    from tfdist.train import evaluate, fit, predict  # noqa: F401
     from tfdist.train.save import save_model  # noqa: F401
 
 

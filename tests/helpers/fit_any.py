@@ -59,11 +59,20 @@ if "--keras" in sys.argv:
     history = model.fit(train, epochs=3, validation_data=val, verbose=0)
 else:
     history = tfdist.fit(model, train, epochs=3, validation_data=val, verbose=0)
+holdout = tf.data.Dataset.from_tensor_slices((x[:100], y[:100], sw[:100])).batch(GLOBAL_BATCH)  # 48+48+4
+inputs = tf.data.Dataset.from_tensor_slices(x[:100]).batch(GLOBAL_BATCH)
+if "--keras" in sys.argv:
+    evaluation = model.evaluate(holdout, return_dict=True, verbose=0)
+    predictions = model.predict(inputs, verbose=0)
+else:
+    evaluation = tfdist.evaluate(model, holdout, return_dict=True)
+    predictions = tfdist.predict(model, inputs)
 rank = max(tfdist.rank(), 0)
+np.save(os.path.join(out, f"rank-{rank}.predictions.npy"), predictions)
 np.save(
     os.path.join(out, f"rank-{rank}.weights.npy"), np.concatenate([v.ravel() for v in model.get_weights()])
 )
-result = {"history": history.history}
+result = {"history": history.history, "evaluate": evaluation}
 if tfdist.world_size() == 1:  # Keras' own evaluation of the final weights, for the metric values
     result["keras_evaluate"] = model.evaluate(val, return_dict=True, verbose=0)
 with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:

@@ -43,6 +43,15 @@ def assert_matches_keras(reference: Path, out: Path, rank: int) -> None:
     np.testing.assert_allclose(w, w_ref, atol=TOL, rtol=0)
     for key, values in ref["history"].items():  # loss, accuracy, top2, margin, weighted_accuracy, val_*
         np.testing.assert_allclose(got["history"][key], values, atol=TOL, rtol=0, err_msg=key)
+    # tfdist.evaluate / tfdist.predict on 100 examples (batches of 48, 48 and 4) vs Keras' own
+    assert got["evaluate"].keys() == ref["evaluate"].keys()
+    for key, value in ref["evaluate"].items():
+        assert abs(got["evaluate"][key] - value) <= TOL, key
+    predictions, expected = (
+        np.load(d / f"rank-{r}.predictions.npy") for d, r in ((out, rank), (reference, 0))
+    )
+    assert predictions.shape == expected.shape == (100, 3)
+    np.testing.assert_allclose(predictions, expected, atol=TOL, rtol=0)
 
 
 def test_one_process_equals_keras_model_fit(keras_reference: Path, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
-"""TRAIN CORRECTLY: :func:`fit`, the distributed training loop."""
+"""TRAIN CORRECTLY: :func:`fit`, :func:`evaluate`, :func:`predict` over the distributed training loop."""
 
 from __future__ import annotations
 
+from tfdist.train.evaluate import evaluate, predict
 from tfdist.train.loop import fit
 
-__all__ = ["fit"]
+__all__ = ["evaluate", "fit", "predict"]

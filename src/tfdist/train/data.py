@@ -114,7 +114,8 @@ class DistributedData:
                 )
             self.dataset = source
             global_batch = batch_size or static_batch(source)
-            cardinality = full_batches(source)
+            # Evaluation pads a partial last batch (every example counts once); training drops it.
+            cardinality = int(source.cardinality().numpy()) if pad else full_batches(source)
             self.plan = plan_batches(
                 global_batch,
                 self.replicas,
@@ -167,9 +168,22 @@ class DistributedData:
     def _user_batches(self) -> Any:
         import tensorflow as tf
 
+        batches = self.dataset.map(with_weights)
+        if self.pad:  # evaluation: a partial last batch gets zero-weight rows, so every example counts once
+            return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
         # A partial last batch would leave some replicas empty: keep only full global batches.
-        full = self.dataset.map(with_weights).filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
+        full = batches.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
         return full.take(self.plan.steps_per_epoch)
+
+    def _pad_batch(self, x: Any, y: Any, w: Any) -> Any:
+        import tensorflow as tf
+
+        extra = self.plan.global_batch - tf.shape(w)[0]
+
+        def pad(t: Any) -> Any:
+            return tf.pad(t, [[0, extra]] + [[0, 0]] * (t.shape.rank - 1))
+
+        return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), pad(w)
 
     def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
         """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches.

@@ -51,6 +51,12 @@ class HorovodSync:
         parts = [tf.cast(p, tf.float32) for p in parts]
         return list(self.hvd.grouped_allreduce(parts, op=self.hvd.Sum))
 
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
+        import tensorflow as tf
+
+        return np.asarray(self.hvd.allgather(tf.constant(array), name="tfdist_allgather"))
+
     def barrier(self) -> None:
         """Return once every rank got here."""
         import tensorflow as tf

@@ -25,6 +25,7 @@ from tfdist.train.scaling import scaled_lr
 from tfdist.train.steps import loss_function, make_reduce, make_steps
 
 log = get_logger(__name__)
+_SYNCS: dict[str, Any] = {}
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
 CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
 UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
@@ -49,6 +50,29 @@ def strategy_of(model: Any) -> Any:
             )
         return tf.distribute.get_strategy()
     return owner
+
+
+def make_sync(strategy: Any) -> Any:
+    """The process-level synchroniser of the MPI or Horovod backend, else None (TensorFlow collectives)."""
+    from tfdist import api
+
+    backend = api.backend()
+    if backend not in PROCESS_BACKENDS:
+        return None
+    if strategy.num_replicas_in_sync != 1:
+        raise ConfigError(
+            f"the {backend} backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
+        )
+    if backend not in _SYNCS:  # one per process: fit, evaluate and predict share its buffers
+        if backend == "horovod":
+            from tfdist.train.horovod import HorovodSync
+
+            _SYNCS[backend] = HorovodSync()
+        else:
+            from tfdist.train.sync import MPISync
+
+            _SYNCS[backend] = MPISync()
+    return _SYNCS[backend]
 
 
 def ensure_built(model: Any, x_sample: Any) -> None:
@@ -143,23 +167,7 @@ class SyncTrainer:
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
 
     def _make_sync(self) -> Any:
-        """The process-level synchroniser of the MPI or Horovod backend, else None (TensorFlow collectives)."""
-        from tfdist import api
-
-        backend = api.backend()
-        if backend not in PROCESS_BACKENDS:
-            return None
-        if self.strategy.num_replicas_in_sync != 1:
-            raise ConfigError(
-                f"the {backend} backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
-            )
-        if backend == "horovod":
-            from tfdist.train.horovod import HorovodSync
-
-            return HorovodSync()
-        from tfdist.train.sync import MPISync
-
-        return MPISync()
+        return make_sync(self.strategy)
 
     @property
     def processes(self) -> tuple[int, int]:

@@ -99,6 +99,10 @@ class MPISync:
         ]
         return views[:keep] + [v.copy() for v in views[keep:]]
 
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
+        return np.concatenate(self.comm.allgather(np.ascontiguousarray(array)), axis=0)
+
     def barrier(self) -> None:
         """Return once every rank got here (a one-float all-reduce, polled like the training ones)."""
         self.allreduce([np.zeros(1, np.float32)])

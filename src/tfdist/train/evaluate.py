@@ -1,0 +1,123 @@
+"""``tfdist.evaluate`` and ``tfdist.predict``: the same inputs as ``tfdist.fit``, the same global numbers.
+
+Evaluation pads a partial last batch with zero-weight rows, so every example counts exactly once, and
+sums loss and metric state over all replicas and workers in one all-reduce (as ``fit`` does).
+Prediction returns every example's output once, in order, on every worker: each worker predicts its slice
+of each global batch, the slices are gathered across replicas and workers and the padding is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tfdist.errors import ConfigError
+from tfdist.train.data import DistributedData, sample_inputs
+from tfdist.train.loop import ensure_built, make_sync, strategy_of
+from tfdist.train.metrics import MetricSet
+from tfdist.train.steps import loss_function, make_reduce, make_steps
+
+
+def _distributed(model: Any, data: Any, batch_size: int | None, steps: int | None) -> tuple[Any, Any, Any]:
+    ensure_built(model, sample_inputs(data)[0])
+    strategy = strategy_of(model)
+    sync = make_sync(strategy)
+    processes = (sync.rank, sync.size) if sync else (0, 1)
+    batches = DistributedData(
+        strategy,
+        data,
+        batch_size=batch_size,
+        steps_per_epoch=steps,
+        shuffle=False,
+        seed=0,
+        pad=True,
+        processes=processes,
+    )
+    return strategy, sync, batches
+
+
+def evaluate(
+    model: Any,
+    data: Any,
+    *,
+    batch_size: int | None = None,
+    steps: int | None = None,
+    verbose: int = 0,
+    return_dict: bool = False,
+) -> Any:
+    """Loss and compiled metrics of ``model`` over ``data``, identical on every worker.
+
+    ``data`` as in :func:`tfdist.fit` (NumPy ``(x, y)`` with ``batch_size``, a batched dataset of
+    ``(x, y[, w])``, or a ``dataset_fn`` with ``steps``). Returns ``[loss, metric…]`` like Keras, or a dict.
+    """
+    import tensorflow as tf
+
+    strategy, sync, batches = _distributed(model, data, batch_size, steps)
+    loss_fn, _ = loss_function(model)
+    metrics = MetricSet(model, strategy, *sample_inputs(data))
+    args = (strategy, model, loss_fn, metrics, batches.plan.global_batch, None)
+    if sync is not None:
+        from tfdist.train.sync import make_mpi_steps
+
+        _, eval_step = make_mpi_steps(*args, sync=sync)
+        reduce: Any = tf.identity  # the MPI step already summed over ranks
+    else:
+        _, eval_step = make_steps(*args)
+        reduce = make_reduce(strategy)
+    iterator, local = batches.epoch(0), None
+    for _ in range(batches.plan.steps_per_epoch):
+        out = eval_step(next(iterator))
+        local = out if local is None else local + out
+    totals = reduce(local).numpy()[:-1] if local is not None else np.zeros(metrics.width)
+    logs = metrics.logs(totals)
+    if verbose:
+        from tfdist import api
+
+        if api.is_chief():
+            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+    return logs if return_dict else list(logs.values())
+
+
+def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int | None = None) -> np.ndarray:
+    """``model``'s outputs for every example of ``data``, once, in order, on every worker.
+
+    ``data``: NumPy ``x`` with ``batch_size``, or a batched dataset of ``x`` (or of ``(x, y)``; ``y`` is
+    ignored). Single-output models.
+    """
+    import tensorflow as tf
+
+    data = _with_dummy_labels(data)
+    strategy, sync, batches = _distributed(model, data, batch_size, steps)
+
+    @tf.function
+    def predict_step(batch: Any) -> Any:
+        x, _, w = batch
+        outputs = strategy.run(lambda v: model(v, training=False), args=(x,))
+        return strategy.gather(outputs, axis=0), strategy.gather(w, axis=0)
+
+    iterator, parts = batches.epoch(0), []
+    for _ in range(batches.plan.steps_per_epoch):
+        outputs, weights = (np.asarray(t) for t in predict_step(next(iterator)))
+        if sync is not None:  # each rank predicted its slice of the global batch: join them in rank order
+            outputs, weights = sync.allgather(outputs), sync.allgather(weights)
+        parts.append(outputs[weights > 0])
+    return np.concatenate(parts, axis=0)
+
+
+def _with_dummy_labels(data: Any) -> Any:
+    """Prediction inputs in the ``(x, y)`` form the input pipeline expects (labels are never read)."""
+    import tensorflow as tf
+
+    if isinstance(data, np.ndarray):
+        return data, np.zeros(len(data), np.float32)
+    if isinstance(data, tf.data.Dataset):
+        spec = data.element_spec
+        if isinstance(spec, tuple) and len(spec) in (2, 3):
+            return data
+        if isinstance(spec, tuple) and len(spec) == 1:
+            data = data.map(lambda x: x)
+        return data.map(lambda x: (x, tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])))
+    raise ConfigError(
+        f"tfdist.predict takes NumPy x (with batch_size) or a batched tf.data.Dataset; got {type(data).__name__}."
+    )
