@@ -177,3 +177,44 @@ def test_readme_main_job_reaches_090_on_digits(tmp_path: Path) -> None:
     assert metrics["summary"]["world_size"] == 2 and metrics["summary"]["replicas"] == 2
     assert "test accuracy" in proc.stdout and str(out) in proc.stdout
     assert (out / "model.keras").is_file() and (out / "curves.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda tf: tf.data.Dataset.from_tensor_slices((["a", "b"], [1.0, 2.0])).batch(2), "yields strings"),
+        (
+            lambda tf: tf.data.Dataset.from_tensor_slices((np.ones((4, 3), "float32"), np.ones(4))),
+            "not batched",
+        ),
+        (
+            lambda tf: tf.data.Dataset.from_tensor_slices(np.ones((4, 3), "float32")).batch(2),
+            "dataset elements must be",
+        ),
+        (
+            lambda tf: tf.data.Dataset.from_tensor_slices((np.ones((0, 3), "float32"), np.ones(0))).batch(2),
+            "is empty",
+        ),
+    ],
+)
+def test_datasets_tfdist_fit_cannot_train_on(make, expected: str) -> None:
+    import tensorflow as tf
+
+    import tfdist
+
+    with pytest.raises(ConfigError, match=expected):
+        tfdist.fit(small_model(), make(tf), epochs=1)
+
+
+def test_dynamic_batch_not_divisible_by_the_replicas_is_refused() -> None:
+    import tensorflow as tf
+
+    from tfdist.train.data import DistributedData
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    data = tf.data.Dataset.from_tensor_slices(XY).batch(8)  # batch dimension None; the first batch says 8
+    with pytest.raises(ConfigError, match="global batch 8 is not divisible by the 3 replicas; use 6 or 9"):
+        # as rank 0 of 3 MPI ranks: 3 replicas share each global batch
+        DistributedData(
+            strategy, data, batch_size=None, steps_per_epoch=None, shuffle=False, seed=0, processes=(0, 3)
+        )

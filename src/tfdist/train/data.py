@@ -329,5 +329,10 @@ def sample_inputs(source: Any) -> tuple[Any, Any]:
         raise ConfigError(
             f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {spec}."
         )
+    if any(part.shape.rank == 0 for part in tf.nest.flatten(spec[:2]) if isinstance(part, tf.TensorSpec)):
+        raise ConfigError(
+            f"the dataset is not batched: its elements are single examples ({spec}). "
+            "Hint: call .batch(GLOBAL_BATCH) on it."
+        )
     x, y = tf.nest.map_structure(zeros, spec[0]), tf.nest.map_structure(zeros, spec[1])
     return x, y
