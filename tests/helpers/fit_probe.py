@@ -1,6 +1,7 @@
 """tfdist.fit on a small regression model with fixed seeds; saves final weights per rank.
 
-argv: OUT_DIR [--checkpoint DIR] [--crash] [--epochs E] [--steps S] [--workload mnist-cnn]. With --crash, rank 1 SIGKILLs itself
+argv: OUT_DIR [--checkpoint DIR] [--crash] [--epochs E] [--steps S] [--workload mnist-cnn]
+[--data arrays|dataset|fn]. With --crash, rank 1 SIGKILLs itself
 after epoch 2 of its first attempt (the launcher restarts the group and the run resumes from the checkpoint).
 """
 
@@ -61,10 +62,24 @@ def maybe_crash(epoch: int, logs: dict) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+data, batch_size = (x, y), 16
+if option("--data", "arrays") == "dataset":  # a batched tf.data pipeline (the batch size is read from it)
+    import tensorflow as tf
+
+    data, batch_size = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).batch(16), None
+elif option("--data", "arrays") == "fn":  # a dataset_fn(input_context)
+    import tensorflow as tf
+
+    def data(ctx):
+        return (
+            tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=ctx.input_pipeline_id).batch(16)
+        )
+
+
 history = tfdist.fit(
     model,
-    (x, y),
-    batch_size=16,
+    data,
+    batch_size=batch_size,
     epochs=epochs,
     steps_per_epoch=steps,
     checkpoint_dir=ckpt,

@@ -143,10 +143,11 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
     assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
 
 
-def test_parameter_server_fit_reaches_the_single_process_loss_band(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data", ["arrays", "dataset", "fn"])
+def test_parameter_server_fit_reaches_the_single_process_loss_band(data: str, tmp_path: Path) -> None:
     args = ["--epochs", "3", "--steps", "12"]
     run_probe(tmp_path / "single", None, None, *args)
-    run_probe(tmp_path / "ps", None, ["-n", "2", "--ps", "1", "--cpu"], *args)
+    run_probe(tmp_path / "ps", None, ["-n", "2", "--ps", "1", "--cpu"], *args, "--data", data)
     single = json.loads((tmp_path / "single" / "history-0.json").read_text())
     ps = json.loads((tmp_path / "ps" / "history-0.json").read_text())
     assert ps["steps"] == 36  # tfdist's own counter: every scheduled step counted exactly once

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
-from tfdist.train.data import BatchPlan, check_arrays, static_batch, with_weights
+from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, with_weights
 from tfdist.train.loop import SyncTrainer
 from tfdist.train.steps import global_sums, per_example_loss
 
@@ -66,15 +66,32 @@ class ParameterServerTrainer(SyncTrainer):
             return batch, n, from_arrays
         if isinstance(train_data, tf.data.Dataset):
             batch = self.options.batch_size or static_batch(train_data)
-            cardinality = int(train_data.cardinality().numpy())
+            full = full_batches(train_data)
+            if full == 0:
+                raise ConfigError(
+                    f"the training dataset holds no full batch of {batch} examples. Hint: lower the batch size."
+                )
+            # The dataset object itself, not a function closing over it: the coordinator serialises its
+            # graph and rebuilds it on each worker (a dataset captured by a function cannot be sent there:
+            # "Unable to parse tensor proto").
+            weighted = train_data.map(with_weights).filter(lambda x, y, w: tf.shape(w)[0] == batch)
+            return batch, full * batch if full > 0 else None, weighted.repeat()
+        if callable(train_data):
+            if self.options.batch_size is None or self.options.steps_per_epoch is None:
+                raise ConfigError(
+                    "a dataset_fn needs batch_size= (the batch of one scheduled step) and steps_per_epoch=."
+                )
+            user_fn, strategy = train_data, self.strategy
 
-            def from_dataset() -> Any:
-                ds = train_data.map(with_weights)
-                return ds.filter(lambda x, y, w: tf.shape(w)[0] == batch).repeat()
+            def per_worker() -> Any:
+                return strategy.distribute_datasets_from_function(
+                    lambda ctx: user_fn(ctx).map(with_weights).repeat()
+                )
 
-            return batch, cardinality * batch if cardinality > 0 else None, from_dataset
+            return self.options.batch_size, None, per_worker
         raise ConfigError(
-            "under ParameterServerStrategy, pass NumPy (x, y) with batch_size or a batched tf.data.Dataset."
+            "under ParameterServerStrategy, pass NumPy (x, y) with batch_size, a batched tf.data.Dataset or "
+            "a dataset_fn(input_context)."
         )
 
     def _make_steps(self) -> None:
