@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -120,7 +121,9 @@ def test_cli_script_prints_the_rendered_spec(capsys: pytest.CaptureFixture[str])
         ["slurm", "script", "--nodes", "2", "--gpus-per-node", "4", "--", "python", "train.py"], capsys
     )
     assert code == 0
-    assert out == render_sbatch(SbatchSpec(command=("python", "train.py"), nodes=2, gpus_per_node=4))
+    # without --venv / --container the task wrapper runs under the interpreter that wrote the script
+    expected = SbatchSpec(command=("python", "train.py"), nodes=2, gpus_per_node=4, python=sys.executable)
+    assert out == render_sbatch(expected)
 
 
 def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,7 @@ def build_parser() -> Parser:
     from tfdist.cli import bench as bench_cmd
     from tfdist.cli import env as env_cmd
     from tfdist.cli import launch as launch_cmd
+    from tfdist.cli import run as run_cmd
     from tfdist.cli import slurm as slurm_cmd
     from tfdist.cli import train as train_cmd
 
@@ -33,10 +34,12 @@ def build_parser() -> Parser:
     from tfdist import __version__
 
     parser.add_argument("--version", action="version", version=f"tfdist {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    # dest "subcommand": "command" is what `slurm` and `run` call the user's command line (-- CMD...)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     env_cmd.register(sub)
     launch_cmd.register(sub)
+    run_cmd.register(sub)
     train_cmd.register(sub)
     slurm_cmd.register(sub)
     bench_cmd.register(sub)
@@ -51,10 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except (ConfigError, SetupError) as exc:
-        sys.stderr.write(f"tfdist {args.command}: error: {exc}\n")
+        sys.stderr.write(f"tfdist {args.subcommand}: error: {exc}\n")
         return 2
     except TfdistError as exc:
-        sys.stderr.write(f"tfdist {args.command}: {exc}\n")
+        sys.stderr.write(f"tfdist {args.subcommand}: {exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130

@@ -123,6 +123,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    if not values.get("venv") and not values.get("container"):
+        values.setdefault("python", sys.executable)  # the interpreter running this has tfdist installed
     try:
         return SbatchSpec(command=tuple(command), **values)
     except TypeError as exc:

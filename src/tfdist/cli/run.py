@@ -1,0 +1,31 @@
+"""``tfdist run -- COMMAND``: run one task of a cluster job (e.g. ``srun tfdist run -- python train.py``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add ``run``."""
+    p = sub.add_parser(
+        "run",
+        help="run COMMAND as this task's worker of the job (srun tfdist run -- python train.py)",
+        description=(
+            "Derive this task's worker environment from the scheduler (TF_CONFIG from the Slurm step, rank "
+            "variables, one GPU per task, the Keras model.fit fix) and exec COMMAND."
+        ),
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... (e.g. -- python train.py)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exec the command; returns only through an error."""
+    from tfdist.worker.task import exec_task
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    exec_task(command)
+    return 0  # not reached: exec_task replaces the process

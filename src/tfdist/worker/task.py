@@ -1,0 +1,93 @@
+"""``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE
+job, then become ``CMD``.
+
+The task's environment is derived from the scheduler (pure: :func:`plan_task_env`) and the command is
+exec'd (:func:`exec_task`), so the wrapper leaves no process of its own behind and adds no time to the
+first step: it imports neither TensorFlow nor Keras.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+
+from tfdist.env.base import ClusterEnvironment
+from tfdist.errors import ConfigError
+from tfdist.worker import with_bootstrap
+
+#: Where the NVIDIA driver lists the GPUs of a node: counting them needs neither TensorFlow nor nvidia-smi.
+NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+
+
+def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
+    """The environment the task's command runs with.
+
+    - ``TF_CONFIG`` from the cluster spec (the ports every task derives from the job id), unless set;
+    - ``TFDIST_RANK``, ``TFDIST_LOCAL_RANK``, ``TFDIST_WORLD_SIZE``, ``TFDIST_LOCAL_WORLD_SIZE``, ``TFDIST_ROLE``;
+    - one GPU per task by local rank when several tasks share a node's GPUs (not with
+      ``TFDIST_GPUS_PER_WORKER=all``, nor when the scheduler already bound GPUs to the task);
+    - tfdist's worker bootstrap (the Keras ``model.fit`` fix) on ``PYTHONPATH``.
+
+    Input/Output: rank 1 of a 2-task Slurm step -> ``TF_CONFIG`` with ``{"type": "worker", "index": 1}``.
+    """
+    out = dict(environ)
+    if env.is_distributed and "TF_CONFIG" not in environ:
+        out["TF_CONFIG"] = json.dumps(
+            {"cluster": env.cluster_spec, "task": {"type": env.role, "index": env.task_index}}
+        )
+    out.update(
+        {
+            "TFDIST_RANK": str(env.rank),
+            "TFDIST_LOCAL_RANK": str(env.local_rank),
+            "TFDIST_WORLD_SIZE": str(env.world_size),
+            "TFDIST_LOCAL_WORLD_SIZE": str(env.local_world_size),
+            "TFDIST_ROLE": env.role,
+        }
+    )
+    gpu = _task_gpu(env, environ, node_gpus)
+    if gpu is not None:
+        out["CUDA_VISIBLE_DEVICES"] = gpu
+    return with_bootstrap(out)
+
+
+def _task_gpu(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int) -> str | None:
+    if env.local_world_size < 2 or env.gpus_bound_by_scheduler:
+        return None
+    if environ.get("TFDIST_GPUS_PER_WORKER", "").lower() == "all":
+        return None
+    visible = list(env.gpu_ids) if env.gpu_ids is not None else [str(i) for i in range(node_gpus)]
+    if not visible:
+        return None
+    if len(visible) < env.local_world_size:
+        raise ConfigError(
+            f"{env.local_world_size} tasks on this node share {len(visible)} GPU(s) ({','.join(visible)}). "
+            "Hint: one task per GPU (--ntasks-per-node = GPUs per node), or --per-node mirrored."
+        )
+    return visible[env.local_rank]
+
+
+def node_gpu_count() -> int:
+    """GPUs the NVIDIA driver reports on this node (0 without the driver)."""
+    try:
+        return len(os.listdir(NVIDIA_GPUS_DIR))
+    except OSError:
+        return 0
+
+
+def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
+    """Replace this process with ``command`` run as a worker of the job (never returns)."""
+    from tfdist.env import detect_environment
+
+    if not command:
+        raise ConfigError("no command to run. Hint: tfdist run -- python train.py [args...]")
+    program = shutil.which(command[0])
+    if program is None:
+        raise ConfigError(
+            f"command {command[0]!r} not found on PATH. Hint: give its full path, or activate the "
+            "environment that provides it before tfdist run."
+        )
+    base = dict(os.environ if environ is None else environ)
+    env = plan_task_env(detect_environment(base), base, node_gpu_count())
+    os.execve(program, list(command), env)

@@ -1,0 +1,101 @@
+"""`tfdist run`: the task environment derived from Slurm's variables (pure), and the exec (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdist.env import detect_environment
+from tfdist.errors import ConfigError
+from tfdist.worker import boot_dir
+from tfdist.worker.task import plan_task_env
+
+
+def srun_task(rank: int, tasks: int = 2, **extra: str) -> dict[str, str]:
+    """The variables srun sets for one task of a one-node step."""
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_STEP_NUM_TASKS": str(tasks),
+        "SLURM_STEP_NODELIST": "n1",
+        "SLURM_STEP_TASKS_PER_NODE": str(tasks),
+        "PATH": os.environ.get("PATH", ""),
+        **extra,
+    }
+
+
+def planned(environ: dict[str, str], node_gpus: int = 0) -> dict[str, str]:
+    return plan_task_env(detect_environment(environ), environ, node_gpus)
+
+
+def test_each_task_gets_its_place_in_one_cluster() -> None:
+    first, second = planned(srun_task(0)), planned(srun_task(1))
+    config = [json.loads(e["TF_CONFIG"]) for e in (first, second)]
+    assert config[0]["cluster"] == config[1]["cluster"]  # every task derives the same ports
+    assert len(config[0]["cluster"]["worker"]) == 2
+    assert [c["task"] for c in config] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert (second["TFDIST_RANK"], second["TFDIST_WORLD_SIZE"], second["TFDIST_LOCAL_RANK"]) == ("1", "2", "1")
+    assert second["PYTHONPATH"].split(os.pathsep)[0] == boot_dir()  # the Keras fix
+
+
+def test_a_users_tf_config_wins_and_one_task_needs_none() -> None:
+    mine = json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})
+    assert planned(srun_task(1, TF_CONFIG=mine))["TF_CONFIG"] == mine
+    assert "TF_CONFIG" not in planned(srun_task(0, tasks=1))
+
+
+@pytest.mark.parametrize(
+    ("extra", "node_gpus", "expected"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, 0, "1"),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, 0, "3"),
+        ({}, 4, "1"),  # no CUDA_VISIBLE_DEVICES: the driver's count
+        ({}, 0, None),  # CPU node
+        ({"CUDA_VISIBLE_DEVICES": "0,1", "TFDIST_GPUS_PER_WORKER": "all"}, 0, "0,1"),  # --per-node mirrored
+    ],
+)
+def test_one_gpu_per_task_by_local_rank(extra: dict[str, str], node_gpus: int, expected: str | None) -> None:
+    env = planned(srun_task(1, **extra), node_gpus)
+    assert env.get("CUDA_VISIBLE_DEVICES") == expected
+
+
+def test_more_tasks_than_gpus_is_refused() -> None:
+    with pytest.raises(ConfigError, match="3 tasks on this node share 2 GPU"):
+        planned(srun_task(2, tasks=3, CUDA_VISIBLE_DEVICES="0,1"))
+
+
+def tfdist_run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist", "run", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_the_command_runs_in_place_with_the_task_environment() -> None:
+    probe = "import os, json; print(os.getpid() == int(os.environ['PARENT']), os.environ['TFDIST_RANK'], json.loads(os.environ['TF_CONFIG'])['task'])"
+    env = {**srun_task(1), "PYTHONPATH": os.pathsep.join(sys.path)}
+    # the parent pid check: `sh -c` execs tfdist run, which execs python: one process all along
+    proc = subprocess.run(
+        ["sh", "-c", f'PARENT=$$ exec {sys.executable} -m tfdist run -- {sys.executable} -c "{probe}"'],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True 1 {'type': 'worker', 'index': 1}"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), "tfdist run: error: no command to run. Hint: tfdist run -- python train.py"),
+        (("--", "no-such-program-xyz"), "tfdist run: error: command 'no-such-program-xyz' not found on PATH."),
+    ],
+)
+def test_bad_commands_are_one_line_exit_2(args: tuple[str, ...], expected: str) -> None:
+    proc = tfdist_run(*args, env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(expected) and proc.stderr.count("\n") == 1
