@@ -137,3 +137,59 @@ def test_unknown_job_id_is_one_line(slurm_env: dict[str, str]) -> None:
         and "job 987654 is not known to Slurm" in proc.stderr
         and proc.stderr.count("\n") == 1
     )
+
+
+HELPERS = ROOT / "tests" / "helpers"
+
+
+def single_process(script: str, out: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TF_CONFIG"))}
+    proc = subprocess.run(
+        [sys.executable, script, str(out), *args],
+        env={**env, "TFDIST_RANK": "0"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_plain_mwms_script_becomes_one_job(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """No tfdist import in the script: the task wrapper gives each task its TF_CONFIG."""
+    script = str(HELPERS / "plain_mwms.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    single_process(script, single)
+    job_id = submit(slurm_env, tmp_path / "run", sys.executable, script, str(out))
+    job = wait_state(job_id, FINAL, 240)
+    log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-3000:]
+    assert log.count("on 2 replicas") == 2  # both tasks joined one 2-worker strategy
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(2):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def test_keras_model_fit_script_becomes_one_job(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """model.fit / evaluate / predict under MultiWorkerMirroredStrategy, no tfdist import, 2 Slurm tasks."""
+    script = str(HELPERS / "keras_fit.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    single_process(script, single, "--plain", "--epochs", "2")
+    job_id = submit(slurm_env, tmp_path / "run", sys.executable, script, str(out), "--plain", "--epochs", "2")
+    job = wait_state(job_id, FINAL, 240)
+    log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-3000:]
+    ref_info = json.loads((single / "rank-0.json").read_text())
+    for rank in range(2):
+        assert (
+            np.max(np.abs(np.load(out / f"rank-{rank}.weights.npy") - np.load(single / "rank-0.weights.npy")))
+            <= 1e-5
+        )
+        info = json.loads((out / f"rank-{rank}.json").read_text())
+        for key, values in ref_info["history"].items():
+            assert np.allclose(info["history"][key], values, atol=1e-5, rtol=0), key
+        preds = np.load(out / f"rank-{rank}.predictions.npy")
+        assert np.allclose(preds, np.load(single / "rank-0.predictions.npy"), atol=1e-5, rtol=0)

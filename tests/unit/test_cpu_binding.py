@@ -79,5 +79,8 @@ def test_mpi_ranks_are_bound_by_the_mpi_launcher(flavour: str, args: tuple, tmp_
         flavour=flavour,
         cpu_ids=[0, 1],
     )
-    assert spec.argv == ("mpiexec", *args, "-n", "2", "train.py")
+    tag = {"hydra": ("-prepend-rank",), "openmpi": ("--tag-output",)}.get(
+        flavour, ()
+    )  # lines name their rank
+    assert spec.argv == ("mpiexec", *args, *tag, "-n", "2", "train.py")
     assert mpi_bind_args("hydra", 3) == ("-bind-to", "core:3")

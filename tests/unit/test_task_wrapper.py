@@ -40,7 +40,11 @@ def test_each_task_gets_its_place_in_one_cluster() -> None:
     assert config[0]["cluster"] == config[1]["cluster"]  # every task derives the same ports
     assert len(config[0]["cluster"]["worker"]) == 2
     assert [c["task"] for c in config] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
-    assert (second["TFDIST_RANK"], second["TFDIST_WORLD_SIZE"], second["TFDIST_LOCAL_RANK"]) == ("1", "2", "1")
+    assert (second["TFDIST_RANK"], second["TFDIST_WORLD_SIZE"], second["TFDIST_LOCAL_RANK"]) == (
+        "1",
+        "2",
+        "1",
+    )
     assert second["PYTHONPATH"].split(os.pathsep)[0] == boot_dir()  # the Keras fix
 
 
@@ -82,7 +86,10 @@ def test_the_command_runs_in_place_with_the_task_environment() -> None:
     # the parent pid check: `sh -c` execs tfdist run, which execs python: one process all along
     proc = subprocess.run(
         ["sh", "-c", f'PARENT=$$ exec {sys.executable} -m tfdist run -- {sys.executable} -c "{probe}"'],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True 1 {'type': 'worker', 'index': 1}"
@@ -92,7 +99,10 @@ def test_the_command_runs_in_place_with_the_task_environment() -> None:
     ("args", "expected"),
     [
         ((), "tfdist run: error: no command to run. Hint: tfdist run -- python train.py"),
-        (("--", "no-such-program-xyz"), "tfdist run: error: command 'no-such-program-xyz' not found on PATH."),
+        (
+            ("--", "no-such-program-xyz"),
+            "tfdist run: error: command 'no-such-program-xyz' not found on PATH.",
+        ),
     ],
 )
 def test_bad_commands_are_one_line_exit_2(args: tuple[str, ...], expected: str) -> None:

@@ -11,11 +11,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
+from typing import Any
 
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
-from tfdist.launch.logs import console_print
+from tfdist.launch.logs import console_print, error_lines, read_error_record
 from tfdist.launch.plan import plan_mpi, plan_workers
 from tfdist.launch.workers import Worker, WorkerGroup
 
@@ -34,6 +35,7 @@ class FailureInfo:
     how: str
     log_path: str
     tail: tuple[str, ...]
+    error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,17 @@ def exit_code_of(returncode: int) -> int:
 def _how(returncode: int) -> str:
     if returncode < 0:
         try:
-            return f"killed by {signal.Signals(-returncode).name}"
+            name = signal.Signals(-returncode).name
         except ValueError:
             return f"killed by signal {-returncode}"
+        # The kernel's OOM killer sends SIGKILL; so does a user's kill -9 (hence the question mark).
+        return f"killed by {name}" + (" — out of memory?" if name == "SIGKILL" else "")
     return f"exited with code {returncode}"
 
 
 def _failure(worker: Worker, code: int, how: str) -> FailureInfo:
-    return FailureInfo(worker.name, code, how, worker.spec.log_path, tuple(worker.pump.tail))
+    error = read_error_record(worker.spec.env)
+    return FailureInfo(worker.name, code, how, worker.spec.log_path, tuple(worker.pump.tail), error)
 
 
 def _first_failed(exited: list[tuple[Worker, int]]) -> tuple[Worker, int] | None:
@@ -230,6 +235,7 @@ class _Attempt:
 def _report(failure: FailureInfo, final: bool) -> None:
     lines = [
         f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
+        *error_lines(failure.error, failure.how),
         f"  log: {failure.log_path}",
     ]
     if final and failure.tail:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 import time
 from collections import deque
-from typing import IO, TextIO
+from collections.abc import Mapping
+from typing import IO, Any, TextIO
 
 #: Lines kept in memory per process for the failure report.
 TAIL_LINES = 20
@@ -52,3 +55,42 @@ def console_print(message: str, stream: TextIO | None = None) -> None:
     with _CONSOLE_LOCK:
         out.write(message + "\n")
         out.flush()
+
+
+def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None.
+
+    A worker's own record is ``rank<R>.error.json`` in its attempt directory; for the MPI launcher, which
+    starts every rank, the earliest record of any rank (the first to fail).
+    """
+    directory = env.get("TFDIST_ATTEMPT_DIR")
+    if not directory or not os.path.isdir(directory):
+        return None
+    rank = env.get("TFDIST_RANK")
+    names = [f"rank{rank}.error.json"] if rank is not None else None
+    if names is None:
+        records = [n for n in os.listdir(directory) if n.endswith(".error.json")]
+        names = sorted(records, key=lambda n: os.path.getmtime(os.path.join(directory, n)))[:1]
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            if rank is None:  # one launcher process for every rank: say which rank failed
+                record["mpi_rank"] = name.removeprefix("rank").split(".")[0]
+            return record
+    return None
+
+
+def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
+    """The report lines for a recorded exception: ``  ValueError: …`` and ``  at train.py:42 in step``."""
+    if not record:
+        return []
+    rank = f"[r{record['mpi_rank']}] " if "mpi_rank" in record else ""
+    lines = [f"  {rank}{record.get('type', 'Exception')}: {record.get('message', '')}".rstrip()]
+    where = record.get("where")
+    if isinstance(where, Mapping):
+        lines.append(f"  at {where.get('file')}:{where.get('line')} in {where.get('function')}")
+    return lines

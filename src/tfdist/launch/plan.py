@@ -250,6 +250,9 @@ def mpi_bind_args(flavour: str, cores_per_rank: int) -> tuple[str, ...]:
     return ()
 
 
+#: Every output line tagged with its rank by the MPI launcher itself (all ranks share one pipe to tfdist).
+MPI_RANK_PREFIX = {"hydra": ("-prepend-rank",), "openmpi": ("--tag-output",)}
+
 #: MPI libraries busy-poll while waiting, stealing the core of a neighbouring worker on a small machine.
 #: Open MPI can be told to yield; MPICH has no such setting (measured: a rank waiting 1 s burns 1 s of CPU).
 #: Users' own settings win.
@@ -291,7 +294,14 @@ def plan_mpi(
     program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
     bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
-    argv = (mpiexec, *bind_args, "-n", str(config.nproc_per_node), *program)
+    argv = (
+        mpiexec,
+        *bind_args,
+        *MPI_RANK_PREFIX.get(flavour, ()),
+        "-n",
+        str(config.nproc_per_node),
+        *program,
+    )
     return [
         WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), os.path.join(attempt_dir, "mpi.log"))
     ]

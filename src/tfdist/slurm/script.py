@@ -220,6 +220,8 @@ def render_sbatch(spec: SbatchSpec) -> str:
         "set -eo pipefail  # no -u: virtualenv and module scripts read unset variables",
         *_environment_lines(spec),
         "",
-        " ".join(shlex.quote(part) for part in [*launch, spec.python, "-m", "tfdist", "run", "--", *spec.command]),
+        " ".join(
+            shlex.quote(part) for part in [*launch, spec.python, "-m", "tfdist", "run", "--", *spec.command]
+        ),
     ]
     return "\n".join(body) + "\n"

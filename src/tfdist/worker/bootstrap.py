@@ -20,10 +20,31 @@ def _patch_callbacks(module: ModuleType) -> None:
         callbacks.patch_callback_list(module)
 
 
-def start() -> None:
-    """Install the Keras fix for when Keras loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
-    from tfdist.keras import callbacks, fix
+def _whole_lines_under_mpi() -> None:
+    """Under an MPI launcher that tags lines with the rank (``-prepend-rank``), write whole lines.
 
+    An unbuffered stream writes a print's text and its newline separately, and the launcher tags each
+    piece: ``[1] line[1]``. Line buffering keeps one write per line and still flushes every line.
+    """
+    import os
+    import sys
+
+    if not any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True, write_through=False)
+
+
+def start() -> None:
+    """Record an uncaught exception for the launcher's report; install the Keras fix for when Keras
+    loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
+    from tfdist.keras import callbacks, fix
+    from tfdist.worker import errors
+
+    errors.install()
+    _whole_lines_under_mpi()
     if not fix.enabled_by_env():
         return
     after_import(fix.TARGET, _patch_trainer)

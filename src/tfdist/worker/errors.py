@@ -1,0 +1,90 @@
+"""A launched process's uncaught exception, written where the launcher's failure report finds it.
+
+TensorFlow's exceptions carry messages hundreds of lines long (tensor dumps, graph traces): the tail of
+a log is rarely the line that matters. The worker records the exception type, the first line of its
+message and the innermost frame of the user's own code, as JSON in the attempt directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+import traceback
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+#: Longest first line kept (a whole tensor can sit on one line).
+MAX_LINE = 400
+
+
+def record_name(environ: Mapping[str, str]) -> str:
+    """``rank<R>.error.json`` by training rank (TFDIST_RANK, else the MPI launcher's rank variable)."""
+    for var in ("TFDIST_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if environ.get(var, "").lstrip("-").isdigit():
+            return f"rank{environ[var]}.error.json"
+    return f"pid{os.getpid()}.error.json"
+
+
+def first_line(message: str) -> str:
+    """The first non-empty line, cut at :data:`MAX_LINE` characters.
+
+    Input/Output: ``"\\nbad shape\\n[[1, 2], ...]"`` -> ``"bad shape"``.
+    """
+    for line in message.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " …"
+    return ""
+
+
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tfdist itself
+    return tuple(sorted(d for d in dirs if d))
+
+
+def user_frame(tb: TracebackType | None) -> dict[str, Any] | None:
+    """The innermost frame outside the standard library, installed packages and tfdist."""
+    libraries = _library_dirs()
+    found = None
+    for frame in traceback.extract_tb(tb):
+        path = os.path.abspath(frame.filename)
+        if frame.filename.startswith("<") or path.startswith(libraries):
+            continue
+        found = {"file": frame.filename, "line": frame.lineno, "function": frame.name}
+    return found
+
+
+def describe(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> dict[str, Any]:
+    """What the failure report shows of an exception."""
+    return {
+        "type": exc_type.__name__,
+        "message": first_line(str(exc)),
+        "where": user_frame(tb),
+    }
+
+
+def install(environ: Mapping[str, str] = os.environ) -> None:
+    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook)."""
+    directory = environ.get("TFDIST_ATTEMPT_DIR")
+    if not directory:
+        return
+    previous = sys.excepthook
+    path = os.path.join(directory, record_name(environ))
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        try:
+            if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+                os.makedirs(directory, exist_ok=True)
+                with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                    json.dump(describe(exc_type, exc, tb), fh)
+                os.replace(path + ".tmp", path)
+        except Exception:  # never hide the user's own traceback behind ours
+            pass
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
