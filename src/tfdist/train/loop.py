@@ -6,6 +6,7 @@ TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss a
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -360,7 +361,8 @@ class SyncTrainer:
             self.checkpointer.save(step)
         # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
         saved = "checkpoint written" if self.checkpointer else "no checkpoint_dir, nothing saved"
-        if self.env.kind == "slurm" and self.env.is_chief and self.checkpointer:
+        # A Slurm job, whether this task reads Slurm's variables or the TF_CONFIG `tfdist run` derived from them.
+        if self.env.is_chief and self.checkpointer and os.environ.get("SLURM_JOB_ID"):
             _requeue_slurm_job()
         log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
         raise SystemExit(128 + signum)
