@@ -66,6 +66,11 @@ def register(sub: Any) -> None:
         help="seconds without output or heartbeat that count as a hang",
     )
     p.add_argument("--timeout", type=seconds, default=None, help="limit on the whole run, in seconds")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop the job when workers build a strategy that does not span it (default: a warning)",
+    )
     p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default), mpi, horovod")
     p.add_argument(
         "--bind-to",
@@ -131,6 +136,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         no_python=args.no_python,
         backend=args.backend,
         bind=args.bind_to,
+        strict=args.strict,
     )
 
 

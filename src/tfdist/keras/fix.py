@@ -124,6 +124,10 @@ def patch_trainer(trainer: Any) -> None:
 
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         strategy = self._distribute_strategy
+        if strategy is None:
+            from tfdist.worker import join
+
+            join.report("no strategy (the default strategy)", False)  # a launched fit that will not join
         if strategy is None or not is_multi_worker(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
         checks.check_fit_inputs(self, iterator, strategy)

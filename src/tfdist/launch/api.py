@@ -16,6 +16,7 @@ from typing import Any
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
+from tfdist.launch.join import JoinCheck
 from tfdist.launch.logs import console_print, error_lines, read_error_record
 from tfdist.launch.plan import plan_mpi, plan_workers
 from tfdist.launch.workers import Worker, WorkerGroup
@@ -165,10 +166,12 @@ class _Attempt:
         self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
+        self.join: JoinCheck | None = None
 
     def run(self) -> tuple[str, FailureInfo | None]:
-        """Returns ("ok" | "failed" | "signal" | "timeout", failure)."""
+        """Returns ("ok" | "failed" | "refused" | "signal" | "timeout", failure)."""
         self.group.start()
+        self.join = _join_check(self.group, self.config)
         forwarded_at: float | None = None
         while True:
             now = time.monotonic()
@@ -208,6 +211,9 @@ class _Attempt:
         elif len(exited) == len(self.group.workers):
             self.group.kill()  # reap and join log pumps
             return "ok", None
+        refused = self._joined(now)
+        if refused is not None:
+            return refused
         hung = self._hung(now)
         if hung is not None:
             self.group.close(self.config.grace)
@@ -216,6 +222,18 @@ class _Attempt:
             self.group.close(self.config.grace)
             return "timeout", None
         return None
+
+    def _joined(self, now: float) -> tuple[str, FailureInfo | None] | None:
+        """Warn, once, when workers build a strategy that does not span the job; stop it with --strict."""
+        verdict = self.join.poll(now) if self.join is not None else None
+        if verdict is None:
+            return None
+        if not self.config.strict:
+            console_print(f"tfdist launch: warning: {verdict}")
+            return None
+        self.group.close(self.config.grace)
+        first = self.group.workers[0]
+        return "refused", FailureInfo(first.name, 1, f"--strict: {verdict}", first.spec.log_path, ())
 
     def _hung(self, now: float) -> FailureInfo | None:
         limit = self.config.watchdog_timeout
@@ -230,6 +248,15 @@ class _Attempt:
                     worker, 124, f"hung: no output or heartbeat for {idle:.0f} s (watchdog {limit:g} s)"
                 )
         return None
+
+
+def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:
+    """The strategy check of a multi-worker TensorFlow-backend launch (not PS, MPI or Horovod jobs)."""
+    if config.ps or config.backend != "tf" or not group.workers:
+        return None
+    env = group.workers[0].spec.env
+    world = int(env.get("TFDIST_WORLD_SIZE", "1"))
+    return JoinCheck(env["TFDIST_ATTEMPT_DIR"], world) if world > 1 else None
 
 
 def _report(failure: FailureInfo, final: bool) -> None:
@@ -308,6 +335,10 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
                     f"tfdist launch: stopped by {signal.Signals(signals.signum).name}; all workers ended."
                 )
                 return RunResult(128 + signals.signum, attempt + 1, run_dir, elapsed, None, tuple(failures))
+            if status == "refused":  # deterministic: a restart would build the same strategy
+                assert failure is not None
+                _report(failure, final=False)
+                return RunResult(failure.code, attempt + 1, run_dir, elapsed, failure, (*failures, failure))
             if status == "timeout":
                 console_print(f"tfdist launch: --timeout {config.timeout:g} s reached; all workers stopped.")
                 return RunResult(124, attempt + 1, run_dir, elapsed, None, tuple(failures))

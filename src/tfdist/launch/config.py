@@ -43,6 +43,7 @@ class LaunchConfig:
     no_python: bool = False
     backend: str = "tf"
     bind: str = "auto"
+    strict: bool = False  # a worker whose strategy does not span the job stops the job (else: a warning)
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
 

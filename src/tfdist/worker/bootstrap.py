@@ -41,9 +41,10 @@ def start() -> None:
     """Record an uncaught exception for the launcher's report; install the Keras fix for when Keras
     loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
     from tfdist.keras import callbacks, fix
-    from tfdist.worker import errors
+    from tfdist.worker import errors, join
 
     errors.install()
+    join.install()
     _whole_lines_under_mpi()
     if not fix.enabled_by_env():
         return

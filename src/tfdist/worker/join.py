@@ -1,0 +1,83 @@
+"""Does this worker's strategy span the job? Reported to the launcher through the attempt directory.
+
+A script launched as N workers that builds MirroredStrategy, OneDeviceStrategy, no strategy at all, or a
+MultiWorkerMirroredStrategy with a single-worker resolver trains N separate models; TensorFlow says
+nothing. Each worker writes ``rank<R>.strategy.json`` when it builds a strategy (or first fits with none),
+and the launcher warns (``--strict``: stops the job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+TARGET = "tensorflow.python.distribute.distribute_lib"
+
+
+def watching(environ: Mapping[str, str] = os.environ) -> bool:
+    """True in a worker of a multi-worker launch whose workers synchronise through the strategy."""
+    world = environ.get("TFDIST_WORLD_SIZE", "1")
+    backend = environ.get("TFDIST_BACKEND", "tf").lower()
+    return (
+        bool(environ.get("TFDIST_ATTEMPT_DIR"))
+        and world.isdigit()
+        and int(world) > 1
+        and backend in ("tf", "auto")
+    )
+
+
+def spans_job(strategy: Any) -> bool:
+    """True when the strategy's collectives include other workers (or a parameter-server cluster)."""
+    extended = getattr(strategy, "extended", None)
+    in_mode = getattr(extended, "_in_multi_worker_mode", None)
+    if callable(in_mode):
+        try:
+            return bool(in_mode())
+        except Exception:  # a strategy mid-construction: decide on its class below
+            pass
+    return type(strategy).__name__.startswith(("ParameterServerStrategy", "TPUStrategy"))
+
+
+#: Classes whose public name differs (tf.distribute.MultiWorkerMirroredStrategy is this class).
+PUBLIC_NAMES = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy"}
+
+
+def report(class_name: str, spans: bool, environ: Mapping[str, str] = os.environ) -> None:
+    """Write this worker's record (atomically; the latest strategy wins)."""
+    if not watching(environ):
+        return
+    directory = environ["TFDIST_ATTEMPT_DIR"]
+    path = os.path.join(directory, f"rank{environ.get('TFDIST_RANK', '0')}.strategy.json")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump({"class": class_name, "spans": spans}, fh)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the check is advice; training goes on without it
+        pass
+
+
+def _watch_strategies(module: ModuleType) -> None:
+    base = module.StrategyBase
+    original = base.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        # The default strategy is made by any get_strategy() call: only a fit with no strategy counts.
+        if type(self).__name__ != "_DefaultDistributionStrategy":
+            name = type(self).__name__
+            report(PUBLIC_NAMES.get(name, name), spans_job(self))
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    base.__init__ = __init__
+
+
+def install() -> None:
+    """Watch strategy construction in this worker (only in multi-worker TF-backend launches)."""
+    if watching():
+        from tfdist.worker.imports import after_import
+
+        after_import(TARGET, _watch_strategies)

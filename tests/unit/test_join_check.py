@@ -1,0 +1,75 @@
+"""The launcher's verdict on workers whose strategy does not span the job (pure), and its record reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tfdist.launch.join import SETTLE_S, JoinCheck, join_verdict
+from tfdist.worker.errors import first_line, record_name
+
+MIRRORED = {"class": "MirroredStrategy", "spans": False}
+MWMS = {"class": "MultiWorkerMirroredStrategy", "spans": True}
+
+
+@pytest.mark.parametrize(
+    ("records", "settled", "expected"),
+    [
+        (
+            {0: MIRRORED, 1: MIRRORED},
+            False,
+            "every worker built MirroredStrategy: they train 2 separate models",
+        ),
+        ({0: MWMS, 1: MWMS}, True, None),
+        ({0: MIRRORED}, False, None),  # the other worker may still be building its strategy
+        ({0: MIRRORED}, True, "worker(s) w0 built MirroredStrategy, which does not span the job's 2 workers"),
+        (
+            {0: MWMS, 1: {"class": "OneDeviceStrategy", "spans": False}},
+            False,
+            "worker(s) w1 built OneDeviceStrategy",
+        ),
+    ],
+)
+def test_verdict(records: dict, settled: bool, expected: str | None) -> None:
+    verdict = join_verdict(records, 2, settled)
+    if expected is None:
+        assert verdict is None
+    else:
+        assert verdict is not None and verdict.startswith(expected)
+        assert "use MultiWorkerMirroredStrategy or tfdist.strategy()" in verdict
+
+
+def test_check_speaks_once(tmp_path: Path) -> None:
+    (tmp_path / "rank0.strategy.json").write_text(json.dumps(MIRRORED))
+    check = JoinCheck(str(tmp_path), 2)
+    assert check.poll(0.0) is None
+    verdict = check.poll(SETTLE_S + 0.1)
+    assert verdict is not None and "w0" in verdict
+    (tmp_path / "rank1.strategy.json").write_text(json.dumps(MIRRORED))
+    assert check.poll(SETTLE_S + 1) is None  # said once
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        ("\n\nbad shape\n[[1, 2]]", "bad shape"),
+        ("x" * 1000, "x" * 400 + " …"),
+        ("", ""),
+    ],
+)
+def test_first_line_of_an_exception_message(message: str, line: str) -> None:
+    assert first_line(message) == line
+
+
+@pytest.mark.parametrize(
+    ("environ", "name"),
+    [
+        ({"TFDIST_RANK": "3"}, "rank3.error.json"),
+        ({"PMI_RANK": "1"}, "rank1.error.json"),
+        ({"OMPI_COMM_WORLD_RANK": "2"}, "rank2.error.json"),
+    ],
+)
+def test_error_record_is_named_by_rank(environ: dict[str, str], name: str) -> None:
+    assert record_name(environ) == name
