@@ -79,3 +79,34 @@ def test_module_form(script: str) -> None:
 
     config = config_from_args(build_parser().parse_args(["launch", "-m", "json.tool", "--help"]))
     assert config.command == ("-m", "json.tool", "--help")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"#!/bin/bash\necho hi\n", "is not Python (a script for /bin/bash)"),
+        (b"\x7fELF\x02\x01\x01\x00\x00", "is not Python (a binary file)"),
+    ],
+)
+def test_a_script_that_is_not_python_is_one_line(content: bytes, expected: str, tmp_path, capsys) -> None:
+    from tfdist.cli import main
+
+    script = tmp_path / "train.sh"
+    script.write_bytes(content)
+    code = main(["launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(script)])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "Hint: for another program use tfdist launch --no-python" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_launch_inside_a_multi_task_slurm_step_says_what_to_write(tmp_path, capsys, monkeypatch) -> None:
+    from tfdist.cli import main
+
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code = main(["launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(script)])
+    err = capsys.readouterr().err
+    assert code == 2 and "each of the 4 tasks of a Slurm step" in err
+    assert "srun tfdist run -- python train.py" in err and not (tmp_path / "run").exists()

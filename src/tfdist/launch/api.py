@@ -19,6 +19,7 @@ from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.join import JoinCheck
 from tfdist.launch.logs import console_print, error_lines, read_error_record
 from tfdist.launch.plan import plan_mpi, plan_workers
+from tfdist.launch.preflight import preflight
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
@@ -283,6 +284,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
         raise ConfigError(
             "no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module."
         )
+    preflight(config)
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
     gpus = visible_gpus(os.environ) if not config.cpu else []
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
