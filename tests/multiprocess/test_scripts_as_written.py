@@ -86,3 +86,6 @@ def test_mpi_output_lines_name_their_rank(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = set(proc.stdout.splitlines())
     assert {"[mpi]: [0] hello from 0", "[mpi]: [1] hello from 1"} <= lines
+    for rank in range(2):  # and a log file per rank, as with the TensorFlow backend
+        log = tmp_path / "run" / "attempt-0" / f"rank{rank}.log"
+        assert f"hello from {rank}" in log.read_text().splitlines()

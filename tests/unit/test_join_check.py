@@ -84,3 +84,20 @@ def test_a_missing_horovod_gets_a_pointer_to_the_mpi_backend() -> None:
     assert "tfdist launch --backend mpi" in lines[-1]
     other = error_lines({"type": "ModuleNotFoundError", "message": "No module named 'pandas'"}, "")
     assert len(other) == 1
+
+
+def test_mpi_output_is_split_into_per_rank_files(tmp_path: Path) -> None:
+    from tfdist.launch.logs import RankFiles
+
+    files = RankFiles(str(tmp_path))
+    for line in [
+        "[0] epoch 1",
+        "[1] epoch 1",
+        "launcher says hi",
+        "[1,0]<stdout>: open mpi line",
+        "[1] done",
+    ]:
+        files.write(line)
+    files.close()
+    assert (tmp_path / "rank0.log").read_text() == "epoch 1\nopen mpi line\n"
+    assert (tmp_path / "rank1.log").read_text() == "epoch 1\ndone\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -36,17 +37,53 @@ class LogPump(threading.Thread):
 
     def run(self) -> None:
         """Pump until the process closes its output."""
+        ranks = RankFiles(os.path.dirname(self.log_path)) if self.label == "mpi" else None
         with open(self.log_path, "w", encoding="utf-8", buffering=1) as log:
             for raw in iter(self.stream.readline, b""):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 self.last_line_at = time.monotonic()
                 self.tail.append(line)
                 log.write(line + "\n")
+                if ranks is not None:
+                    ranks.write(line)
                 if self.console is not None:
                     with _CONSOLE_LOCK:
                         self.console.write(f"{self.prefix}{line}\n")
                         self.console.flush()
+        if ranks is not None:
+            ranks.close()
         self.stream.close()
+
+
+class RankFiles:
+    """Per-rank log files (``rank<R>.log``) from the MPI launcher's rank-tagged lines (``[R] text``).
+
+    Every rank shares the launcher's one pipe; its tags (``-prepend-rank``, ``--tag-output``) tell
+    the lines apart. Untagged lines (the launcher's own) stay in ``mpi.log`` only.
+    """
+
+    _TAG = re.compile(r"^\[(\d+)\] ?|^\[\d+,(\d+)\]<\w+>: ?")  # MPICH "[1] ", Open MPI "[1,1]<stdout>: "
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.files: dict[str, IO[str]] = {}
+
+    def write(self, line: str) -> None:
+        """Append ``line`` (without its tag) to its rank's file."""
+        match = self._TAG.match(line)
+        if match is None:
+            return
+        rank = match.group(1) or match.group(2)
+        if rank not in self.files:
+            self.files[rank] = open(  # noqa: SIM115 - open for the life of the pump, closed in close()
+                os.path.join(self.directory, f"rank{rank}.log"), "w", encoding="utf-8", buffering=1
+            )
+        self.files[rank].write(line[match.end() :] + "\n")
+
+    def close(self) -> None:
+        """Close every rank's file."""
+        for handle in self.files.values():
+            handle.close()
 
 
 def console_print(message: str, stream: TextIO | None = None) -> None:
