@@ -49,6 +49,15 @@ def test_check_speaks_once(tmp_path: Path) -> None:
     assert verdict is not None and "w0" in verdict
     (tmp_path / "rank1.strategy.json").write_text(json.dumps(MIRRORED))
     assert check.poll(SETTLE_S + 1) is None  # said once
+    assert check.final() is None
+
+
+def test_a_job_that_ends_before_the_verdict_still_gets_it(tmp_path: Path) -> None:
+    (tmp_path / "rank0.strategy.json").write_text(json.dumps(MIRRORED))
+    check = JoinCheck(str(tmp_path), 2)
+    verdict = check.final()  # every worker exited between two polls
+    assert verdict is not None and "w0 built MirroredStrategy" in verdict
+    assert check.final() is None
 
 
 @pytest.mark.parametrize(

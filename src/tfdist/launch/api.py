@@ -211,7 +211,7 @@ class _Attempt:
                 return "failed", _failure(worker, 1, "server exited before the chief finished")
         elif len(exited) == len(self.group.workers):
             self.group.kill()  # reap and join log pumps
-            return "ok", None
+            return self._joined(now, final=True) or ("ok", None)  # a job quicker than the verdict
         refused = self._joined(now)
         if refused is not None:
             return refused
@@ -224,9 +224,11 @@ class _Attempt:
             return "timeout", None
         return None
 
-    def _joined(self, now: float) -> tuple[str, FailureInfo | None] | None:
+    def _joined(self, now: float, final: bool = False) -> tuple[str, FailureInfo | None] | None:
         """Warn, once, when workers build a strategy that does not span the job; stop it with --strict."""
-        verdict = self.join.poll(now) if self.join is not None else None
+        if self.join is None:
+            return None
+        verdict = self.join.final() if final else self.join.poll(now)
         if verdict is None:
             return None
         if not self.config.strict:

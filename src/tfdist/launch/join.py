@@ -53,6 +53,14 @@ class JoinCheck:
             self.done = bool(verdict) or all(r.get("spans") for r in records.values())
         return verdict
 
+    def final(self) -> str | None:
+        """The verdict once every worker has ended (nothing more will be reported), unless already given."""
+        if self.done:
+            return None
+        self.done = True
+        records = self._records()
+        return join_verdict(records, self.world, settled=True) if records else None
+
     def _records(self) -> dict[int, dict[str, Any]]:
         out: dict[int, dict[str, Any]] = {}
         try:
