@@ -91,3 +91,20 @@ def test_after_import_runs_once_when_the_module_loads(
     after_import("tfdist_probe_mod", lambda m: seen.append(2))  # already imported: at once
     assert seen == [1, 2]
     sys.modules.pop("tfdist_probe_mod", None)
+
+
+@pytest.mark.parametrize(
+    ("version", "environ", "expected"),
+    [
+        ("3.15.1", {}, "on for Keras 3.15.1 (tested range >=3.15,<3.16)"),
+        ("3.15.1", {"TFDIST_KERAS_PATCH": "0"}, "off (TFDIST_KERAS_PATCH=0)"),
+        ("3.17.0", {}, "off: Keras 3.17.0 is outside the tested range >=3.15,<3.16"),
+    ],
+)
+def test_tfdist_env_says_whether_the_fix_applies(
+    version: str, environ: dict, expected: str, monkeypatch
+) -> None:
+    from tfdist.cli.env import keras_fix_status
+
+    monkeypatch.setattr(fix, "keras_version", lambda: version)
+    assert keras_fix_status(environ) == expected

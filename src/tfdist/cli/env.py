@@ -86,8 +86,22 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "strategy": plan.describe(),
         "versions": _versions(),
         "variables": relevant_variables(environ),
+        "keras_fix": keras_fix_status(environ),
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
     }
+
+
+def keras_fix_status(environ: Mapping[str, str]) -> str:
+    """Whether model.fit under MultiWorkerMirroredStrategy gets tfdist's Keras fix here, and why not."""
+    from tfdist.keras import fix
+
+    version = fix.keras_version()
+    low, high = fix.TESTED_KERAS
+    if not fix.enabled_by_env(dict(environ)):
+        return f"off (TFDIST_KERAS_PATCH={environ.get('TFDIST_KERAS_PATCH')})"
+    if not fix.keras_in_tested_range(version):
+        return f"off: Keras {version} is outside the tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    return f"on for Keras {version} (tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]})"
 
 
 def _print_tables(info: dict[str, Any]) -> None:
@@ -117,6 +131,7 @@ def _print_tables(info: dict[str, Any]) -> None:
     for key, value in info["strategy"].items():
         strat.add_row(key, str(value))
     console.print(strat)
+    console.print(f"Keras model.fit fix: {info['keras_fix']}")
     variables = Table(title="relevant variables", show_header=False)
     for key, value in info["variables"].items() or [("(none set)", "")]:
         variables.add_row(key, value)
@@ -133,6 +148,7 @@ def _print_tables(info: dict[str, Any]) -> None:
         f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
         f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
         f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}",
+        f"- Keras fix: {info['keras_fix']}",
     ]
     # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
     print("\n".join(lines))
