@@ -302,7 +302,8 @@ def full_batches(dataset: Any) -> int:
 def sample_inputs(source: Any) -> tuple[Any, Any]:
     """A tiny (x, y) batch with the data's structure, shapes and dtypes: builds unbuilt models and metrics.
 
-    Zeros from the element spec for datasets (nothing is read); the first two rows for NumPy arrays.
+    Zeros from the element spec for datasets (nothing is read) unless a shape is known only at run time
+    (then the first batch is read); the first two rows for NumPy arrays.
     """
     import tensorflow as tf
 
@@ -334,5 +335,11 @@ def sample_inputs(source: Any) -> tuple[Any, Any]:
             f"the dataset is not batched: its elements are single examples ({spec}). "
             "Hint: call .batch(GLOBAL_BATCH) on it."
         )
+    if any(part.shape.rank is None for part in tf.nest.flatten(spec[:2])):
+        # Shapes known only at run time (e.g. a py_function in the pipeline): read one real batch.
+        for element in source.take(1):
+            first_rows = [tf.nest.map_structure(lambda t: t[:2], element[i]) for i in (0, 1)]
+            return first_rows[0], first_rows[1]
+        raise ConfigError("the dataset is empty: it yields no batch to train on.")
     x, y = tf.nest.map_structure(zeros, spec[0]), tf.nest.map_structure(zeros, spec[1])
     return x, y
