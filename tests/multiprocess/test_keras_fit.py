@@ -26,10 +26,18 @@ def run_single(out: Path, *args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def run_launch(n: int, out: Path, *args: str, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()):
+def run_launch(
+    n: int,
+    out: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
+    script: str = SCRIPT,
+):
+    """`tfdist launch -n N --cpu [extra] SCRIPT [OUT ARGS...]` (OUT is left out for another script)."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(n), "--cpu", *extra]
-    cmd += ["--log-dir", str(out / "logs"), SCRIPT, str(out), *args]
+    cmd += ["--log-dir", str(out / "logs"), script, *((str(out),) if script == SCRIPT else ()), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -135,20 +143,7 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
         "from keras.src.backend.tensorflow import trainer\n"
         "print('patched' if hasattr(trainer.reduce_per_replica, '__wrapped__') else 'unpatched')\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(mine)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "tfdist",
-        "launch",
-        "-n",
-        "2",
-        "--cpu",
-        "--log-dir",
-        str(tmp_path / "logs"),
-        str(script),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = run_launch(2, tmp_path / "out", env={**os.environ, "PYTHONPATH": str(mine)}, script=str(script))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert marker.read_text() == "ran\n" * 3  # the launcher's own interpreter and both workers
     assert proc.stdout.count("patched") == 2 and "unpatched" not in proc.stdout

@@ -150,17 +150,20 @@ def patch_trainer(trainer: Any) -> None:
     _STATE["installed"] = True
 
 
+def _first_local(strategy: Any, value: Any) -> Any:
+    """The first local replica's value of a distributed value; a plain tensor as it is."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.distribute.DistributedValues):
+        return strategy.experimental_local_results(value)[0]
+    return value
+
+
 def first_local_batch(strategy: Any, batch: Any) -> Any:
     """The first local replica's part of a distributed batch: enough to build the model symbolically."""
-    import tensorflow as tf
     from keras import tree
 
-    def local(value: Any) -> Any:
-        if isinstance(value, tf.distribute.DistributedValues):
-            return strategy.experimental_local_results(value)[0]
-        return value
-
-    return tree.map_structure(local, batch)
+    return tree.map_structure(lambda value: _first_local(strategy, value), batch)
 
 
 def reduce_packed(values: Any, strategy: Any, op: str) -> Any:
@@ -178,16 +181,12 @@ def reduce_packed(values: Any, strategy: Any, op: str) -> Any:
     def is_value(v: Any) -> bool:
         return isinstance(v, (tf.Tensor, tf.Variable, tf.distribute.DistributedValues))
 
-    def rank_of(v: Any) -> int | None:
-        if isinstance(v, tf.distribute.DistributedValues):
-            v = strategy.experimental_local_results(v)[0]
-        return v.shape.rank
-
-    scalars = [i for i, v in enumerate(flat) if is_value(v) and rank_of(v) == 0]
-    others = [i for i, v in enumerate(flat) if is_value(v) and rank_of(v) != 0]
+    local: list[Any] = [_first_local(strategy, v) if is_value(v) else None for v in flat]
+    scalars = [i for i, v in enumerate(local) if v is not None and v.shape.rank == 0]
+    others = [i for i, v in enumerate(local) if v is not None and v.shape.rank != 0]
     out = list(flat)
     if scalars:
-        dtypes = [_dtype_of(strategy, flat[i]) for i in scalars]
+        dtypes = [local[i].dtype for i in scalars]
 
         def pack(*xs: Any) -> Any:
             return tf.stack([tf.cast(x, tf.float64) for x in xs])
@@ -199,11 +198,3 @@ def reduce_packed(values: Any, strategy: Any, op: str) -> Any:
     for i in others:
         out[i] = strategy.reduce(op, flat[i], axis=None)
     return tree.pack_sequence_as(values, out)
-
-
-def _dtype_of(strategy: Any, value: Any) -> Any:
-    import tensorflow as tf
-
-    if isinstance(value, tf.distribute.DistributedValues):
-        value = strategy.experimental_local_results(value)[0]
-    return value.dtype

@@ -19,8 +19,12 @@ from tfdist.train.metrics import MetricSet
 from tfdist.train.steps import loss_function, make_reduce, make_steps
 
 
-def _distributed(model: Any, data: Any, batch_size: int | None, steps: int | None) -> tuple[Any, Any, Any]:
-    ensure_built(model, sample_inputs(data)[0])
+def _distributed(
+    model: Any, data: Any, batch_size: int | None, steps: int | None
+) -> tuple[Any, Any, Any, tuple[Any, Any]]:
+    """(strategy, synchroniser or None, padded distributed batches, a sample batch) for ``data``."""
+    sample = sample_inputs(data)
+    ensure_built(model, sample[0])
     strategy = strategy_of(model)
     sync = make_sync(strategy)
     processes = (sync.rank, sync.size) if sync else (0, 1)
@@ -34,7 +38,7 @@ def _distributed(model: Any, data: Any, batch_size: int | None, steps: int | Non
         pad=True,
         processes=processes,
     )
-    return strategy, sync, batches
+    return strategy, sync, batches, sample
 
 
 def evaluate(
@@ -53,9 +57,9 @@ def evaluate(
     """
     import tensorflow as tf
 
-    strategy, sync, batches = _distributed(model, data, batch_size, steps)
+    strategy, sync, batches, sample = _distributed(model, data, batch_size, steps)
     loss_fn, _ = loss_function(model)
-    metrics = MetricSet(model, strategy, *sample_inputs(data))
+    metrics = MetricSet(model, strategy, *sample)
     args = (strategy, model, loss_fn, metrics, batches.plan.global_batch, None)
     if sync is not None:
         from tfdist.train.sync import make_mpi_steps
@@ -88,7 +92,7 @@ def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int 
     import tensorflow as tf
 
     data = _with_dummy_labels(data)
-    strategy, sync, batches = _distributed(model, data, batch_size, steps)
+    strategy, sync, batches, _ = _distributed(model, data, batch_size, steps)
 
     @tf.function
     def predict_step(batch: Any) -> Any:

@@ -113,19 +113,25 @@ class SyncTrainer:
     """One synchronous training run: set up once, then epochs of steps, then the run files."""
 
     def __init__(
-        self, model: Any, train_data: Any, validation_data: Any, callbacks: Sequence[Any], options: FitOptions
+        self,
+        model: Any,
+        train_data: Any,
+        validation_data: Any,
+        callbacks: Sequence[Any],
+        options: FitOptions,
+        sample: tuple[Any, Any],
     ) -> None:
+        """``sample``: a tiny ``(x, y)`` batch of ``train_data`` (:func:`sample_inputs`), read once by ``fit``."""
         import tensorflow as tf
 
         from tfdist.env import detect_environment
 
         self.model, self.options = model, options
-        x_sample, y_sample = sample_inputs(train_data)
         self.strategy = strategy_of(model)
         self.env = detect_environment()
         self.loss_fn, _ = loss_function(model)
-        self.metrics = MetricSet(model, self.strategy, x_sample, y_sample)
-        self.sync = self._make_sync()
+        self.metrics = MetricSet(model, self.strategy, *sample)
+        self.sync = make_sync(self.strategy)
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
@@ -166,9 +172,6 @@ class SyncTrainer:
         self.timeline: list[tuple[int, float]] = []
         self.first_step_at: float | None = None
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
-
-    def _make_sync(self) -> Any:
-        return make_sync(self.strategy)
 
     @property
     def processes(self) -> tuple[int, int]:
@@ -433,9 +436,13 @@ def fit(
         fit_options = FitOptions(epochs=epochs, **options)
     except TypeError as exc:
         raise ConfigError(f"tfdist.fit: {exc}") from None
-    ensure_built(model, sample_inputs(train_data)[0])
+    # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
+    # with run-time shapes read, once.
+    sample = sample_inputs(train_data)
+    ensure_built(model, sample[0])
+    trainer: type[SyncTrainer] = SyncTrainer
     if is_parameter_server(strategy_of(model)):
-        from tfdist.train.ps import ParameterServerTrainer
+        from tfdist.train.ps import ParameterServerTrainer  # ps builds on this module: imported here
 
-        return ParameterServerTrainer(model, train_data, validation_data, callbacks, fit_options).run()
-    return SyncTrainer(model, train_data, validation_data, callbacks, fit_options).run()
+        trainer = ParameterServerTrainer
+    return trainer(model, train_data, validation_data, callbacks, fit_options, sample).run()
