@@ -35,14 +35,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def forget_strategy() -> Iterator[None]:
-    """tfdist remembers the last strategy it built (to spot models built outside its scope): per test."""
-    from tfdist import api
+    """tfdist fixes its per-process context when it builds a strategy: one per test."""
+    from tfdist import context
 
-    api._LAST.clear()
-    api._PLAN.clear()
+    context._BUILT.clear()
     yield
-    api._LAST.clear()
-    api._PLAN.clear()
+    context._BUILT.clear()
 
 
 @pytest.fixture

@@ -6,59 +6,57 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from tfdist import context
 from tfdist.env import ClusterEnvironment, detect_environment
 from tfdist.errors import ConfigError
 from tfdist.strategy import build_strategy, discover_devices, options_from_environ, plan_strategy
 from tfdist.strategy.plan import StrategyPlan
 
-_LAST: list[Any] = []  # the strategy built by the last strategy() call, to diagnose models built outside it
-_PLAN: list[StrategyPlan] = []  # and its plan: a second call must ask for the same thing
 
-
-def _same_as_before(chosen: StrategyPlan) -> Any:
+def _same_as_before(before: context.Context, chosen: StrategyPlan) -> Any:
     """The strategy already built when ``chosen`` is its plan; else one clear error.
 
     Why refuse: a second multi-worker strategy in one process re-initialises the collectives under the
     first one's variables and breaks them.
     """
-    if _PLAN and _PLAN[-1] != chosen:
-        before = _PLAN[-1]
+    assert before.plan is not None
+    if before.plan != chosen:
+        plan = before.plan
         raise ConfigError(
-            f"tfdist.strategy() was already called in this process and built {before.kind} "
-            f"({before.reason}); this call asks for {chosen.kind} ({chosen.reason}). One process holds one "
+            f"tfdist.strategy() was already called in this process and built {plan.kind} "
+            f"({plan.reason}); this call asks for {chosen.kind} ({chosen.reason}). One process holds one "
             "strategy. Hint: call tfdist.strategy() once and pass the strategy around."
         )
-    return _LAST[-1]
+    return before.strategy
 
 
 def last_strategy() -> Any:
-    """The strategy most recently built by :func:`strategy` in this process, or None."""
-    return _LAST[-1] if _LAST else None
+    """The strategy built by :func:`strategy` in this process, or None."""
+    built = context.built()
+    return built.strategy if built else None
 
 
 def rank() -> int:
     """This process's training rank (0 = chief); -1 for parameter servers and evaluators."""
-    return detect_environment().rank
+    return context.current().environment.rank
 
 
 def local_rank() -> int:
     """This process's index among the tasks on its node."""
-    return detect_environment().local_rank
+    return context.current().environment.local_rank
 
 
 def world_size() -> int:
     """Number of training processes (chief + workers)."""
-    return detect_environment().world_size
+    return context.current().environment.world_size
 
 
 def backend() -> str:
-    """The gradient-synchronisation backend of this process: ``tf`` (the strategy's collectives) or ``mpi``.
-
-    TFDIST_BACKEND (tf | mpi | horovod | auto) decides; ``auto`` is MPI under an MPI process manager.
+    """The gradient-synchronisation backend of this process: ``tf`` (the strategy's collectives), ``mpi``
+    or ``horovod``. The strategy's plan decides once built; before, TFDIST_BACKEND (tf | mpi | horovod |
+    auto; ``auto`` is MPI under an MPI process manager).
     """
-    from tfdist.strategy.plan import resolve_backend
-
-    return resolve_backend(detect_environment(), os.environ.get("TFDIST_BACKEND", "auto").lower())
+    return context.current().backend
 
 
 def num_replicas(strategy: Any) -> int:
@@ -67,15 +65,13 @@ def num_replicas(strategy: Any) -> int:
     With the MPI backend every process runs its own strategy, so the processes multiply its replicas;
     with TensorFlow's collectives the strategy already counts every worker's replicas.
     """
-    from tfdist.strategy.plan import PROCESS_BACKENDS
-
     replicas = int(strategy.num_replicas_in_sync)
-    return replicas * world_size() if backend() in PROCESS_BACKENDS else replicas
+    return replicas * world_size() if context.current().process_level else replicas
 
 
 def is_chief() -> bool:
     """True for the one process that writes shared outputs (checkpoints, summaries, saved models)."""
-    return detect_environment().is_chief
+    return context.current().environment.is_chief
 
 
 def plan(
@@ -117,7 +113,9 @@ def strategy(
     ``None`` come from TFDIST_STRATEGY, TFDIST_COMMUNICATION, TFDIST_COLLECTIVE_TIMEOUT (default 300 s),
     TFDIST_CPU_REPLICAS. In a parameter-server cluster, ps and worker tasks serve here and never return.
     """
+    environment = detect_environment()
     chosen = plan(
+        environment=environment,
         kind=None if kind == "auto" else kind,
         devices=devices,
         communication=communication,
@@ -126,11 +124,11 @@ def strategy(
         cpu_replicas=cpu_replicas,
         memory_limit_mb=memory_limit_mb,
     )
-    if _LAST:
-        return _same_as_before(chosen)
+    before = context.built()
+    if before is not None:
+        return _same_as_before(before, chosen)
     built = build_strategy(chosen)
-    _LAST[:] = [built]
-    _PLAN[:] = [chosen]
+    context.record(environment, chosen, built)
     if chosen.kind == "multi_worker":
         from tfdist.keras import fix
 

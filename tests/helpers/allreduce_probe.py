@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tfdist.train.sync import MPISync
+from tfdist.sync.mpi import MPISync
 
 
 def main() -> None:

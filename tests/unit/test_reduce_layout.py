@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.train.reduce import ALIGN_FLOATS, aligned, chunk, layout
+from tfdist.sync.reduce import ALIGN_FLOATS, aligned, chunk, layout
 
 
 def test_parts_start_on_64_byte_boundaries() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tfdist import backends
 from tfdist.errors import ConfigError
 from tfdist.train.config import TrainConfig
 
-BACKENDS = ("tf", "mpi")
+BACKENDS = backends.BENCH_BACKENDS
 
 
 def parse_counts(text: str, flag: str) -> tuple[int, ...]:

@@ -39,7 +39,7 @@ def memcopy_samples(floats: int, iters: int) -> list[float]:
 
 
 def _mpi_allreduce(floats: int, iters: int, warmup: int) -> tuple[list[float], bool]:
-    from tfdist.train.sync import MPISync
+    from tfdist.sync.mpi import MPISync
 
     sync = MPISync()
     buffer = np.ones(floats, np.float32)

@@ -80,8 +80,8 @@ def find_mpiexec() -> str:
     import shutil
     import sys
 
+    from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
     from tfdist.errors import SetupError
-    from tfdist.train.sync import INSTALL_HINT
 
     if importlib.util.find_spec("mpi4py") is None:
         raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {INSTALL_HINT}")
@@ -293,7 +293,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
     if config.backend == "horovod":
-        from tfdist.train.horovod import import_horovod
+        from tfdist.sync.horovod import import_horovod
 
         import_horovod()  # a SetupError with the install hint before anything starts
     mpiexec = find_mpiexec() if config.backend != "tf" else None

@@ -7,9 +7,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from tfdist import backends
 from tfdist.errors import ConfigError
 
-BACKENDS = ("tf", "mpi", "horovod")
+BACKENDS = backends.NAMES
 
 
 #: ``auto``: one core set per worker when CPU workers fit the cores; ``core``: always (error if they do

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tfdist import backends
 from tfdist.env.base import ClusterEnvironment, ClusterSpecDict
 from tfdist.errors import ConfigError
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "parameter_server", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-BACKENDS = ("auto", "tf", "mpi", "horovod")
-#: Backends where each process runs its own one-device strategy and a synchroniser sums across processes.
-PROCESS_BACKENDS = ("mpi", "horovod")
+BACKENDS = ("auto", *backends.NAMES)
+PROCESS_BACKENDS = backends.PROCESS_BACKENDS
 #: A stuck peer should fail the step in minutes, not hang for hours (TensorFlow's default is no limit).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -140,9 +140,7 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
 
 def resolve_backend(env: ClusterEnvironment, backend: str) -> str:
     """``auto`` means MPI under an MPI process manager and TensorFlow's collectives everywhere else."""
-    if backend != "auto":
-        return backend
-    return "mpi" if env.kind == "mpi" else "tf"
+    return backends.resolve(backend, under_mpi=env.kind == "mpi")
 
 
 def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
+from tfdist.train.entry import fit
 from tfdist.train.inference import evaluate, predict
-from tfdist.train.loop import fit
 
 __all__ = ["evaluate", "fit", "predict"]

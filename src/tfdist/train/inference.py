@@ -12,22 +12,24 @@ from typing import Any
 
 import numpy as np
 
+from tfdist import context
 from tfdist.errors import ConfigError
+from tfdist.sync import synchroniser
+from tfdist.sync.step import loss_function, make_steps
 from tfdist.train.data import DistributedData, sample_inputs
-from tfdist.train.loop import ensure_built, make_sync, strategy_of
+from tfdist.train.loop import ensure_built, strategy_of
 from tfdist.train.metrics import MetricSet
-from tfdist.train.steps import loss_function, make_reduce, make_steps
 
 
 def _distributed(
     model: Any, data: Any, batch_size: int | None, steps: int | None
 ) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """(strategy, synchroniser or None, padded distributed batches, a sample batch) for ``data``."""
+    """(strategy, synchroniser, padded distributed batches, a sample batch) for ``data``."""
     sample = sample_inputs(data)
     ensure_built(model, sample[0])
     strategy = strategy_of(model)
-    sync = make_sync(strategy)
-    processes = (sync.rank, sync.size) if sync else (0, 1)
+    sync = synchroniser(strategy)
+    processes = sync.processes
     batches = DistributedData(
         strategy,
         data,
@@ -55,31 +57,18 @@ def evaluate(
     ``data`` as in :func:`tfdist.fit` (NumPy ``(x, y)`` with ``batch_size``, a batched dataset of
     ``(x, y[, w])``, or a ``dataset_fn`` with ``steps``). Returns ``[loss, metric…]`` like Keras, or a dict.
     """
-    import tensorflow as tf
-
     strategy, sync, batches, sample = _distributed(model, data, batch_size, steps)
     loss_fn, _ = loss_function(model)
     metrics = MetricSet(model, strategy, *sample)
-    args = (strategy, model, loss_fn, metrics, batches.plan.global_batch, None)
-    if sync is not None:
-        from tfdist.train.sync import make_mpi_steps
-
-        _, eval_step = make_mpi_steps(*args, sync=sync)
-        reduce: Any = tf.identity  # the MPI step already summed over ranks
-    else:
-        _, eval_step = make_steps(*args)
-        reduce = make_reduce(strategy)
+    _, eval_step = make_steps(strategy, model, loss_fn, metrics, batches.plan.global_batch, None, sync)
     iterator, local = batches.epoch(0), None
     for _ in range(batches.plan.steps_per_epoch):
         out = eval_step(next(iterator))
         local = out if local is None else local + out
-    totals = reduce(local).numpy()[:-1] if local is not None else np.zeros(metrics.width)
+    totals = np.asarray(sync.reduce_totals(local))[:-1] if local is not None else np.zeros(metrics.width)
     logs = metrics.logs(totals)
-    if verbose:
-        from tfdist import api
-
-        if api.is_chief():
-            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+    if verbose and context.current().environment.is_chief:
+        print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
     return logs if return_dict else list(logs.values())
 
 
@@ -103,8 +92,8 @@ def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int 
     iterator, parts = batches.epoch(0), []
     for _ in range(batches.plan.steps_per_epoch):
         outputs, weights = (np.asarray(t) for t in predict_step(next(iterator)))
-        if sync is not None:  # each rank predicted its slice of the global batch: join them in rank order
-            outputs, weights = sync.allgather(outputs), sync.allgather(weights)
+        # Process-level ranks each predicted their slice of the global batch: joined in rank order.
+        outputs, weights = sync.allgather(outputs), sync.allgather(weights)
         parts.append(outputs[weights > 0])
     return np.concatenate(parts, axis=0)
 

@@ -1,7 +1,8 @@
-"""``tfdist.fit``: synchronous data-parallel training with Keras ergonomics under any strategy.
+"""The synchronous training loop behind ``tfdist.fit``: epochs of one replica step plus a Synchroniser.
 
 Keras 3's own ``model.fit`` fails under MultiWorkerMirroredStrategy and ParameterServerStrategy on
-TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss averaging.
+TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss averaging
+(:mod:`tfdist.sync.step`), whatever the backend.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ from typing import Any
 
 import numpy as np
 
+from tfdist import context
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
-from tfdist.strategy.plan import PROCESS_BACKENDS
-from tfdist.train.data import DistributedData, sample_inputs
+from tfdist.sync import synchroniser
+from tfdist.sync.step import loss_function, make_steps
+from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
-from tfdist.train.steps import loss_function, make_reduce, make_steps
 
 log = get_logger(__name__)
-_SYNCS: dict[str, Any] = {}
 #: Callbacks that write files: run on the chief only, or two workers would write the same file.
 CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
 UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
@@ -36,8 +37,6 @@ def strategy_of(model: Any) -> Any:
     """The strategy the model's variables belong to; ConfigError when built outside the user's strategy."""
     import tensorflow as tf
 
-    from tfdist import api
-
     variables = model.trainable_variables
     if not variables:
         raise ConfigError(
@@ -45,35 +44,12 @@ def strategy_of(model: Any) -> Any:
         )
     owner = getattr(getattr(variables[0], "value", variables[0]), "_distribute_strategy", None)
     if owner is None:
-        if api.last_strategy() is not None:
+        if context.built() is not None:
             raise ConfigError(
                 "the model was built outside the strategy scope. Hint: build and compile it inside `with strategy.scope():`."
             )
         return tf.distribute.get_strategy()
     return owner
-
-
-def make_sync(strategy: Any) -> Any:
-    """The process-level synchroniser of the MPI or Horovod backend, else None (TensorFlow collectives)."""
-    from tfdist import api
-
-    backend = api.backend()
-    if backend not in PROCESS_BACKENDS:
-        return None
-    if strategy.num_replicas_in_sync != 1:
-        raise ConfigError(
-            f"the {backend} backend needs one device per process, but this strategy has several replicas. Hint: start one rank per GPU."
-        )
-    if backend not in _SYNCS:  # one per process: fit, evaluate and predict share its buffers
-        if backend == "horovod":
-            from tfdist.train.horovod import HorovodSync
-
-            _SYNCS[backend] = HorovodSync()
-        else:
-            from tfdist.train.sync import MPISync
-
-            _SYNCS[backend] = MPISync()
-    return _SYNCS[backend]
 
 
 def ensure_built(model: Any, x_sample: Any) -> None:
@@ -131,7 +107,7 @@ class SyncTrainer:
         self.env = detect_environment()
         self.loss_fn, _ = loss_function(model)
         self.metrics = MetricSet(model, self.strategy, *sample)
-        self.sync = make_sync(self.strategy)
+        self.sync = synchroniser(self.strategy)
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
@@ -176,7 +152,7 @@ class SyncTrainer:
     @property
     def processes(self) -> tuple[int, int]:
         """(index, count) of the processes that split each global batch beyond the strategy itself."""
-        return (self.sync.rank, self.sync.size) if self.sync else (0, 1)
+        return self.sync.processes
 
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
         o = self.options
@@ -214,15 +190,17 @@ class SyncTrainer:
         return int(self.data.replicas)
 
     def _make_steps(self) -> None:
-        args = (self.strategy, self.model, self.loss_fn, self.metrics, self.plan.global_batch, self.step_var)
-        if self.sync is not None:
-            from tfdist.train.sync import make_mpi_steps
-
-            self.train_step, self.eval_step = make_mpi_steps(*args, sync=self.sync)
-            self.reduce_totals: Any = lambda totals: totals  # already summed over ranks, with the gradients
-        else:
-            self.train_step, self.eval_step = make_steps(*args, self.options.jit_compile)
-            self.reduce_totals = make_reduce(self.strategy)
+        self.train_step, self.eval_step = make_steps(
+            self.strategy,
+            self.model,
+            self.loss_fn,
+            self.metrics,
+            self.plan.global_batch,
+            self.step_var,
+            self.sync,
+            self.options.jit_compile,
+        )
+        self.reduce_totals = self.sync.reduce_totals
 
     def _restore(self) -> Any:
         if not self.options.checkpoint_dir:
@@ -244,8 +222,8 @@ class SyncTrainer:
         return checkpointer
 
     def _start_in_sync(self) -> None:
-        """MPI ranks build their models independently: start all of them from rank 0's weights."""
-        if self.sync is not None and int(self.step_var.numpy()) == 0:
+        """Process-level ranks build their models apart: a new run starts all of them from rank 0's."""
+        if int(self.step_var.numpy()) == 0:
             self.sync.broadcast_weights(self.model)
 
     def run(self) -> Any:
@@ -274,10 +252,7 @@ class SyncTrainer:
     def _barrier(self) -> None:
         """No worker returns before every worker, the chief included, finished its last save: a script
         that reads the chief's checkpoint or files right after ``fit`` finds them on every worker."""
-        if self.sync is not None:
-            self.sync.barrier()
-        elif self.env.world_size > 1 and not is_parameter_server(self.strategy):
-            self.reduce_totals(np.zeros(self.metrics.width + 1, np.float32)).numpy()
+        self.sync.barrier()
 
     def _epoch(self, epoch: int) -> int:
         self.callbacks.on_epoch_begin(epoch)
@@ -378,7 +353,7 @@ class SyncTrainer:
             "examples_per_sec": examples / max(duration, 1e-9),
             "global_batch": self.plan.global_batch,
             "replicas": self.strategy.num_replicas_in_sync * self.processes[1],
-            "backend": self.sync.name if self.sync else "tf",
+            "backend": self.sync.name,
             "world_size": self.env.world_size,
             "strategy": type(self.strategy).__name__,
             "learning_rate": self.target_lr,
@@ -406,43 +381,3 @@ def _requeue_slurm_job() -> None:
         log.warning("asked Slurm to requeue job %s; the next run resumes from the checkpoint", job_id)
     except TfdistError as exc:  # e.g. submitted without --requeue: the checkpoint is still there
         log.warning("could not requeue job %s: %s", job_id, exc)
-
-
-def fit(
-    model: Any,
-    train_data: Any,
-    *,
-    epochs: int,
-    validation_data: Any = None,
-    callbacks: Sequence[Any] = (),
-    **options: Any,
-) -> Any:
-    """Train ``model`` (built and compiled in the strategy's scope) and return a Keras ``History``.
-
-    ``train_data``: a tf.data.Dataset batched by the GLOBAL batch, a ``dataset_fn(input_context)``
-    returning per-replica batches (with ``steps_per_epoch`` and ``batch_size``), or NumPy ``(x, y)`` with
-    ``batch_size`` (global). Keyword options are those of :class:`tfdist.train.options.FitOptions`:
-    ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
-    ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
-    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``, ``log_every`` (steps between
-    reads of the results: progress, stop requests).
-
-    Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
-    workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``
-    steps and at each epoch end, and resumes from the newest checkpoint. SIGTERM/SIGUSR2 checkpoint at the
-    next step boundary on all workers, then raise SystemExit(128 + signal).
-    """
-    try:
-        fit_options = FitOptions(epochs=epochs, **options)
-    except TypeError as exc:
-        raise ConfigError(f"tfdist.fit: {exc}") from None
-    # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
-    # with run-time shapes read, once.
-    sample = sample_inputs(train_data)
-    ensure_built(model, sample[0])
-    trainer: type[SyncTrainer] = SyncTrainer
-    if is_parameter_server(strategy_of(model)):
-        from tfdist.train.ps import ParameterServerTrainer  # ps builds on this module: imported here
-
-        trainer = ParameterServerTrainer
-    return trainer(model, train_data, validation_data, callbacks, fit_options, sample).run()

@@ -12,16 +12,15 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
+from tfdist.sync.step import replica_eval_step, replica_train_step
 from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, with_weights
 from tfdist.train.loop import SyncTrainer
-from tfdist.train.steps import global_sums, per_example_loss
 
 
 class ParameterServerTrainer(SyncTrainer):
     """SyncTrainer's epoch and reporting logic with coordinator-scheduled steps and chief-side validation."""
 
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
-        import tensorflow as tf
 
         batch, examples, dataset_fn = self._dataset_fn(train_data)
         steps = self.options.steps_per_epoch or (examples // batch if examples else 0)
@@ -30,7 +29,7 @@ class ParameterServerTrainer(SyncTrainer):
                 "the number of steps per epoch is unknown or zero. Hint: pass steps_per_epoch=N."
             )
         self.plan = BatchPlan(batch, batch, steps)
-        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+        self.coordinator = self.sync.coordinator  # type: ignore[attr-defined]
         self.worker_iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
         self.val_arrays = None
         if validation_data is not None:
@@ -97,22 +96,14 @@ class ParameterServerTrainer(SyncTrainer):
     def _make_steps(self) -> None:
         import tensorflow as tf
 
-        stats = self.metrics
-        model, loss_fn, batch = self.model, self.loss_fn, self.plan.global_batch
         with self.strategy.scope():
             self.sums = tf.Variable(tf.zeros(self.metrics.width), trainable=False)
+        step = replica_train_step(self.model, self.loss_fn, self.metrics, self.plan.global_batch, self.sync)
+        self.eval_replica = replica_eval_step(self.model, self.loss_fn, self.metrics, self.sync)
 
         def replica(x: Any, y: Any, w: Any) -> None:
-            with tf.GradientTape() as tape:
-                pred = model(x, training=True)
-                per_example = per_example_loss(loss_fn, y, pred, w)
-                loss = tf.reduce_sum(per_example * w) / batch
-                if model.losses:
-                    loss += tf.add_n(model.losses)
-            grads = tape.gradient(loss, model.trainable_variables)
-            model.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             # No stop vote under PS: the chief alone decides when to stop scheduling.
-            self.sums.assign_add(global_sums(stats, y, pred, per_example, w, 0.0)[:-1])
+            self.sums.assign_add(step(x, y, w, 0.0)[:-1])
             self.step_var.assign_add(1)
 
         @tf.function
@@ -121,7 +112,6 @@ class ParameterServerTrainer(SyncTrainer):
             self.strategy.run(replica, args=(x, y, w))
 
         self.worker_step = worker_step
-        self.stat_fns = stats
 
     def _train_steps(self, epoch: int) -> np.ndarray:
         import tensorflow as tf
@@ -129,7 +119,7 @@ class ParameterServerTrainer(SyncTrainer):
         done = int(self.step_var.numpy()) - epoch * self.plan.steps_per_epoch
         for scheduled in range(max(0, done), self.plan.steps_per_epoch):
             self.schedule.update(epoch * self.plan.steps_per_epoch + scheduled)
-            self.coordinator.schedule(self.worker_step, args=(self.worker_iterator,))
+            self.sync.schedule(self.worker_step, args=(self.worker_iterator,))  # type: ignore[attr-defined]
             self.heartbeat.beat()
             if self.stop.signum:
                 break
@@ -148,7 +138,5 @@ class ParameterServerTrainer(SyncTrainer):
         totals = np.zeros(self.metrics.width)
         for start in range(0, len(x), self.plan.global_batch):
             xb, yb = x[start : start + self.plan.global_batch], y[start : start + self.plan.global_batch]
-            pred, w = self.model(xb, training=False), tf.ones(len(xb), tf.float32)
-            per_example = per_example_loss(self.loss_fn, yb, pred, w)
-            totals += global_sums(self.stat_fns, yb, pred, per_example, w, 0.0).numpy()[:-1]
+            totals += self.eval_replica(xb, yb, tf.ones(len(xb), tf.float32)).numpy()[:-1]
         return self.metrics.logs(totals, "val_")

@@ -1,8 +1,7 @@
-"""Gradient synchronisation across processes through MPI (mpi4py), Horovod's design without its build.
+"""The MPI synchroniser (mpi4py), Horovod's design without its build.
 
-TensorFlow's collectives are the default path (the strategy all-reduces inside ``apply_gradients``);
-this module is the other side of that seam: each process runs a one-device strategy, and one packed
-buffer per step (every gradient plus the metric sums) is all-reduced by :mod:`tfdist.train.reduce`.
+Each process runs a one-device strategy; one packed buffer per step (every gradient plus the metric sums)
+is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI across nodes).
 """
 
 from __future__ import annotations
@@ -13,14 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
-from tfdist.train.reduce import NodeReducer, Waiter, layout
-from tfdist.train.steps import global_sums, per_example_loss
-
-INSTALL_HINT = (
-    "Hint: pip install 'tfdist[mpi]' (mpi4py and the mpich wheel), or your system's MPI "
-    "(apt-get install openmpi-bin libopenmpi-dev) plus pip install mpi4py."
-)
+from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
+from tfdist.sync.reduce import NodeReducer, Waiter, layout
 
 
 def import_mpi() -> Any:
@@ -32,20 +27,6 @@ def import_mpi() -> Any:
     return MPI
 
 
-def pack_weights(weights: Sequence[np.ndarray]) -> np.ndarray:
-    """All weights as one float64 vector (float64 holds every float32/float16 value exactly)."""
-    return np.concatenate([w.ravel().astype(np.float64) for w in weights]) if weights else np.zeros(0)
-
-
-def unpack_weights(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Inverse of :func:`pack_weights`, with the shapes and dtypes of ``like``."""
-    out, offset = [], 0
-    for w in like:
-        out.append(flat[offset : offset + w.size].reshape(w.shape).astype(w.dtype))
-        offset += w.size
-    return out
-
-
 def check_world(size: int) -> None:
     """ConfigError when the job's rank count differs from the count tfdist launched (``-n``)."""
     expected = os.environ.get("TFDIST_WORLD_SIZE")
@@ -55,7 +36,7 @@ def check_world(size: int) -> None:
         )
 
 
-class MPISync:
+class MPISync(ProcessLevel):
     """Sum-all-reduces float32 buffers over MPI_COMM_WORLD and broadcasts initial weights from rank 0."""
 
     name = "mpi"
@@ -113,60 +94,3 @@ class MPISync:
         flat = pack_weights(weights)
         self.comm.Bcast(flat, root=0)
         model.set_weights(unpack_weights(flat, weights))
-
-
-def make_mpi_steps(
-    strategy: Any,
-    model: Any,
-    loss_fn: Any,
-    stats: Any,
-    global_batch: int,
-    step_var: Any,
-    sync: Any,
-    jit_compile: bool = False,
-) -> tuple[Any, Any]:
-    """(train_step, eval_step) for a process-level synchroniser (:class:`MPISync`, or
-    :class:`tfdist.train.horovod.HorovodSync`): same contract as :func:`tfdist.train.steps.make_steps`.
-
-    The synchroniser's ``graph_allreduce(parts, keep)`` sums a list of tensors over all processes.
-    """
-    import tensorflow as tf
-
-    optimizer, world = model.optimizer, sync.size
-    allreduce = sync.graph_allreduce
-
-    def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
-        variables = model.trainable_variables
-        with tf.GradientTape() as tape:
-            pred = model(x, training=True)
-            per_example = per_example_loss(loss_fn, y, pred, w)
-            loss = tf.reduce_sum(per_example * w) / global_batch
-            if model.losses:
-                loss += tf.add_n(model.losses) / world  # summed over ranks below: counted once
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
-        stat_values = global_sums(stats, y, pred, per_example, w, stop)
-        # ONE all-reduce per step: every gradient and the metric sums, packed in numpy (not tf.concat,
-        # whose fresh output buffer costs page faults every step).
-        *reduced, stat_sums = allreduce([*grads, stat_values], keep=len(grads))
-        summed = [tf.cast(r, v.dtype) for r, v in zip(reduced, variables, strict=True)]
-        optimizer.apply_gradients(zip(summed, variables, strict=True))
-        return stat_sums
-
-    def eval_replica(x: Any, y: Any, w: Any) -> Any:
-        pred = model(x, training=False)
-        return allreduce([global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)])[0]
-
-    @tf.function(jit_compile=False)  # numpy_function and Horovod's ops cannot be compiled by XLA
-    def train_step(batch: Any, stop: Any) -> Any:
-        x, y, w = batch
-        out = strategy.experimental_local_results(strategy.run(train_replica, args=(x, y, w, stop)))[0]
-        step_var.assign_add(1)
-        return out
-
-    @tf.function
-    def eval_step(batch: Any) -> Any:
-        x, y, w = batch
-        return strategy.experimental_local_results(strategy.run(eval_replica, args=(x, y, w)))[0]
-
-    del jit_compile
-    return train_step, eval_step

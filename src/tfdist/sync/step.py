@@ -1,11 +1,9 @@
-"""The compiled per-step functions: one train step and one evaluation step under any strategy.
+"""One replica step for every backend, and the compiled train / evaluation steps built around it.
 
-Each returns ONE vector of sums [loss, metric..., examples, stop votes] over this worker's replicas; the
-loop adds them up on the worker and all-reduces the total across workers only when it reads results
-(every ``log_every`` steps), with :func:`make_reduce`. Every worker then sees identical numbers and agrees
-on stopping at the same step boundary. Why not reduce every step: through TensorFlow's collectives a second
-all-reduce per step, even of a few floats, costs more than the gradient one (measured with mnist-cnn on 2
-workers: 68 ms per step without it, 84 ms with a scalar ``strategy.reduce``).
+Each step returns ONE vector of sums [loss, metric..., examples, stop votes]; the synchroniser
+(:mod:`tfdist.sync.base`) decides whether that vector is reduced across the job inside the step (the
+process-level backends, together with the gradients) or when the loop reads results (TensorFlow's
+collectives). Every worker then sees identical numbers and agrees on stopping at the same step boundary.
 """
 
 from __future__ import annotations
@@ -62,41 +60,72 @@ def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, stop:
     )
 
 
-def make_steps(
-    strategy: Any,
-    model: Any,
-    loss_fn: Callable[[Any, Any], Any],
-    stats: Any,
-    global_batch: int,
-    step_var: Any,
-    jit_compile: bool = False,
-) -> tuple[Any, Any]:
-    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return this worker's sums."""
+def replica_train_step(
+    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, global_batch: int, sync: Any
+) -> Callable[[Any, Any, Any, Any], Any]:
+    """THE training step of one replica, for every backend: forward, loss averaged over the GLOBAL batch,
+    gradients, ``sync.exchange``, ``apply_gradients``; returns the step's sums (:func:`global_sums`).
+
+    ``sync`` is a :class:`tfdist.sync.base.Synchroniser`. Averaging over the global batch (not the
+    replica's) because the gradients are then summed over every replica: by Keras 3 inside
+    ``apply_gradients`` under a strategy, or by the synchroniser across processes.
+    """
     import tensorflow as tf
 
     optimizer = model.optimizer
 
-    def train_replica(x: Any, y: Any, w: Any, stop: Any) -> Any:
+    def step(x: Any, y: Any, w: Any, stop: Any) -> Any:
+        variables = model.trainable_variables
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
             per_example = per_example_loss(loss_fn, y, pred, w)
-            # Average over the GLOBAL batch: Keras 3 sums gradients across replicas when applying them.
             loss = tf.reduce_sum(per_example * w) / global_batch
             if model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+                loss += sync.regularization(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return global_sums(stats, y, pred, per_example, w, stop)
+        grads = tape.gradient(scaled, variables)
+        grads, sums = sync.exchange(list(grads), global_sums(metrics, y, pred, per_example, w, stop))
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
+        return sums
 
-    def eval_replica(x: Any, y: Any, w: Any) -> Any:
+    return step
+
+
+def replica_eval_step(
+    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any
+) -> Callable[[Any, Any, Any], Any]:
+    """One replica's evaluation step: the sums of :func:`global_sums` (no stop vote), through ``sync``."""
+
+    def step(x: Any, y: Any, w: Any) -> Any:
         pred = model(x, training=False)
-        return global_sums(stats, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)
+        sums = global_sums(metrics, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)
+        return sync.exchange_sums(sums)
+
+    return step
+
+
+def make_steps(
+    strategy: Any,
+    model: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    metrics: Any,
+    global_batch: int,
+    step_var: Any,
+    sync: Any,
+    jit_compile: bool = False,
+) -> tuple[Any, Any]:
+    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return this worker's sums
+    over its local replicas (the job's sums when the synchroniser reduced them in the step)."""
+    import tensorflow as tf
+
+    train_replica = replica_train_step(model, loss_fn, metrics, global_batch, sync)
+    eval_replica = replica_eval_step(model, loss_fn, metrics, sync)
 
     def local_sum(per_replica: Any) -> Any:
         return tf.add_n(list(strategy.experimental_local_results(per_replica)))
 
-    @tf.function(jit_compile=jit_compile or None)
+    # Process-level all-reduces (numpy_function, Horovod's ops) cannot be compiled by XLA.
+    @tf.function(jit_compile=(jit_compile or None) if sync.jit_ok else False)
     def train_step(batch: Any, stop: Any) -> Any:
         x, y, w = batch
         totals = local_sum(strategy.run(train_replica, args=(x, y, w, stop)))
@@ -109,28 +138,3 @@ def make_steps(
         return local_sum(strategy.run(eval_replica, args=(x, y, w)))
 
     return train_step, eval_step
-
-
-def make_reduce(strategy: Any) -> Callable[[Any], Any]:
-    """A function summing a vector of per-worker totals over all workers (one all-reduce).
-
-    Every local replica receives the worker's vector; only the first of them contributes it, so each
-    worker's total is counted once.
-    """
-    import tensorflow as tf
-
-    try:
-        local_replicas = len(strategy.extended.worker_devices)
-    except RuntimeError:  # the default (no) strategy: one replica, one worker, nothing to reduce
-        return lambda totals: totals
-
-    def replica(totals: Any) -> Any:
-        ctx = tf.distribute.get_replica_context()
-        first = tf.equal(ctx.replica_id_in_sync_group % local_replicas, 0)
-        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(first, totals, tf.zeros_like(totals)))
-
-    @tf.function
-    def reduce(totals: Any) -> Any:
-        return strategy.experimental_local_results(strategy.run(replica, args=(totals,)))[0]
-
-    return reduce

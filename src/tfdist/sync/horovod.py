@@ -1,4 +1,4 @@
-"""The Horovod synchroniser: Horovod's core all-reduce behind the same seam as :class:`tfdist.train.sync.MPISync`.
+"""The Horovod synchroniser: Horovod's core all-reduce behind the same seam as :class:`tfdist.sync.mpi.MPISync`.
 
 Used with ``--backend horovod`` when ``horovod.tensorflow`` is importable. Only Horovod's core TensorFlow
 ops are used (``grouped_allreduce``, ``broadcast``): ``horovod.tensorflow.keras`` does not average
@@ -12,13 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from tfdist.backends import HOROVOD_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import SetupError
-from tfdist.train.sync import check_world, pack_weights, unpack_weights
-
-INSTALL_HINT = (
-    "Hint: build Horovod against your TensorFlow (HOROVOD_WITH_TENSORFLOW=1 pip install horovod), "
-    "or use --backend mpi: the same design through mpi4py, installed with pip install 'tfdist[mpi]'."
-)
+from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
+from tfdist.sync.mpi import check_world
 
 
 def import_horovod() -> Any:
@@ -30,7 +27,7 @@ def import_horovod() -> Any:
     return hvd
 
 
-class HorovodSync:
+class HorovodSync(ProcessLevel):
     """Sums gradients and metric sums over all Horovod ranks; broadcasts initial weights from rank 0."""
 
     name = "horovod"

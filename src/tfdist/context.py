@@ -1,0 +1,58 @@
+"""The per-process context: where this process is, what strategy it runs and which backend syncs it.
+
+Decided once. :func:`tfdist.strategy` records its plan and strategy here (a second call returns the same
+strategy); ``rank()``, ``backend()``, ``num_replicas()``, ``fit`` and the callbacks read this context
+instead of detecting again. Before any strategy is built, the context is detected from the environment
+on each call, so a process that never builds a strategy still sees its variables as they are now.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist import backends
+from tfdist.env import ClusterEnvironment, detect_environment
+from tfdist.strategy.plan import StrategyPlan
+
+
+@dataclass(frozen=True)
+class Context:
+    """This process's environment, and once built, its strategy plan and strategy."""
+
+    environment: ClusterEnvironment
+    backend: str
+    plan: StrategyPlan | None = None
+    strategy: Any = None
+
+    @property
+    def process_level(self) -> bool:
+        """True when a synchroniser sums across processes, each running its own one-device strategy."""
+        return self.backend in backends.PROCESS_BACKENDS
+
+
+_BUILT: list[Context] = []  # the context fixed by tfdist.strategy(), at most one per process
+
+
+def detected() -> Context:
+    """The context as the environment describes it right now (no strategy)."""
+    env = detect_environment()
+    requested = os.environ.get("TFDIST_BACKEND", "auto").strip().lower() or "auto"
+    return Context(env, backends.resolve(requested, under_mpi=env.kind == "mpi"))
+
+
+def current() -> Context:
+    """The context fixed by :func:`tfdist.strategy`, or the detected one when none was built yet."""
+    return _BUILT[0] if _BUILT else detected()
+
+
+def record(environment: ClusterEnvironment, plan: StrategyPlan, strategy: Any) -> Context:
+    """Fix this process's context: called once, by the first successful :func:`tfdist.strategy`."""
+    _BUILT[:] = [Context(environment, plan.backend, plan, strategy)]
+    return _BUILT[0]
+
+
+def built() -> Context | None:
+    """The context fixed by :func:`tfdist.strategy`, or None."""
+    return _BUILT[0] if _BUILT else None

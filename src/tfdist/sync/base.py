@@ -1,0 +1,118 @@
+"""The Synchroniser protocol: what a backend does around the one replica step of :mod:`tfdist.sync.step`.
+
+The step computes the loss, the gradients and the metric sums of one replica's batch; the synchroniser
+decides how those meet the rest of the job. Two families:
+
+- **strategy-level** (:class:`tfdist.sync.tf_collectives.TfCollectives`): the tf.distribute strategy spans
+  every worker; ``apply_gradients`` all-reduces the gradients inside the strategy, and the metric sums are
+  all-reduced only when the loop reads them;
+- **process-level** (:class:`tfdist.sync.mpi.MPISync`, :class:`tfdist.sync.horovod.HorovodSync`): every
+  process runs a one-device strategy; the synchroniser sums gradients and metric sums over all processes
+  in ONE packed all-reduce per step.
+
+:class:`tfdist.sync.parameter_server.ParameterServer` is the asynchronous case: nothing is summed, each
+scheduled step applies one worker's batch on the parameter servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Synchroniser(Protocol):
+    """How one replica step's gradients and metric sums are combined across the job."""
+
+    #: The backend name (``tf``, ``mpi``, ``horovod``, ``ps``), as reported in a run's summary.
+    name: str
+    #: Whether the train step may be compiled by XLA (process-level all-reduces run outside the graph).
+    jit_ok: bool
+
+    @property
+    def processes(self) -> tuple[int, int]:
+        """(index, count) of the processes that split each global batch beyond the strategy itself."""
+        ...
+
+    def regularization(self, total: Any) -> Any:
+        """The share of the model's regularisation losses one replica adds to its loss, so the gradients
+        summed over every replica count them once."""
+        ...
+
+    def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """One replica's gradients and metric sums -> what ``apply_gradients`` receives and what the step
+        returns (inside the replica function, in graph mode)."""
+        ...
+
+    def exchange_sums(self, sums: Any) -> Any:
+        """An evaluation step's metric sums -> what the step returns."""
+        ...
+
+    def reduce_totals(self, totals: Any) -> Any:
+        """A worker's accumulated step results -> the job's (a no-op when the step already summed them)."""
+        ...
+
+    def barrier(self) -> None:
+        """Return once every process got here."""
+        ...
+
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """Every process's array concatenated along the first axis, in process order."""
+        ...
+
+    def broadcast_weights(self, model: Any) -> None:
+        """Give every process the first process's weights (process-level backends build models apart)."""
+        ...
+
+
+def pack_weights(weights: Sequence[np.ndarray]) -> np.ndarray:
+    """All weights as one float64 vector (float64 holds every float32/float16 value exactly)."""
+    return np.concatenate([w.ravel().astype(np.float64) for w in weights]) if weights else np.zeros(0)
+
+
+def unpack_weights(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Inverse of :func:`pack_weights`, with the shapes and dtypes of ``like``."""
+    out, offset = [], 0
+    for w in like:
+        out.append(flat[offset : offset + w.size].reshape(w.shape).astype(w.dtype))
+        offset += w.size
+    return out
+
+
+class ProcessLevel:
+    """The part every process-level synchroniser shares: sums travel with the gradients, no XLA."""
+
+    name = "process"
+    jit_ok = False
+    rank = 0
+    size = 1
+
+    @property
+    def processes(self) -> tuple[int, int]:
+        """(rank, size): each rank takes its slice of every global batch."""
+        return self.rank, self.size
+
+    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
+        """Sum over all processes of each float32 tensor, as a step of the training graph."""
+        raise NotImplementedError
+
+    def regularization(self, total: Any) -> Any:
+        """Summed over the ranks below, so each rank adds its 1/size share."""
+        return total / self.size
+
+    def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """ONE all-reduce per step: every gradient and the metric sums together."""
+        import tensorflow as tf
+
+        dense = [tf.convert_to_tensor(g) for g in grads]  # IndexedSlices become dense tensors
+        *reduced, summed = self.graph_allreduce([*dense, sums], keep=len(dense))
+        return [tf.cast(r, g.dtype) for r, g in zip(reduced, dense, strict=True)], summed
+
+    def exchange_sums(self, sums: Any) -> Any:
+        """Evaluation sums, summed over the ranks in the step."""
+        return self.graph_allreduce([sums])[0]
+
+    def reduce_totals(self, totals: Any) -> Any:
+        """Already summed over the ranks, with the gradients."""
+        return totals

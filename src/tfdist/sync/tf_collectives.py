@@ -1,0 +1,87 @@
+"""The TensorFlow-collectives synchroniser: the strategy spans every worker (MultiWorkerMirroredStrategy,
+MirroredStrategy, one device, TPU).
+
+The gradients are all-reduced by the strategy inside ``apply_gradients`` (Keras 3 sums them across
+replicas there). Each step returns this worker's metric sums over its local replicas; the loop adds them up
+and all-reduces the total across workers only when it reads results (every ``log_every`` steps), with
+:meth:`TfCollectives.reduce_totals`. Why not every step: through TensorFlow's collectives a second
+all-reduce per step, even of a few floats, costs more than the gradient one (measured with mnist-cnn on 2
+workers: 68 ms per step without it, 84 ms with a scalar ``strategy.reduce``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class TfCollectives:
+    """Gradients through the strategy's own all-reduce; metric sums reduced at the loop's sync points."""
+
+    name = "tf"
+    jit_ok = True
+    processes = (0, 1)  # the strategy itself splits each global batch over every worker
+
+    def __init__(self, strategy: Any, world_size: int) -> None:
+        self.strategy, self.world_size = strategy, world_size
+        self._reduce = make_reduce(strategy)
+        self._width = 1  # the shape of the last reduced vector: the barrier reuses its traced function
+
+    def regularization(self, total: Any) -> Any:
+        """Divided by the replicas in sync (the gradients are summed over all of them)."""
+        import tensorflow as tf
+
+        return tf.nn.scale_regularization_loss(total)
+
+    def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """Nothing here: ``apply_gradients`` all-reduces under the strategy; sums are reduced later."""
+        return grads, sums
+
+    def exchange_sums(self, sums: Any) -> Any:
+        """Nothing here: reduced with the rest of the totals."""
+        return sums
+
+    def reduce_totals(self, totals: Any) -> Any:
+        """This worker's totals summed over all workers (one all-reduce)."""
+        self._width = int(np.shape(totals)[0])
+        return self._reduce(totals)
+
+    def barrier(self) -> None:
+        """One small all-reduce every worker joins (nothing to wait for in a one-worker job)."""
+        if self.world_size > 1:
+            np.asarray(self._reduce(np.zeros(self._width, np.float32)))
+
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """The strategy gathers inside the step (``strategy.gather``); across processes there is nothing."""
+        return array
+
+    def broadcast_weights(self, model: Any) -> None:
+        """Nothing: the strategy creates every replica's variables from the chief's initial values."""
+        del model
+
+
+def make_reduce(strategy: Any) -> Callable[[Any], Any]:
+    """A function summing a vector of per-worker totals over all workers (one all-reduce).
+
+    Every local replica receives the worker's vector; only the first of them contributes it, so each
+    worker's total is counted once.
+    """
+    import tensorflow as tf
+
+    try:
+        local_replicas = len(strategy.extended.worker_devices)
+    except RuntimeError:  # the default (no) strategy: one replica, one worker, nothing to reduce
+        return lambda totals: totals
+
+    def replica(totals: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        first = tf.equal(ctx.replica_id_in_sync_group % local_replicas, 0)
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(first, totals, tf.zeros_like(totals)))
+
+    @tf.function
+    def reduce(totals: Any) -> Any:
+        return strategy.experimental_local_results(strategy.run(replica, args=(totals,)))[0]
+
+    return reduce
