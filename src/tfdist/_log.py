@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from tfdist import variables
 
 _CONFIGURED = False
 
 
 def _prefix() -> str:
     # The launcher sets TFDIST_RANK for every worker; a plain process has no prefix.
-    rank = os.environ.get("TFDIST_RANK")
+    rank = variables.raw("TFDIST_RANK")
     return f"[tfdist r{rank}] " if rank is not None else "[tfdist] "
 
 
@@ -23,7 +24,7 @@ def get_logger(name: str) -> logging.Logger:
         handler.setFormatter(logging.Formatter(_prefix() + "%(levelname)s %(message)s"))
         root = logging.getLogger("tfdist")
         root.addHandler(handler)
-        root.setLevel(os.environ.get("TFDIST_LOG_LEVEL", "INFO").upper())
+        root.setLevel(str(variables.get("TFDIST_LOG_LEVEL")).upper())
         root.propagate = False
         _CONFIGURED = True
     return logging.getLogger(name if name.startswith("tfdist") else f"tfdist.{name}")

@@ -8,11 +8,10 @@ on each call, so a process that never builds a strategy still sees its variables
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist import backends
+from tfdist import backends, variables
 from tfdist.env import ClusterEnvironment, detect_environment
 from tfdist.strategy.plan import StrategyPlan
 
@@ -38,7 +37,7 @@ _BUILT: list[Context] = []  # the context fixed by tfdist.strategy(), at most on
 def detected() -> Context:
     """The context as the environment describes it right now (no strategy)."""
     env = detect_environment()
-    requested = os.environ.get("TFDIST_BACKEND", "auto").strip().lower() or "auto"
+    requested = str(variables.get("TFDIST_BACKEND")).lower()
     return Context(env, backends.resolve(requested, under_mpi=env.kind == "mpi"))
 
 

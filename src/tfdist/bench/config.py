@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tfdist import backends
 from tfdist.errors import ConfigError
-from tfdist.train.config import TrainConfig
+from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -18,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from tfdist import variables
 
 
 def timed(call: Callable[[], object], iters: int, warmup: int) -> list[float]:
@@ -79,7 +80,7 @@ def allreduce_main(args: argparse.Namespace) -> int:
             "backend": args.backend,
             "floats": args.floats,
             "bytes": args.floats * 4,
-            "workers": int(os.environ.get("TFDIST_WORLD_SIZE", "1")),
+            "workers": int(variables.get("TFDIST_WORLD_SIZE")),
             "median_s": statistics.median(samples),
             "p90_s": float(np.percentile(samples, 90)),
             "samples_s": samples,

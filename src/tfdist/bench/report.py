@@ -5,10 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from tfdist import files
 
 CSV_COLUMNS = (
     "name",
@@ -26,12 +27,6 @@ CSV_COLUMNS = (
     "gpu_util",
     "gpu_mem_mb",
 )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _pct(value: float | None) -> str:
@@ -120,19 +115,18 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    with files.atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write_all(out: Path, payload: dict[str, Any]) -> list[Path]:
     """Write the four result files (each atomically) and return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.csv", out / "report.md", out / "scaling.png"]
-    _atomic_write(paths[0], json.dumps(payload, indent=2, default=float))
-    _atomic_write(paths[1], csv_text(payload["runs"]))
-    _atomic_write(paths[2], markdown(payload))
+    files.write_text(paths[0], json.dumps(payload, indent=2, default=float))
+    files.write_text(paths[1], csv_text(payload["runs"]))
+    files.write_text(paths[2], markdown(payload))
     plot(payload["runs"], paths[3])
     return paths
 

@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from tfdist import files
 
 MODES = ("train", "compute", "input")
 
@@ -100,8 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import tfdist
-    from tfdist.train.config import TrainConfig
-    from tfdist.train.job import prepare
+    from tfdist.workloads.config import TrainConfig
+    from tfdist.workloads.job import prepare
 
     config = TrainConfig(
         workload=args.workload,
@@ -142,8 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tfdist.is_chief():
         out = Path(args.run_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json.tmp").write_text(json.dumps(result, default=float))
-        os.replace(out / "bench.json.tmp", out / "bench.json")
+        files.write_json(out / "bench.json", result, default=float)
     return 0
 
 

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from tfdist import variables
+
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
     "TF_CONFIG",
@@ -98,7 +100,7 @@ def keras_fix_status(environ: Mapping[str, str]) -> str:
     version = fix.keras_version()
     low, high = fix.TESTED_KERAS
     if not fix.enabled_by_env(dict(environ)):
-        return f"off (TFDIST_KERAS_PATCH={environ.get('TFDIST_KERAS_PATCH')})"
+        return f"off (TFDIST_KERAS_PATCH={variables.raw('TFDIST_KERAS_PATCH', environ)})"
     if not fix.keras_in_tested_range(version):
         return f"off: Keras {version} is outside the tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]}"
     return f"on for Keras {version} (tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]})"

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from tfdist import files
 from tfdist.cli.argtypes import integer
 from tfdist.errors import ConfigError
 
@@ -159,10 +160,7 @@ def run_submit(args: argparse.Namespace) -> int:
         spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, "job.sbatch")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render_sbatch(spec))
-    os.replace(tmp, path)
+    files.write_text(path, render_sbatch(spec))
     job_id = commands.submit(path, cwd=os.getcwd())
     print(f"submitted job {job_id}; script {path}; output {spec.output.replace('%j', job_id)}")
     return 0

@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated TrainConfig from parsed flags."""
     from tfdist.launch.api import new_run_id
-    from tfdist.train.config import TrainConfig
+    from tfdist.workloads.config import TrainConfig
 
     return TrainConfig(
         workload=args.workload,
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.check_output_dir()
     if args.workers is None:
-        from tfdist.train.job import run_training
+        from tfdist.workloads.job import run_training
 
         run_training(config)
         return 0

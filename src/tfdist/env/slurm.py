@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tfdist import variables
 from tfdist.env.base import ClusterEnvironment, parse_gpu_list
 from tfdist.env.nodelist import expand_nodelist, expand_tasks_per_node
 from tfdist.errors import ConfigError
@@ -34,8 +35,10 @@ def _int_var(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
 
 def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int:
     """First port of this job's tasks on each node: TFDIST_PORT, else derived from SLURM_JOB_ID."""
-    if "TFDIST_PORT" in environ:
-        base = _int_var(environ, "TFDIST_PORT", 1)
+    if variables.is_set("TFDIST_PORT", environ):
+        base = int(variables.get("TFDIST_PORT", environ))
+        if base < 1:
+            raise ConfigError(f"TFDIST_PORT={base} is below 1.")
         source = "TFDIST_PORT"
     elif "SLURM_JOB_ID" in environ:
         job_id = _int_var(environ, "SLURM_JOB_ID")

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tfdist import variables
 from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict, parse_gpu_list
 from tfdist.errors import ConfigError
 
@@ -102,8 +103,8 @@ class TFConfigEnvironment(ClusterEnvironment):
         world = len(spec.get("chief", [])) + len(spec.get("worker", []))
         warning = loopback_warning(spec)
         cuda = environ.get("CUDA_VISIBLE_DEVICES")
-        local_rank = int(environ.get("TFDIST_LOCAL_RANK", "0") or 0)
-        local_world = int(environ.get("TFDIST_LOCAL_WORLD_SIZE", "1") or 1)
+        local_rank = int(variables.get("TFDIST_LOCAL_RANK", environ))
+        local_world = int(variables.get("TFDIST_LOCAL_WORLD_SIZE", environ))
         return cls(
             rank=rank_of(spec, role, index),
             world_size=world,
@@ -114,7 +115,7 @@ class TFConfigEnvironment(ClusterEnvironment):
             cluster_spec={k: v for k, v in spec.items() if k != "evaluator"},
             gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
             # The launcher pins one GPU per worker through CUDA_VISIBLE_DEVICES before the process starts.
-            gpus_bound_by_scheduler="TFDIST_RANK" in environ,
+            gpus_bound_by_scheduler=variables.raw("TFDIST_RANK", environ) is not None,
             source="TF_CONFIG",
             warnings=(warning,) if warning else (),
         )

@@ -22,6 +22,7 @@ import os
 import warnings
 from typing import Any
 
+from tfdist import variables
 from tfdist.keras import callbacks, checks
 
 #: Keras releases whose trainer was read and tested with this fix (keep in step with pyproject.toml).
@@ -47,7 +48,7 @@ def keras_in_tested_range(version: str) -> bool:
 
 def enabled_by_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """``TFDIST_KERAS_PATCH=0`` (or false/no/off) turns the fix off."""
-    return environ.get("TFDIST_KERAS_PATCH", "1").strip().lower() not in ("0", "false", "no", "off")
+    return bool(variables.get("TFDIST_KERAS_PATCH", environ))
 
 
 def is_multi_worker(strategy: Any) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+from tfdist import variables
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
@@ -258,8 +259,8 @@ def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:
     if config.ps or config.backend != "tf" or not group.workers:
         return None
     env = group.workers[0].spec.env
-    world = int(env.get("TFDIST_WORLD_SIZE", "1"))
-    return JoinCheck(env["TFDIST_ATTEMPT_DIR"], world) if world > 1 else None
+    world = int(variables.get("TFDIST_WORLD_SIZE", env))
+    return JoinCheck(str(variables.raw("TFDIST_ATTEMPT_DIR", env)), world) if world > 1 else None
 
 
 def _report(failure: FailureInfo, final: bool) -> None:

@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any, TextIO
 
+from tfdist import variables
+
 #: Lines kept in memory per process for the failure report.
 TAIL_LINES = 20
 _CONSOLE_LOCK = threading.Lock()
@@ -100,10 +102,10 @@ def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
     A worker's own record is ``rank<R>.error.json`` in its attempt directory; for the MPI launcher, which
     starts every rank, the earliest record of any rank (the first to fail).
     """
-    directory = env.get("TFDIST_ATTEMPT_DIR")
+    directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
     if not directory or not os.path.isdir(directory):
         return None
-    rank = env.get("TFDIST_RANK")
+    rank = variables.raw("TFDIST_RANK", env)
     names = [f"rank{rank}.error.json"] if rank is not None else None
     if names is None:
         records = [n for n in os.listdir(directory) if n.endswith(".error.json")]

@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from tfdist import variables
 from tfdist.launch.logs import LogPump
 from tfdist.launch.plan import WorkerSpec
 
@@ -52,7 +53,7 @@ class Worker:
     def last_activity(self) -> float:
         """Monotonic time of the last output line or heartbeat-file update, whichever is later."""
         latest = self.pump.last_line_at
-        heartbeat = self.spec.env.get("TFDIST_HEARTBEAT_FILE")
+        heartbeat = variables.raw("TFDIST_HEARTBEAT_FILE", self.spec.env)
         if heartbeat:
             try:
                 age = time.time() - os.stat(heartbeat).st_mtime

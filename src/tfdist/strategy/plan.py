@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tfdist import backends
+from tfdist import backends, variables
 from tfdist.env.base import ClusterEnvironment, ClusterSpecDict
 from tfdist.errors import ConfigError
 
@@ -98,17 +98,6 @@ class StrategyPlan:
         }
 
 
-def _env_number(environ: Mapping[str, str], name: str, kind: type) -> float | int | None:
-    raw = environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(
-            f"{name}={raw!r} is not a {kind.__name__}. Hint: unset it or give a number."
-        ) from None
-
 
 def options_from_environ(environ: Mapping[str, str], **given: object) -> StrategyOptions:
     """Merge explicit arguments (``None`` = not given) over TFDIST_* variables over defaults.
@@ -117,19 +106,18 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     TFDIST_CPU_REPLICAS, TFDIST_GPUS_PER_WORKER=all.
     """
     values: dict[str, object] = {}
-    if environ.get("TFDIST_STRATEGY"):
-        values["kind"] = environ["TFDIST_STRATEGY"]
-    if environ.get("TFDIST_COMMUNICATION"):
-        values["communication"] = environ["TFDIST_COMMUNICATION"].lower()
-    timeout = _env_number(environ, "TFDIST_COLLECTIVE_TIMEOUT", float)
-    if timeout is not None:
+    if variables.is_set("TFDIST_STRATEGY", environ):
+        values["kind"] = variables.get("TFDIST_STRATEGY", environ)
+    if variables.is_set("TFDIST_COMMUNICATION", environ):
+        values["communication"] = variables.get("TFDIST_COMMUNICATION", environ).lower()
+    if variables.is_set("TFDIST_COLLECTIVE_TIMEOUT", environ):
+        timeout = variables.get("TFDIST_COLLECTIVE_TIMEOUT", environ)
         values["collective_timeout"] = None if timeout == 0 else timeout
-    replicas = _env_number(environ, "TFDIST_CPU_REPLICAS", int)
-    if replicas is not None:
-        values["cpu_replicas"] = replicas
-    if environ.get("TFDIST_BACKEND"):
-        values["backend"] = environ["TFDIST_BACKEND"].lower()
-    if environ.get("TFDIST_GPUS_PER_WORKER", "").lower() == "all":
+    if variables.is_set("TFDIST_CPU_REPLICAS", environ):
+        values["cpu_replicas"] = variables.get("TFDIST_CPU_REPLICAS", environ)
+    if variables.is_set("TFDIST_BACKEND", environ):
+        values["backend"] = variables.get("TFDIST_BACKEND", environ).lower()
+    if (variables.get("TFDIST_GPUS_PER_WORKER", environ) or "").lower() == "all":
         values["gpus_per_worker_all"] = True
     values.update({k: v for k, v in given.items() if v is not None})
     devices = values.get("devices")

@@ -6,12 +6,12 @@ is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI ac
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from tfdist import variables
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
@@ -29,7 +29,7 @@ def import_mpi() -> Any:
 
 def check_world(size: int) -> None:
     """ConfigError when the job's rank count differs from the count tfdist launched (``-n``)."""
-    expected = os.environ.get("TFDIST_WORLD_SIZE")
+    expected = variables.raw("TFDIST_WORLD_SIZE")
     if expected and int(expected) != size:
         raise ConfigError(
             f"the MPI job has {size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
@@ -48,9 +48,9 @@ class MPISync(ProcessLevel):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         check_world(self.size)
         # Override knobs for machines where spinning is cheaper (one rank per dedicated core).
-        spin_s = float(os.environ.get("TFDIST_MPI_SPIN_US", "5000")) / 1e6
-        poll_sleep_s = float(os.environ.get("TFDIST_MPI_POLL_SLEEP_US", "100")) / 1e6
-        shared = os.environ.get("TFDIST_MPI_SHM", "1") != "0"
+        spin_s = float(variables.get("TFDIST_MPI_SPIN_US")) / 1e6
+        poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
+        shared = bool(variables.get("TFDIST_MPI_SHM"))
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
 
     def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from tfdist import variables
 from tfdist.train.scaling import lr_at
 
 
@@ -39,7 +40,7 @@ class Heartbeat:
     """Touches TFDIST_HEARTBEAT_FILE at most once a second so the launcher's watchdog sees progress."""
 
     def __init__(self) -> None:
-        self.path = os.environ.get("TFDIST_HEARTBEAT_FILE")
+        self.path = variables.raw("TFDIST_HEARTBEAT_FILE")
         self.last = 0.0
 
     def beat(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import context
+from tfdist import context, variables
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.sync import synchroniser
@@ -374,7 +374,7 @@ def _requeue_slurm_job() -> None:
     from tfdist.slurm import commands
 
     job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id or os.environ.get("TFDIST_REQUEUE", "1") == "0":
+    if not job_id or not variables.get("TFDIST_REQUEUE"):
         return
     try:
         commands.requeue(job_id)

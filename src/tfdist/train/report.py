@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from typing import Any
+
+from tfdist import files
 
 
 class Reporter:
@@ -95,10 +96,7 @@ class Reporter:
             return
         os.makedirs(self.run_dir, exist_ok=True)
         payload = {"history": history, **summary, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        tmp = os.path.join(self.run_dir, ".metrics.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, default=str)
-        os.replace(tmp, os.path.join(self.run_dir, "metrics.json"))
+        files.write_json(os.path.join(self.run_dir, "metrics.json"), payload, indent=2, default=str)
         plot_curves(history, os.path.join(self.run_dir, "curves.png"))
 
 
@@ -122,7 +120,6 @@ def plot_curves(history: dict[str, list[float]], path: str) -> None:
         ax.set_title(name)
         ax.legend()
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=90)
+    with files.atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)

@@ -19,9 +19,9 @@ def save_model(model: Any, path: str) -> str | None:
     SavedModel export directory (``model.export``). Returns the path on the chief, None elsewhere.
     Writes go to a temporary name first and are renamed into place.
     """
-    from tfdist.api import is_chief
+    from tfdist import context
 
-    chief = is_chief()
+    chief = context.current().environment.is_chief
     target = os.path.abspath(path)
     if chief:
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)

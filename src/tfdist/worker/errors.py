@@ -7,7 +7,6 @@ message and the innermost frame of the user's own code, as JSON in the attempt d
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import sysconfig
@@ -16,15 +15,19 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from tfdist import files, variables
+
 #: Longest first line kept (a whole tensor can sit on one line).
 MAX_LINE = 400
 
 
 def record_name(environ: Mapping[str, str]) -> str:
     """``rank<R>.error.json`` by training rank (TFDIST_RANK, else the MPI launcher's rank variable)."""
-    for var in ("TFDIST_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
-        if environ.get(var, "").lstrip("-").isdigit():
-            return f"rank{environ[var]}.error.json"
+    candidates = [variables.raw("TFDIST_RANK", environ)]
+    candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
+    for value in candidates:
+        if value and value.lstrip("-").isdigit():
+            return f"rank{value}.error.json"
     return f"pid{os.getpid()}.error.json"
 
 
@@ -70,7 +73,7 @@ def describe(exc_type: type[BaseException], exc: BaseException, tb: TracebackTyp
 
 def install(environ: Mapping[str, str] = os.environ) -> None:
     """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook)."""
-    directory = environ.get("TFDIST_ATTEMPT_DIR")
+    directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory:
         return
     previous = sys.excepthook
@@ -80,9 +83,7 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
         try:
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
                 os.makedirs(directory, exist_ok=True)
-                with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                    json.dump(describe(exc_type, exc, tb), fh)
-                os.replace(path + ".tmp", path)
+                files.write_json(path, describe(exc_type, exc, tb))
         except Exception:  # never hide the user's own traceback behind ours
             pass
         previous(exc_type, exc, tb)

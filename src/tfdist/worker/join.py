@@ -8,21 +8,22 @@ and the launcher warns (``--strict``: stops the job).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
+
+from tfdist import files, variables
 
 TARGET = "tensorflow.python.distribute.distribute_lib"
 
 
 def watching(environ: Mapping[str, str] = os.environ) -> bool:
     """True in a worker of a multi-worker launch whose workers synchronise through the strategy."""
-    world = environ.get("TFDIST_WORLD_SIZE", "1")
-    backend = environ.get("TFDIST_BACKEND", "tf").lower()
+    world = (variables.raw("TFDIST_WORLD_SIZE", environ) or "1").strip()
+    backend = (variables.raw("TFDIST_BACKEND", environ) or "tf").strip().lower()
     return (
-        bool(environ.get("TFDIST_ATTEMPT_DIR"))
+        variables.is_set("TFDIST_ATTEMPT_DIR", environ)
         and world.isdigit()
         and int(world) > 1
         and backend in ("tf", "auto")
@@ -49,13 +50,11 @@ def report(class_name: str, spans: bool, environ: Mapping[str, str] = os.environ
     """Write this worker's record (atomically; the latest strategy wins)."""
     if not watching(environ):
         return
-    directory = environ["TFDIST_ATTEMPT_DIR"]
-    path = os.path.join(directory, f"rank{environ.get('TFDIST_RANK', '0')}.strategy.json")
+    directory = str(variables.raw("TFDIST_ATTEMPT_DIR", environ))
+    path = os.path.join(directory, f"rank{variables.raw('TFDIST_RANK', environ) or '0'}.strategy.json")
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump({"class": class_name, "spans": spans}, fh)
-        os.replace(path + ".tmp", path)
+        files.write_json(path, {"class": class_name, "spans": spans})
     except OSError:  # the check is advice; training goes on without it
         pass
 

@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
+from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
 from tfdist.worker import with_bootstrap
@@ -55,7 +56,7 @@ def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus
 def _task_gpu(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int) -> str | None:
     if env.local_world_size < 2 or env.gpus_bound_by_scheduler:
         return None
-    if environ.get("TFDIST_GPUS_PER_WORKER", "").lower() == "all":
+    if (variables.raw("TFDIST_GPUS_PER_WORKER", environ) or "").strip().lower() == "all":
         return None
     visible = list(env.gpu_ids) if env.gpu_ids is not None else [str(i) for i in range(node_gpus)]
     if not visible:

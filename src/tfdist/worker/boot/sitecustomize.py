@@ -25,7 +25,7 @@ def _start() -> None:
     try:
         _chain_user_sitecustomize()
     finally:
-        if os.environ.get("TFDIST_BOOTSTRAP", "1") != "0":
+        if os.environ.get("TFDIST_BOOTSTRAP", "1") != "0":  # tfdist.variables is not importable yet
             try:
                 from tfdist.worker import bootstrap
 

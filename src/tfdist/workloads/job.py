@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.train.config import TrainConfig
+from tfdist.workloads.config import TrainConfig
 
 
 def _optimizer(config: TrainConfig) -> Any:
