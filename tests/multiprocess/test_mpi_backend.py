@@ -111,7 +111,7 @@ def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
         (["--backend", "horovod", "--chief", "-n", "2"], "cannot run parameter servers or a chief"),
         pytest.param(
             ["--backend", "horovod", "-n", "2"],
-            "the horovod backend needs horovod.tensorflow",
+            "--backend horovod needs Horovod, which is not installed",
             marks=pytest.mark.skipif(HAVE_HOROVOD, reason="Horovod is installed here"),
         ),
     ],

@@ -13,7 +13,9 @@ from tfdist.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "tfdist"
 #: Reads of a TFDIST_* variable that bypass the registry.
-DIRECT_READ = re.compile(r"""(environ(\.get)?[\[(]\s*["']TFDIST_|["']TFDIST_\w+["']\s+(not\s+)?in\s+\w*environ)""")
+DIRECT_READ = re.compile(
+    r"""(environ(\.get)?[\[(]\s*["']TFDIST_|["']TFDIST_\w+["']\s+(not\s+)?in\s+\w*environ)"""
+)
 #: The bootstrap runs before tfdist is importable (it decides whether to import it at all).
 ALLOWED_DIRECT = {"variables.py", "sitecustomize.py"}
 

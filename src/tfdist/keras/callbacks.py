@@ -111,7 +111,7 @@ def patch_callback_list(module: Any) -> None:
     original = cls.set_model
 
     def set_model(self: Any, model: Any) -> None:
-        from tfdist.keras.fix import is_multi_worker
+        from tfdist.keras.checks import is_multi_worker
 
         # Before Keras' own set_model: TensorBoard fixes its write directory there.
         strategy = getattr(model, "_distribute_strategy", None)

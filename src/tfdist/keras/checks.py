@@ -81,3 +81,13 @@ def _is_unseeded(node: Any) -> bool:
         return False
     seeds = (getattr(node, "_seed", None), getattr(node, "_seed2", None))
     return all(seed is None or int(seed) == 0 for seed in seeds)
+
+
+def is_multi_worker(strategy: Any) -> bool:
+    """True for a MultiWorkerMirroredStrategy that really spans several workers."""
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    in_mode = getattr(strategy.extended, "_in_multi_worker_mode", None)
+    return bool(in_mode()) if callable(in_mode) else False

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from tfdist import variables
 from tfdist.keras import callbacks, checks
+from tfdist.keras.checks import is_multi_worker
 
 #: Keras releases whose trainer was read and tested with this fix (keep in step with pyproject.toml).
 TESTED_KERAS = ((3, 15), (3, 16))  # [lower, upper)
 TARGET = "keras.src.backend.tensorflow.trainer"
 _STATE: dict[str, Any] = {}
+#: Called when model.fit builds without any strategy: the worker bootstrap registers its join-check
+#: report here (keras/ does not import worker/, which runs above it).
+ON_FIT_WITHOUT_STRATEGY: list[Callable[[], None]] = []
 
 
 def _version_tuple(text: str) -> tuple[int, int]:
@@ -49,16 +54,6 @@ def keras_in_tested_range(version: str) -> bool:
 def enabled_by_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """``TFDIST_KERAS_PATCH=0`` (or false/no/off) turns the fix off."""
     return bool(variables.get("TFDIST_KERAS_PATCH", environ))
-
-
-def is_multi_worker(strategy: Any) -> bool:
-    """True for a MultiWorkerMirroredStrategy that really spans several workers."""
-    import tensorflow as tf
-
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return False
-    in_mode = getattr(strategy.extended, "_in_multi_worker_mode", None)
-    return bool(in_mode()) if callable(in_mode) else False
 
 
 def is_installed() -> bool:
@@ -126,9 +121,8 @@ def patch_trainer(trainer: Any) -> None:
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         strategy = self._distribute_strategy
         if strategy is None:
-            from tfdist.worker import join
-
-            join.report("no strategy (the default strategy)", False)  # a launched fit that will not join
+            for hook in ON_FIT_WITHOUT_STRATEGY:  # a launched fit that will not join the job
+                hook()
         if strategy is None or not is_multi_worker(strategy):
             return original_build(self, iterator=iterator, data_batch=data_batch)
         checks.check_fit_inputs(self, iterator, strategy)

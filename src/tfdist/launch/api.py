@@ -14,18 +14,17 @@ from types import FrameType
 from typing import Any
 
 from tfdist import variables
-from tfdist.errors import ConfigError
+from tfdist.errors import ConfigError, WorkerFailedError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.join import JoinCheck
 from tfdist.launch.logs import console_print, error_lines, read_error_record
 from tfdist.launch.plan import plan_mpi, plan_workers
+from tfdist.launch.policy import Budget, Outcome, Stop, decide
 from tfdist.launch.preflight import preflight
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
-#: How many times a single-node attempt is re-run with fresh ports when a port was taken meanwhile.
-PORT_RETRIES = 3
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
 
 
@@ -92,6 +91,17 @@ def find_mpiexec() -> str:
         if found:
             return found
     raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {INSTALL_HINT}")
+
+
+def _check_horovod() -> None:
+    """SetupError, before anything starts, when Horovod's TensorFlow module is not installed."""
+    import importlib.util
+
+    from tfdist.backends import HOROVOD_INSTALL_HINT
+    from tfdist.errors import SetupError
+
+    if importlib.util.find_spec("horovod") is None:
+        raise SetupError(f"--backend horovod needs Horovod, which is not installed. {HOROVOD_INSTALL_HINT}")
 
 
 def mpi_flavour(mpiexec: str) -> str:
@@ -170,8 +180,8 @@ class _Attempt:
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
 
-    def run(self) -> tuple[str, FailureInfo | None]:
-        """Returns ("ok" | "failed" | "refused" | "signal" | "timeout", failure)."""
+    def run(self) -> tuple[Outcome, FailureInfo | None]:
+        """How the attempt ended, and the failure that ended it (FAILED, REFUSED)."""
         self.group.start()
         self.join = _join_check(self.group, self.config)
         forwarded_at: float | None = None
@@ -179,14 +189,14 @@ class _Attempt:
             now = time.monotonic()
             if self.signals.count >= 2:
                 self.group.kill()
-                return "signal", None
+                return Outcome.SIGNAL, None
             if self.signals.count == 1 and forwarded_at is None:
                 self.group.send(self.signals.signum)
                 forwarded_at = now
             if forwarded_at is not None:
                 if not self.group.running() or now - forwarded_at > self.config.grace:
                     self.group.kill()
-                    return "signal", None
+                    return Outcome.SIGNAL, None
                 time.sleep(POLL_S)
                 continue
             outcome = self._check(now)
@@ -194,7 +204,7 @@ class _Attempt:
                 return outcome
             time.sleep(POLL_S)
 
-    def _check(self, now: float) -> tuple[str, FailureInfo | None] | None:
+    def _check(self, now: float) -> tuple[Outcome, FailureInfo | None] | None:
         exited = self.group.poll()
         new = [(w, c) for w, c in exited if w.name not in self.seen]
         self.seen.update(w.name for w, _ in new)
@@ -202,30 +212,30 @@ class _Attempt:
         if first is not None:
             worker, code = first
             self.group.close(self.config.grace)
-            return "failed", _failure(worker, exit_code_of(code), _how(code))
+            return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
         if self.ps_mode:
             for worker, _code in new:
                 if worker.spec.slot.role == "chief":
                     self.group.close(self.config.grace)
-                    return "ok", None
+                    return Outcome.OK, None
                 self.group.close(self.config.grace)
-                return "failed", _failure(worker, 1, "server exited before the chief finished")
+                return Outcome.FAILED, _failure(worker, 1, "server exited before the chief finished")
         elif len(exited) == len(self.group.workers):
             self.group.kill()  # reap and join log pumps
-            return self._joined(now, final=True) or ("ok", None)  # a job quicker than the verdict
+            return self._joined(now, final=True) or (Outcome.OK, None)  # a job quicker than the verdict
         refused = self._joined(now)
         if refused is not None:
             return refused
         hung = self._hung(now)
         if hung is not None:
             self.group.close(self.config.grace)
-            return "failed", hung
+            return Outcome.FAILED, hung
         if self.deadline is not None and now > self.deadline:
             self.group.close(self.config.grace)
-            return "timeout", None
+            return Outcome.TIMEOUT, None
         return None
 
-    def _joined(self, now: float, final: bool = False) -> tuple[str, FailureInfo | None] | None:
+    def _joined(self, now: float, final: bool = False) -> tuple[Outcome, FailureInfo | None] | None:
         """Warn, once, when workers build a strategy that does not span the job; stop it with --strict."""
         if self.join is None:
             return None
@@ -237,7 +247,7 @@ class _Attempt:
             return None
         self.group.close(self.config.grace)
         first = self.group.workers[0]
-        return "refused", FailureInfo(first.name, 1, f"--strict: {verdict}", first.spec.log_path, ())
+        return Outcome.REFUSED, FailureInfo(first.name, 1, f"--strict: {verdict}", first.spec.log_path, ())
 
     def _hung(self, now: float) -> FailureInfo | None:
         limit = self.config.watchdog_timeout
@@ -275,11 +285,12 @@ def _report(failure: FailureInfo, final: bool) -> None:
     console_print("\n".join(lines))
 
 
-def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunResult:
+def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bool = False) -> RunResult:
     """Run ``command`` on every worker described by ``config``; supervise, restart and report.
 
     Returns a RunResult whose ``exit_code`` is 0 on success, the first failure's code (128+signal for a
-    signal, 124 for a hang or timeout) otherwise.
+    signal, 124 for a hang or timeout) otherwise. With ``check=True`` a job that ends with a worker's
+    failure raises :class:`tfdist.errors.WorkerFailedError` instead (like ``subprocess.run(check=True)``).
     """
     if command is not None:
         config = replace(config, command=tuple(command))
@@ -294,9 +305,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
     if config.backend == "horovod":
-        from tfdist.sync.horovod import import_horovod
-
-        import_horovod()  # a SetupError with the install hint before anything starts
+        _check_horovod()  # a SetupError with the install hint before anything starts
     mpiexec = find_mpiexec() if config.backend != "tf" else None
     flavour = mpi_flavour(mpiexec) if mpiexec and config.bind != "none" else "unknown"
     signals = _Signals()
@@ -304,7 +313,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
     started = time.monotonic()
     deadline = started + config.timeout if config.timeout else None
     failures: list[FailureInfo] = []
-    attempt, restarts, port_retries = 0, 0, 0
+    attempt, budget = 0, Budget()
     try:
         while True:
             if mpiexec:
@@ -331,38 +340,32 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None) -> RunRes
                     cpu_ids=cpu_ids,
                 )
             group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
-            status, failure = _Attempt(group, config, deadline, signals).run()
-            elapsed = time.monotonic() - started
-            if status == "ok":
-                return RunResult(0, attempt + 1, run_dir, elapsed, None, tuple(failures))
-            if status == "signal":
-                console_print(
-                    f"tfdist launch: stopped by {signal.Signals(signals.signum).name}; all workers ended."
+            outcome, failure = _Attempt(group, config, deadline, signals).run()
+            if failure is not None:
+                failures.append(failure)
+            decision = decide(
+                outcome,
+                budget,
+                max_restarts=config.max_restarts,
+                timeout=config.timeout,
+                failure_code=failure.code if failure else 1,
+                port_conflict=failure is not None and _port_conflict(failure),
+                auto_ports=auto_ports,
+                signum=signals.signum or signal.SIGINT,
+            )
+            if decision.report_failure and failure is not None:
+                _report(failure, final=isinstance(decision, Stop) and decision.with_tail)
+            if decision.message:
+                console_print(f"tfdist launch: {decision.message}")
+            if isinstance(decision, Stop):
+                elapsed = time.monotonic() - started
+                result = RunResult(
+                    decision.exit_code, attempt + 1, run_dir, elapsed, failure, tuple(failures)
                 )
-                return RunResult(128 + signals.signum, attempt + 1, run_dir, elapsed, None, tuple(failures))
-            if status == "refused":  # deterministic: a restart would build the same strategy
-                assert failure is not None
-                _report(failure, final=False)
-                return RunResult(failure.code, attempt + 1, run_dir, elapsed, failure, (*failures, failure))
-            if status == "timeout":
-                console_print(f"tfdist launch: --timeout {config.timeout:g} s reached; all workers stopped.")
-                return RunResult(124, attempt + 1, run_dir, elapsed, None, tuple(failures))
-            assert failure is not None
-            failures.append(failure)
-            if auto_ports and port_retries < PORT_RETRIES and _port_conflict(failure):
-                port_retries += 1
-                console_print(
-                    f"tfdist launch: a port was taken by another program; retrying with new ports ({port_retries}/{PORT_RETRIES})."
-                )
-            elif restarts < config.max_restarts:
-                restarts += 1
-                _report(failure, final=False)
-                console_print(
-                    f"tfdist launch: restarting all workers (restart {restarts}/{config.max_restarts})."
-                )
-            else:
-                _report(failure, final=True)
-                return RunResult(failure.code, attempt + 1, run_dir, elapsed, failure, tuple(failures))
+                if check and failure is not None and decision.exit_code != 0:
+                    raise WorkerFailedError(failure.name, failure.code, failure.log_path, failure.how)
+                return result
+            budget = decision.budget
             attempt += 1
     finally:
         signals.restore()

@@ -98,7 +98,6 @@ class StrategyPlan:
         }
 
 
-
 def options_from_environ(environ: Mapping[str, str], **given: object) -> StrategyOptions:
     """Merge explicit arguments (``None`` = not given) over TFDIST_* variables over defaults.
 

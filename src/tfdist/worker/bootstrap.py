@@ -45,6 +45,7 @@ def start() -> None:
 
     errors.install()
     join.install()
+    fix.ON_FIT_WITHOUT_STRATEGY.append(lambda: join.report("no strategy (the default strategy)", False))
     _whole_lines_under_mpi()
     if not fix.enabled_by_env():
         return

@@ -1,0 +1,87 @@
+"""What the launcher does after an attempt ends: the restart policy, pure and table-tested.
+
+The actor (:func:`tfdist.launch.api.launch`) runs an attempt, classifies how it ended as an
+:class:`Outcome`, and asks :func:`decide` whether to start another attempt or stop with which exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, replace
+from enum import Enum
+
+#: New ports tried when another program took one between choosing and binding (single-node launches).
+PORT_RETRIES = 3
+#: Exit code of a hang (watchdog) or of --timeout, as timeout(1) uses.
+TIMEOUT_CODE = 124
+
+
+class Outcome(Enum):
+    """How one attempt ended."""
+
+    OK = "ok"  # every worker (or the PS chief) exited 0
+    FAILED = "failed"  # a worker failed first (exit code, signal, hang)
+    REFUSED = "refused"  # --strict: the workers' strategy does not span the job (deterministic)
+    SIGNAL = "signal"  # the launcher was interrupted (Ctrl-C, SIGTERM)
+    TIMEOUT = "timeout"  # --timeout reached
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the job has used so far: restarts after failures, retries after port conflicts."""
+
+    restarts: int = 0
+    port_retries: int = 0
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Start another attempt."""
+
+    budget: Budget
+    message: str
+    report_failure: bool  # print the failure that caused the restart first
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the launch with ``exit_code``."""
+
+    exit_code: int
+    message: str | None = None
+    report_failure: bool = False  # print the failure
+    with_tail: bool = True  # ... and the tail of its log
+
+
+def decide(
+    outcome: Outcome,
+    budget: Budget,
+    *,
+    max_restarts: int,
+    timeout: float | None = None,
+    failure_code: int = 1,
+    port_conflict: bool = False,
+    auto_ports: bool = False,
+    signum: int = signal.SIGINT,
+) -> Restart | Stop:
+    """The next step after an attempt ended with ``outcome``.
+
+    Input/Output: ``decide(Outcome.FAILED, Budget(), max_restarts=1, failure_code=137)`` ->
+    ``Restart(Budget(restarts=1), "restarting all workers (restart 1/1).", report_failure=True)``.
+    """
+    if outcome is Outcome.OK:
+        return Stop(0)
+    if outcome is Outcome.SIGNAL:
+        return Stop(128 + signum, f"stopped by {signal.Signals(signum).name}; all workers ended.")
+    if outcome is Outcome.TIMEOUT:
+        return Stop(TIMEOUT_CODE, f"--timeout {timeout or 0:g} s reached; all workers stopped.")
+    if outcome is Outcome.REFUSED:  # a restart would build the same strategy again
+        return Stop(failure_code, report_failure=True, with_tail=False)
+    if auto_ports and port_conflict and budget.port_retries < PORT_RETRIES:
+        used = replace(budget, port_retries=budget.port_retries + 1)
+        message = f"a port was taken by another program; retrying with new ports ({used.port_retries}/{PORT_RETRIES})."
+        return Restart(used, message, report_failure=False)
+    if budget.restarts < max_restarts:
+        used = replace(budget, restarts=budget.restarts + 1)
+        return Restart(used, f"restarting all workers (restart {used.restarts}/{max_restarts}).", True)
+    return Stop(failure_code, report_failure=True)
