@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.bench.config import BenchConfig, parse_backends, parse_counts
+from tfdist.bench.config import BenchConfig, WorkerSpec, parse_backends, parse_counts
 from tfdist.bench.diagnose import Evidence, diagnose
 from tfdist.bench.plan import RunSpec, command_for, plan_bench, worker_args
+from tfdist.bench.preflight import preflight
 from tfdist.bench.report import write_all
 from tfdist.bench.runner import Usage
 from tfdist.bench.stats import Sample, measured_window, percentile, sample_from_summary, summarize
@@ -69,11 +70,13 @@ def test_bad_config(tmp_path: Path, kw: dict[str, object], message: str) -> None
 def test_existing_results_are_not_overwritten(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "results.json").write_text("{}")
+    cfg = config(tmp_path)  # the config checks values; the machine is checked by preflight
     with pytest.raises(ConfigError, match=r"already holds results\.json"):
-        config(tmp_path)
+        preflight(cfg, plan_bench(cfg, cores=2, gpus=0))
     (tmp_path / "file").write_text("x")
+    cfg = BenchConfig(out=str(tmp_path / "file"))
     with pytest.raises(ConfigError, match="is a file"):
-        BenchConfig(out=str(tmp_path / "file"))
+        preflight(cfg, plan_bench(cfg, cores=2, gpus=0))
 
 
 @pytest.mark.parametrize(
@@ -128,7 +131,8 @@ def test_commands(tmp_path: Path) -> None:
     assert mpi.argv[mpi.argv.index("--backend") + 1] == "mpi"
     gpu = command_for(RunSpec(1, 2, "local"), program, gpus=4, **kw)  # type: ignore[arg-type]
     assert gpu.env["CUDA_VISIBLE_DEVICES"] == "0,1" and "TFDIST_CPU_REPLICAS" not in gpu.env
-    assert program[program.index("--log-every") + 1] == "10"
+    spec = WorkerSpec.from_json(program[-1])  # the worker's whole config: one JSON argument
+    assert spec == WorkerSpec.of(cfg, "/r") and spec.log_every == 10 and spec.mode == "train"
 
 
 def test_step_times_exclude_the_warmup() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
 from tfdist.bench.plan import LOCAL, BenchPlan, RunSpec, command_for, plan_bench, worker_args
+from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_command
 from tfdist.bench.stats import Sample, sample_from_summary, summarize
 
@@ -36,10 +37,7 @@ class Bench:
         self.machine = machine()
         self.plan: BenchPlan = plan_bench(config, cores=self.machine["cores"], gpus=self.machine["gpus"])
         self.out = Path(config.out)
-        if any(s.backend == "mpi" for s in self.plan.runs):
-            from tfdist.launch.api import find_mpiexec
-
-            find_mpiexec()  # SetupError with the install hint before anything runs
+        preflight(config, self.plan)
 
     def _command(self, spec: RunSpec, name: str, mode: str = "train", program: tuple[str, ...] = ()) -> Any:
         run_dir = str(self.out / "runs" / name)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from tfdist import backends
+from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
 from tfdist.workloads.config import TrainConfig
 
@@ -79,12 +78,6 @@ class BenchConfig:
             raise ConfigError(f"--input-delay-ms={self.input_delay_ms} must be 0 or more.")
         if self.run_timeout <= 0:
             raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
-        if os.path.exists(os.path.join(self.out, "results.json")):
-            raise ConfigError(
-                f"--out {self.out!r} already holds results.json. Hint: choose a new --out directory."
-            )
-        if os.path.exists(self.out) and not os.path.isdir(self.out):
-            raise ConfigError(f"--out {self.out!r} is a file. Hint: give a directory.")
 
     def train_config(self, output_dir: str) -> TrainConfig:
         """The training options every measured run shares."""
@@ -109,3 +102,52 @@ class BenchConfig:
 
         block = math.gcd(self.steps, 10)
         return math.gcd(block, self.warmup) if self.warmup else block
+
+
+#: What one measured process does: the real step, the step on one in-memory batch, or the input alone.
+WORKER_MODES = ("train", "compute", "input")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one measured process runs; handed to ``python -m tfdist.bench.worker`` as JSON."""
+
+    mode: str
+    workload: str
+    dataset: str
+    batch_size_per_replica: int
+    warmup: int
+    steps: int
+    log_every: int
+    seed: int
+    input_delay_ms: float
+    run_dir: str
+
+    def __post_init__(self) -> None:
+        if self.mode not in WORKER_MODES:
+            raise ConfigError(f"bench worker mode {self.mode!r} is not one of {', '.join(WORKER_MODES)}.")
+
+    @classmethod
+    def of(cls, config: BenchConfig, run_dir: str, mode: str = "train") -> WorkerSpec:
+        """The worker spec of ``config``'s measured runs."""
+        return cls(
+            mode=mode,
+            workload=config.workload,
+            dataset=config.dataset,
+            batch_size_per_replica=config.batch_size_per_replica,
+            warmup=config.warmup,
+            steps=config.steps,
+            log_every=config.log_every,
+            seed=config.seed,
+            input_delay_ms=config.input_delay_ms,
+            run_dir=run_dir,
+        )
+
+    def to_json(self) -> str:
+        """This spec as one JSON argument."""
+        return jsonconfig.to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSpec:
+        """The spec :meth:`to_json` wrote (checked again)."""
+        return jsonconfig.from_json(cls, text, "bench worker spec")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tfdist.bench.config import BenchConfig
+from tfdist.bench.config import BenchConfig, WorkerSpec
 from tfdist.launch.plan import thread_env
 
 #: Single-process runs synchronise nothing across processes: every backend's curve starts from them.
@@ -110,31 +110,8 @@ class Command:
 
 
 def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple[str, ...]:
-    """The arguments of ``python -m tfdist.bench.worker`` for ``config``."""
-    return (
-        "-m",
-        "tfdist.bench.worker",
-        "--mode",
-        mode,
-        "--workload",
-        config.workload,
-        "--dataset",
-        config.dataset,
-        "--batch-size-per-replica",
-        str(config.batch_size_per_replica),
-        "--warmup",
-        str(config.warmup),
-        "--steps",
-        str(config.steps),
-        "--log-every",
-        str(config.log_every),
-        "--seed",
-        str(config.seed),
-        "--input-delay-ms",
-        str(config.input_delay_ms),
-        "--run-dir",
-        run_dir,
-    )
+    """The arguments of ``python -m tfdist.bench.worker SPEC_JSON`` for ``config``."""
+    return ("-m", "tfdist.bench.worker", WorkerSpec.of(config, run_dir, mode).to_json())
 
 
 def thread_settings(threads: int) -> dict[str, str]:

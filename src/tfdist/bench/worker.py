@@ -1,6 +1,7 @@
 """One measured process of ``tfdist bench`` (started directly, by the launcher, or by mpiexec).
 
-``python -m tfdist.bench.worker --mode train|compute|input ...`` writes ``bench.json`` (chief only):
+``python -m tfdist.bench.worker SPEC_JSON`` (a :class:`tfdist.bench.config.WorkerSpec`) writes ``bench.json``
+(chief only); its mode is one of:
 - ``train``: the real distributed step (``tfdist.fit`` on the workload's input pipeline);
 - ``compute``: the same step on one in-memory batch (no input pipeline cost);
 - ``input``: the input pipeline alone (batches are fetched, nothing is computed).
@@ -8,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import files
-
-MODES = ("train", "compute", "input")
 
 
 def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
@@ -87,18 +85,13 @@ def measure_input(prepared: Any, warmup: int, steps: int, seed: int) -> dict[str
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tfdist.bench.worker``."""
-    parser = argparse.ArgumentParser(prog="python -m tfdist.bench.worker")
-    parser.add_argument("--mode", choices=MODES, default="train")
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--batch-size-per-replica", type=int, required=True)
-    parser.add_argument("--warmup", type=int, required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--input-delay-ms", type=float, default=0.0)
-    parser.add_argument("--run-dir", required=True)
-    args = parser.parse_args(argv)
+    from tfdist.bench.config import WorkerSpec
+
+    given = list(sys.argv[1:] if argv is None else argv)
+    if len(given) != 1:
+        sys.stderr.write("usage: python -m tfdist.bench.worker SPEC_JSON (written by tfdist bench)\n")
+        return 2
+    args = WorkerSpec.from_json(given[0])
 
     import tfdist
     from tfdist.workloads.config import TrainConfig

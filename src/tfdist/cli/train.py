@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+from dataclasses import replace
 from typing import Any
 
+from tfdist import files
 from tfdist.cli.argtypes import integer, number
 from tfdist.errors import ConfigError
 
@@ -78,27 +79,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def _worker_argv(argv: list[str], output_dir: str) -> list[str]:
-    """The same command for each worker, minus the launcher's own flags, with the run dir pinned."""
-    out: list[str] = []
-    skip = False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token in ("--workers", "--max-restarts", "--output-dir"):
-            skip = True
-            continue
-        if token.startswith(("--workers=", "--max-restarts=", "--output-dir=")):
-            continue
-        out.append(token)
-    return ["-m", "tfdist", *out, "--output-dir", output_dir, "--resume"]
-
-
 def run(args: argparse.Namespace) -> int:
     """Validate, then train here or launch ``--workers`` local workers running this same command."""
+    from tfdist.workloads.preflight import preflight
+
     config = config_from_args(args)
-    config.check_output_dir()
+    preflight(config)
     if args.workers is None:
         from tfdist.workloads.job import run_training
 
@@ -118,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         log_dir=os.path.join(config.output_dir, "logs"),
     )
-    # --resume for the workers: the run directory is new or the user asked to resume, and a restarted
+    # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
-    result = launch(launch_config, _worker_argv(sys.argv[1:], config.output_dir))
+    os.makedirs(config.output_dir, exist_ok=True)
+    config_path = os.path.join(config.output_dir, "train.json")
+    files.write_text(config_path, replace(config, resume=True).to_json())
+    result = launch(launch_config, ["-m", "tfdist.workloads.job", config_path])
     return result.exit_code

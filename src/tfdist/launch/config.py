@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from dataclasses import dataclass, field
 
@@ -128,18 +126,8 @@ class LaunchConfig:
             )
         if self.no_python:
             return
-        if self.command[0] == "-m":
-            if len(self.command) < 2 or not self.command[1]:
-                raise ConfigError("-m needs a module name. Hint: tfdist launch -n 2 -m package.module.")
-            _check_module(self.command[1])
-            return
-        script = self.command[0]
-        if os.path.isdir(script):
-            raise ConfigError(
-                f"script {script!r} is a directory. Hint: give the Python file, e.g. {os.path.join(script, 'train.py')}."
-            )
-        if not os.path.isfile(script):
-            raise ConfigError(f"script {script!r} does not exist (looked in {os.getcwd()}).")
+        if self.command[0] == "-m" and (len(self.command) < 2 or not self.command[1]):
+            raise ConfigError("-m needs a module name. Hint: tfdist launch -n 2 -m package.module.")
 
     @property
     def tasks_per_node(self) -> int:
@@ -150,20 +138,3 @@ class LaunchConfig:
     def uses_chief(self) -> bool:
         """A parameter-server job always has a chief (the coordinator)."""
         return self.chief or self.ps > 0
-
-
-def _check_module(name: str) -> None:
-    # Workers run `python -m` from the current directory, which Python puts first on sys.path.
-    sys.path.insert(0, os.getcwd())
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:
-        raise ConfigError(
-            f"module {name!r} is not importable here: {exc}. Hint: check the name and PYTHONPATH."
-        ) from None
-    finally:
-        sys.path.pop(0)
-    if spec is None:
-        raise ConfigError(
-            f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path."
-        )

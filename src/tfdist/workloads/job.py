@@ -1,8 +1,13 @@
-"""The body of ``tfdist train`` in each worker: strategy, data, model, fit, summary, saved model."""
+"""The body of ``tfdist train`` in each worker: strategy, data, model, fit, summary, saved model.
+
+``python -m tfdist.workloads.job CONFIG.json`` is what ``tfdist train --workers N`` starts in each worker:
+the validated :class:`TrainConfig`, written as JSON into the run directory.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -131,3 +136,26 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for key, value in rows:
         table.add_row(key, value)
     Console(width=110).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m tfdist.workloads.job CONFIG.json``."""
+    from tfdist.errors import ConfigError
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if len(args) != 1:
+            raise ConfigError(
+                "usage: python -m tfdist.workloads.job CONFIG.json (written by tfdist train --workers)."
+            )
+        with open(args[0], encoding="utf-8") as fh:
+            config = TrainConfig.from_json(fh.read(), where=args[0])
+    except (ConfigError, OSError) as exc:
+        sys.stderr.write(f"tfdist train: error: {exc}\n")
+        return 2
+    run_training(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
