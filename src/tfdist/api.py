@@ -84,7 +84,10 @@ def plan(
     memory_limit_mb: int | None = None,
     environment: ClusterEnvironment | None = None,
 ) -> StrategyPlan:
-    """The plan :func:`strategy` would build with these arguments (``None`` = TFDIST_* variable or default)."""
+    """The plan :func:`strategy` would build with these arguments.
+
+    ``None`` means: the TFDIST_* variable, else the default.
+    """
     options = options_from_environ(
         os.environ,
         kind=kind,

@@ -1,4 +1,5 @@
-"""The synchronisation backends, named once: what the launcher, the strategy plan, the bench and the CLI offer.
+"""The synchronisation backends, named once: what the launcher, the strategy plan, the bench and the
+CLI offer.
 
 Pure: no TensorFlow, no MPI import. Each name maps to one :mod:`tfdist.sync` synchroniser.
 """

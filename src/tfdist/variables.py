@@ -55,20 +55,36 @@ def _declare(*variables: Variable) -> dict[str, Variable]:
 
 
 VARIABLES: dict[str, Variable] = _declare(
-    Variable("TFDIST_STRATEGY", "str", "auto", "strategy kind: auto, one_device, mirrored, multi_worker, "
-             "parameter_server, tpu"),
-    Variable("TFDIST_BACKEND", "str", "auto", "gradient synchronisation: auto, tf, mpi, horovod "
-             "(auto = mpi under an MPI process manager)"),
+    Variable(
+        "TFDIST_STRATEGY",
+        "str",
+        "auto",
+        "strategy kind: auto, one_device, mirrored, multi_worker, parameter_server, tpu",
+    ),
+    Variable(
+        "TFDIST_BACKEND",
+        "str",
+        "auto",
+        "gradient synchronisation: auto, tf, mpi, horovod (auto = mpi under an MPI process manager)",
+    ),
     Variable("TFDIST_COMMUNICATION", "str", "auto", "collective implementation: auto, ring, nccl"),
-    Variable("TFDIST_COLLECTIVE_TIMEOUT", "float", "300", "seconds before a stuck collective fails (0 = none)"),
-    Variable("TFDIST_CPU_REPLICAS", "int", None, "split the CPU into N logical devices (MirroredStrategy on CPU)"),
+    Variable(
+        "TFDIST_COLLECTIVE_TIMEOUT", "float", "300", "seconds before a stuck collective fails (0 = none)"
+    ),
+    Variable(
+        "TFDIST_CPU_REPLICAS", "int", None, "split the CPU into N logical devices (MirroredStrategy on CPU)"
+    ),
     Variable("TFDIST_GPUS_PER_WORKER", "str", None, "'all': each task drives every GPU of its node"),
-    Variable("TFDIST_PORT", "int", None, "first port of a Slurm job's tasks (default: derived from the job id)"),
+    Variable(
+        "TFDIST_PORT", "int", None, "first port of a Slurm job's tasks (default: derived from the job id)"
+    ),
     Variable("TFDIST_KERAS_PATCH", "flag", "1", "0 turns off the Keras model.fit fix"),
     Variable("TFDIST_REQUEUE", "flag", "1", "0: a preempted Slurm job is not requeued"),
     Variable("TFDIST_LOG_LEVEL", "str", "INFO", "tfdist's log level (DEBUG, INFO, WARNING)"),
     Variable("TFDIST_BOOTSTRAP", "flag", "1", "0 skips the worker bootstrap in launched processes"),
-    Variable("TFDIST_MPI_SHM", "flag", "1", "0: the MPI backend all-reduces through MPI alone, no shared memory"),
+    Variable(
+        "TFDIST_MPI_SHM", "flag", "1", "0: the MPI backend all-reduces through MPI alone, no shared memory"
+    ),
     Variable("TFDIST_MPI_SPIN_US", "float", "5000", "MPI backend: microseconds to spin before sleeping"),
     Variable("TFDIST_MPI_POLL_SLEEP_US", "float", "100", "MPI backend: sleep between polls after spinning"),
     Variable("TFDIST_API_TOKEN", "str", None, "redacted by tfdist env (an example of a secret it hides)"),
@@ -78,10 +94,14 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable("TFDIST_LOCAL_WORLD_SIZE", "int", "1", "training processes on this node", "launcher"),
     Variable("TFDIST_ROLE", "str", None, "chief, worker, ps or evaluator", "launcher"),
     Variable("TFDIST_RUN_DIR", "path", None, "the launch's run directory", "launcher"),
-    Variable("TFDIST_ATTEMPT_DIR", "path", None, "this attempt's directory (error and join records)", "launcher"),
+    Variable(
+        "TFDIST_ATTEMPT_DIR", "path", None, "this attempt's directory (error and join records)", "launcher"
+    ),
     Variable("TFDIST_RESTART_COUNT", "int", "0", "how many times the job was restarted", "launcher"),
-    Variable("TFDIST_HEARTBEAT_FILE", "path", None, "touched by the training loop for the watchdog", "launcher"),
-)  # fmt: skip
+    Variable(
+        "TFDIST_HEARTBEAT_FILE", "path", None, "touched by the training loop for the watchdog", "launcher"
+    ),
+)
 
 
 def get(name: str, environ: Mapping[str, str] | None = None) -> Any:

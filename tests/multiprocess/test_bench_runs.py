@@ -1,4 +1,5 @@
-"""`tfdist bench` end to end: real runs through the launcher and MPI, and the diagnosis on constructed cases."""
+"""`tfdist bench` end to end: real runs through the launcher and MPI, and the diagnosis on constructed
+cases."""
 
 from __future__ import annotations
 

@@ -87,7 +87,8 @@ def test_resume_after_kill_matches_uninterrupted_run(two_workers: Path, tmp_path
 
 
 def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Path) -> None:
-    """Preemption: SIGTERM to the launcher reaches every worker; all stop at the same step after a checkpoint."""
+    """Preemption: SIGTERM to the launcher reaches every worker; all stop at the same step after a
+    checkpoint."""
     import signal
     import time
 

@@ -122,7 +122,8 @@ def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> Non
 
 
 def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(tmp_path: Path) -> None:
-    """Rank 1 SIGKILLs itself after epoch 2; MPI aborts the job, the launcher restarts it from the checkpoint."""
+    """Rank 1 SIGKILLs itself after epoch 2; MPI aborts the job, the launcher restarts it from the
+    checkpoint."""
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     reference.mkdir()
     resumed.mkdir()

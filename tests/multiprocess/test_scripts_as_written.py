@@ -60,7 +60,8 @@ for i in range(30):
 
 def build_batch():
     if (os.environ.get("TFDIST_RANK") or os.environ.get("PMI_RANK")) == "1":
-        raise ValueError("Dimensions must be equal, but are 3 and 4\\n" + "\\n".join(f"  tensor row {i}" for i in range(60)))
+        rows = "\\n".join(f"  tensor row {i}" for i in range(60))
+        raise ValueError("Dimensions must be equal, but are 3 and 4\\n" + rows)
 
 build_batch()
 """

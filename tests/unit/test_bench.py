@@ -1,4 +1,5 @@
-"""tfdist bench: config validation, planning, commands, statistics, diagnosis and report files (pure parts)."""
+"""tfdist bench: config validation, planning, commands, statistics, diagnosis and report files
+(pure parts)."""
 
 from __future__ import annotations
 

@@ -81,7 +81,10 @@ def tfdist_run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 
 def test_the_command_runs_in_place_with_the_task_environment() -> None:
-    probe = "import os, json; print(os.getpid() == int(os.environ['PARENT']), os.environ['TFDIST_RANK'], json.loads(os.environ['TF_CONFIG'])['task'])"
+    probe = (
+        "import os, json; print(os.getpid() == int(os.environ['PARENT']), os.environ['TFDIST_RANK'], "
+        "json.loads(os.environ['TF_CONFIG'])['task'])"
+    )
     env = {**srun_task(1), "PYTHONPATH": os.pathsep.join(sys.path)}
     # the parent pid check: `sh -c` execs tfdist run, which execs python: one process all along
     proc = subprocess.run(

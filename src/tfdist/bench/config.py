@@ -32,7 +32,8 @@ def parse_backends(text: str) -> tuple[str, ...]:
     unknown = [n for n in names if n not in BACKENDS]
     if not names or unknown:
         raise ConfigError(
-            f"--backend {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: {', '.join(BACKENDS)}."
+            f"--backend {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: "
+            f"{', '.join(BACKENDS)}."
         )
     if len(set(names)) != len(names):
         raise ConfigError(f"--backend {text!r} repeats a backend.")

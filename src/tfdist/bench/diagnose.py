@@ -51,11 +51,13 @@ def diagnose(ev: Evidence) -> Diagnosis:
     base = ev.single_eps or ev.compute_eps
     lines = [
         f"input pipeline alone: {ev.input_eps:,.0f} examples/s per worker ({_ms(t_in)} per batch of {batch})",
-        f"compute alone (in-memory batch, no synchronisation): {ev.compute_eps:,.0f} examples/s per worker ({_ms(t_comp)} per step)",
+        f"compute alone (in-memory batch, no synchronisation): {ev.compute_eps:,.0f} examples/s per worker "
+        f"({_ms(t_comp)} per step)",
     ]
     for name, seconds in sorted(ev.allreduce_s.items()):
         lines.append(
-            f"one all-reduce of the {ev.gradient_mb:.1f} MB gradient over {ev.workers} workers, {name}: {_ms(seconds)}"
+            f"one all-reduce of the {ev.gradient_mb:.1f} MB gradient over {ev.workers} workers, {name}: "
+            f"{_ms(seconds)}"
         )
     efficiency = t_full = t_comm = None
     if backend is not None:
@@ -63,7 +65,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
         efficiency = ev.full_eps[backend] / ev.workers / base
         t_comm = ev.allreduce_s.get(backend)
         lines.append(
-            f"full step, {ev.workers} workers, {backend}: {_ms(t_full)} ({ev.full_eps[backend]:,.0f} examples/s, "
+            f"full step, {ev.workers} workers, {backend}: {_ms(t_full)} ({ev.full_eps[backend]:,.0f} "
+            "examples/s, "
             f"weak-scaling efficiency {efficiency:.2f} against one worker)"
         )
     evidence = tuple(lines)
@@ -80,7 +83,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
             backend,
             (f"{what}: the workers time-slice the hardware", *evidence),
             "Run at most one worker per GPU (or per core's share of threads on CPU): e.g. --workers "
-            f"{max(1, ev.gpus or ev.cores // max(ev.threads, 1))}; more processes than hardware only adds switching.",
+            f"{max(1, ev.gpus or ev.cores // max(ev.threads, 1))}; more processes than hardware only adds "
+            "switching.",
         )
     if t_in > t_comp:
         return Diagnosis(
@@ -90,7 +94,8 @@ def diagnose(ev: Evidence) -> Diagnosis:
                 f"the input pipeline needs {_ms(t_in)} per batch but the step computes it in {_ms(t_comp)}",
                 *evidence,
             ),
-            "Speed up the input pipeline before adding workers: map(..., num_parallel_calls=tf.data.AUTOTUNE), "
+            "Speed up the input pipeline before adding workers: map(..., "
+            "num_parallel_calls=tf.data.AUTOTUNE), "
             "cache() decoded examples, prefetch(tf.data.AUTOTUNE), and move heavy preprocessing offline.",
         )
     if (

@@ -60,7 +60,8 @@ def plan_bench(config: BenchConfig, *, cores: int, gpus: int) -> BenchPlan:
             for backend in config.backends:
                 if gpus and replicas > 1:
                     skipped.append(
-                        f"{workers} workers x {replicas} GPUs each: the launcher hands out one GPU or all GPUs per worker."
+                        f"{workers} workers x {replicas} GPUs each: the launcher hands out one GPU or all "
+                        "GPUs per worker."
                     )
                     continue
                 if backend == "mpi" and replicas > 1:
@@ -82,7 +83,8 @@ def _warnings(config: BenchConfig, threads: int, cores: int, gpus: int) -> list[
     if gpus:
         if max_workers * max_replicas > gpus:
             out.append(
-                f"{max_workers} workers x {max_replicas} replicas asks for more GPUs than the {gpus} visible: "
+                f"{max_workers} workers x {max_replicas} replicas asks for more GPUs than the {gpus} "
+                "visible: "
                 "replicas would share GPUs, so the speed-up past that point measures sharing, not scaling."
             )
         return out

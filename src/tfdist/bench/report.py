@@ -58,12 +58,14 @@ def markdown(payload: dict[str, Any]) -> str:
         f"worker: {s['threads']} intra-op and {s['threads']} inter-op (TF_NUM_INTRAOP_THREADS, "
         "TF_NUM_INTEROP_THREADS), the same in every configuration.",
         "",
-        "| configuration | workers | replicas | backend | examples/s | step median | step p90 | speed-up | efficiency | first step | CPU |",
+        "| configuration | workers | replicas | backend | examples/s | step median | step p90 | speed-up "
+        "| efficiency | first step | CPU |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["runs"]:
         lines.append(
-            f"| {r['name']} | {r['workers']} | {r['replicas']} | {r['backend']} | {r['examples_per_sec']:,.0f} | "
+            f"| {r['name']} | {r['workers']} | {r['replicas']} | {r['backend']} | "
+            f"{r['examples_per_sec']:,.0f} | "
             f"{r['step_time_median_s'] * 1000:.1f} ms | {r['step_time_p90_s'] * 1000:.1f} ms | "
             f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {r['time_to_first_step_s']:.1f} s | "
             f"{_pct(r['cpu_util'])} |"

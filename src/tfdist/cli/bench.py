@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     payload = bench.run()
     print_table(payload)
     print(
-        f"tfdist bench: results in {os.path.abspath(config.out)} (results.json, results.csv, report.md, scaling.png)"
+        f"tfdist bench: results in {os.path.abspath(config.out)} (results.json, results.csv, report.md, "
+        "scaling.png)"
     )
     return 0

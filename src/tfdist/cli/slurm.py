@@ -105,7 +105,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ConfigError(
-            f"--config {args.config!r} has unknown key(s) {', '.join(unknown)}; keys are the sbatch flag names."
+            f"--config {args.config!r} has unknown key(s) {', '.join(unknown)}; keys are the sbatch flag "
+            "names."
         )
     for flag, _ in _SPEC_FLAGS:
         dest = flag.lstrip("-").replace("-", "_")
@@ -173,7 +174,8 @@ def run_status(args: argparse.Namespace) -> int:
     job = commands.show_job(args.job_id)
     print(
         f"job {args.job_id}: {job.get('JobState', '?')} (exit code {job.get('ExitCode', '?')}, "
-        f"restarts {job.get('Restarts', '0')}, reason {job.get('Reason', 'None')}); output {job.get('StdOut', '?')}"
+        f"restarts {job.get('Restarts', '0')}, reason {job.get('Reason', 'None')}); output "
+        f"{job.get('StdOut', '?')}"
     )
     return 0
 

@@ -44,13 +44,15 @@ def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int
         job_id = _int_var(environ, "SLURM_JOB_ID")
         if max_tasks_per_node > PORT_SLOT_WIDTH:
             raise ConfigError(
-                f"{max_tasks_per_node} tasks on one node exceed the {PORT_SLOT_WIDTH} ports tfdist derives per job. Hint: set TFDIST_PORT to a free base port."
+                f"{max_tasks_per_node} tasks on one node exceed the {PORT_SLOT_WIDTH} ports tfdist derives "
+                "per job. Hint: set TFDIST_PORT to a free base port."
             )
         base = PORT_BASE + (job_id % PORT_SLOTS) * PORT_SLOT_WIDTH
         source = "SLURM_JOB_ID"
     else:
         raise ConfigError(
-            "SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free base port."
+            "SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free "
+            "base port."
         )
     if base + max_tasks_per_node - 1 > 65535:
         raise ConfigError(
@@ -99,7 +101,8 @@ class SlurmEnvironment(ClusterEnvironment):
         )
         if len(tasks) != len(nodes):
             raise ConfigError(
-                f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but SLURM_STEP_NODELIST names {len(nodes)} node(s)."
+                f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but "
+                f"SLURM_STEP_NODELIST names {len(nodes)} node(s)."
             )
         if sum(tasks) != world:
             raise ConfigError(

@@ -10,7 +10,10 @@ from tfdist import variables
 from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict, parse_gpu_list
 from tfdist.errors import ConfigError
 
-_HINT = 'Hint: TF_CONFIG looks like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}.'
+_HINT = (
+    'Hint: TF_CONFIG looks like {"cluster": {"worker": ["host:port", ...]}, '
+    '"task": {"type": "worker", "index": 0}}.'
+)
 _LOOPBACK = ("localhost", "127.", "[::1]", "::1")
 
 
@@ -56,7 +59,8 @@ def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
             parse_address(address, f"{where} cluster[{role!r}][{i}]")
             if address in seen:
                 raise ConfigError(
-                    f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: give every task its own port."
+                    f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: "
+                    "give every task its own port."
                 )
             seen[address] = f"{role}[{i}]"
         spec[role] = list(addresses)
@@ -153,6 +157,7 @@ def _parse_task(task: object, spec: ClusterSpecDict) -> tuple[str, int]:
         raise ConfigError(f"TF_CONFIG: task index {index!r} is not an integer.")
     if not 0 <= index < len(spec[role]):
         raise ConfigError(
-            f"TF_CONFIG: task index {index} is out of range for {role!r}, which has {len(spec[role])} task(s) (valid: 0-{len(spec[role]) - 1})."
+            f"TF_CONFIG: task index {index} is out of range for {role!r}, which has {len(spec[role])} "
+            f"task(s) (valid: 0-{len(spec[role]) - 1})."
         )
     return role, index

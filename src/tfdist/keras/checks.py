@@ -22,7 +22,8 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
     steps = int(getattr(model, "steps_per_execution", 1) or 1)
     if steps > 1:
         raise ConfigError(
-            f"model.compile(steps_per_execution={steps}) under MultiWorkerMirroredStrategy: Keras runs several "
+            f"model.compile(steps_per_execution={steps}) under MultiWorkerMirroredStrategy: Keras runs "
+            "several "
             "steps in one call with per-step end-of-data checks that are not safe across workers. "
             "Hint: compile with steps_per_execution=1 (the default)."
         )

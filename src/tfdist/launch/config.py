@@ -76,11 +76,13 @@ class LaunchConfig:
             raise ConfigError(f"--backend={self.backend!r}: available backends are {', '.join(BACKENDS)}.")
         if self.backend != "tf" and (self.ps or self.chief):
             raise ConfigError(
-                f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a worker."
+                f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a "
+                "worker."
             )
         if self.backend != "tf" and self.nnodes > 1:
             raise ConfigError(
-                f"--backend {self.backend} runs on one node; for several nodes start the job with mpirun or srun --mpi=pmix."
+                f"--backend {self.backend} runs on one node; for several nodes start the job with mpirun "
+                "or srun --mpi=pmix."
             )
 
     def _check_nodes(self) -> None:
@@ -92,11 +94,13 @@ class LaunchConfig:
             )
         if self.nnodes > 1 and not self.hosts:
             raise ConfigError(
-                f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile FILE (one host per line)."
+                f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile "
+                "FILE (one host per line)."
             )
         if self.hosts and len(self.hosts) != self.nnodes:
             raise ConfigError(
-                f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but --nnodes={self.nnodes}."
+                f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but "
+                f"--nnodes={self.nnodes}."
             )
         if self.base_port is not None and not 1 <= self.base_port <= 65535:
             raise ConfigError(f"--base-port={self.base_port} is outside 1-65535.")
@@ -110,7 +114,8 @@ class LaunchConfig:
             raise ConfigError(f"--grace={self.grace} must be 0 or more seconds.")
         if self.watchdog_timeout is not None and self.watchdog_timeout <= 0:
             raise ConfigError(
-                f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to disable)."
+                f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to "
+                "disable)."
             )
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(

@@ -27,7 +27,10 @@ def join_verdict(records: Mapping[int, Mapping[str, Any]], world: int, settled: 
     if len(lonely) == world and len(classes) == 1:
         return f"every worker built {classes[0]}: they train {world} separate models; {advice}."
     ranks = ", ".join(f"w{rank}" for rank in sorted(lonely))
-    return f"worker(s) {ranks} built {' / '.join(classes)}, which does not span the job's {world} workers; {advice}."
+    return (
+        f"worker(s) {ranks} built {' / '.join(classes)}, which does not span the job's {world} workers; "
+        f"{advice}."
+    )
 
 
 class JoinCheck:

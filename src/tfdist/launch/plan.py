@@ -99,7 +99,8 @@ def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[
         return [None] * local_training
     if len(visible) < local_training:
         raise ConfigError(
-            f"{local_training} workers on this node but only {len(visible)} GPU(s) visible ({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu."
+            f"{local_training} workers on this node but only {len(visible)} GPU(s) visible "
+            f"({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu."
         )
     return [visible[i] for i in range(local_training)]
 
@@ -239,7 +240,8 @@ def _argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
 
 
 def mpi_bind_args(flavour: str, cores_per_rank: int) -> tuple[str, ...]:
-    """The MPI launcher's own options for one set of ``cores_per_rank`` cores per rank (it knows the topology).
+    """The MPI launcher's own options for one set of ``cores_per_rank`` cores per rank (it knows the
+    topology).
 
     Input/Output: ``("hydra", 1)`` -> ``("-bind-to", "core:1")``; an unknown launcher gets none.
     """

@@ -79,7 +79,10 @@ def decide(
         return Stop(failure_code, report_failure=True, with_tail=False)
     if auto_ports and port_conflict and budget.port_retries < PORT_RETRIES:
         used = replace(budget, port_retries=budget.port_retries + 1)
-        message = f"a port was taken by another program; retrying with new ports ({used.port_retries}/{PORT_RETRIES})."
+        message = (
+            "a port was taken by another program; "
+            f"retrying with new ports ({used.port_retries}/{PORT_RETRIES})."
+        )
         return Restart(used, message, report_failure=False)
     if budget.restarts < max_restarts:
         used = replace(budget, restarts=budget.restarts + 1)

@@ -24,7 +24,8 @@ def check_not_in_multi_task_step(environ: Mapping[str, str]) -> None:
     tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
     if "SLURM_STEP_ID" in environ and tasks.isdigit() and int(tasks) > 1:
         raise ConfigError(
-            f"tfdist launch is running in each of the {tasks} tasks of a Slurm step (SLURM_STEP_NUM_TASKS={tasks}), "
+            f"tfdist launch is running in each of the {tasks} tasks of a Slurm step "
+            f"(SLURM_STEP_NUM_TASKS={tasks}), "
             "so every task would start its own workers. Hint: let Slurm start the workers: "
             "srun tfdist run -- python train.py (or tfdist slurm submit -- python train.py)."
         )
@@ -99,7 +100,8 @@ def check_module(name: str) -> None:
         sys.path.pop(0)
     if spec is None:
         raise ConfigError(
-            f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or pass a script path."
+            f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or "
+            "pass a script path."
         )
 
 

@@ -52,7 +52,8 @@ def show_job(job_id: str) -> dict[str, str]:
     proc = _run(["scontrol", "show", "job", "-o", check_job_id(job_id)])
     if proc.returncode != 0:
         raise ConfigError(
-            f"job {job_id} is not known to Slurm ({proc.stderr.strip()}). Hint: finished jobs are forgotten after MinJobAge."
+            f"job {job_id} is not known to Slurm ({proc.stderr.strip()}). Hint: finished jobs are "
+            "forgotten after MinJobAge."
         )
     fields: dict[str, str] = {}
     for token in proc.stdout.split():

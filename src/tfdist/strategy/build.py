@@ -58,8 +58,10 @@ def _configure_cpu_replicas(tf: Any, count: int) -> None:
     except RuntimeError as exc:
         have = len(tf.config.list_logical_devices("CPU"))
         raise ConfigError(
-            f"cannot split the CPU into {count} logical replicas: TensorFlow is already initialised with {have}. "
-            "Hint: create the strategy first thing in the program, or set TFDIST_CPU_REPLICAS before starting it."
+            f"cannot split the CPU into {count} logical replicas: TensorFlow is already initialised with "
+            f"{have}. "
+            "Hint: create the strategy first thing in the program, or set TFDIST_CPU_REPLICAS before "
+            "starting it."
             f" (TensorFlow: {exc})"
         ) from None
 

@@ -52,7 +52,8 @@ class StrategyOptions:
             )
         if self.collective_timeout is not None and self.collective_timeout <= 0:
             raise ConfigError(
-                f"collective_timeout={self.collective_timeout} must be positive seconds (or None for no limit)."
+                f"collective_timeout={self.collective_timeout} must be positive seconds (or None for no "
+                "limit)."
             )
         if self.cpu_replicas is not None and self.cpu_replicas < 1:
             raise ConfigError(f"cpu_replicas={self.cpu_replicas} must be at least 1.")
@@ -141,7 +142,8 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
         bad = [i for i in options.devices if i >= n]
         if bad:
             raise ConfigError(
-                f"devices={list(options.devices)} asks for GPU {bad[0]} but this process sees {n} GPU(s). Hint: indices count from 0 over CUDA_VISIBLE_DEVICES."
+                f"devices={list(options.devices)} asks for GPU {bad[0]} but this process sees {n} GPU(s). "
+                "Hint: indices count from 0 over CUDA_VISIBLE_DEVICES."
             )
         return tuple(options.devices)
     if n == 0:
@@ -156,7 +158,8 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
             else f"this node has {n} GPU(s)"
         )
         raise ConfigError(
-            f"{listed} but {tasks_here} tasks run on this node; each task needs its own GPU. Hint: start at most {n} task(s) per node, or set TFDIST_GPUS_PER_WORKER=all to share."
+            f"{listed} but {tasks_here} tasks run on this node; each task needs its own GPU. Hint: start "
+            f"at most {n} task(s) per node, or set TFDIST_GPUS_PER_WORKER=all to share."
         )
     return (env.local_rank,)
 
@@ -189,7 +192,8 @@ def plan_strategy(
     if kind == "parameter_server":
         # Under MultiWorkerMirroredStrategy tfdist's Keras fix makes model.fit work; here Keras 3 has no path.
         warnings.append(
-            "Keras 3 model.fit does not work under ParameterServerStrategy on TensorFlow 2.21; use tfdist.fit(model, data, ...)."
+            "Keras 3 model.fit does not work under ParameterServerStrategy on TensorFlow 2.21; use "
+            "tfdist.fit(model, data, ...)."
         )
     if opts.communication != "auto" and kind not in ("multi_worker", "mirrored"):
         warnings.append(f"communication={opts.communication!r} is ignored by the {kind} strategy.")
@@ -218,11 +222,13 @@ def _mpi_kind(env: ClusterEnvironment, opts: StrategyOptions) -> tuple[str, str]
     """The MPI backend runs one local device per process; MPI all-reduces the gradients."""
     if opts.kind in ("multi_worker", "parameter_server", "tpu", "mirrored"):
         raise ConfigError(
-            f"strategy {opts.kind!r} cannot be combined with the MPI backend, which syncs one device per process through MPI. Hint: drop kind= (or TFDIST_STRATEGY), or use TFDIST_BACKEND=tf."
+            f"strategy {opts.kind!r} cannot be combined with the MPI backend, which syncs one device per "
+            "process through MPI. Hint: drop kind= (or TFDIST_STRATEGY), or use TFDIST_BACKEND=tf."
         )
     if (opts.cpu_replicas or 0) > 1:
         raise ConfigError(
-            f"cpu_replicas={opts.cpu_replicas} cannot be combined with the MPI backend (one device per process). Hint: start more ranks instead."
+            f"cpu_replicas={opts.cpu_replicas} cannot be combined with the MPI backend (one device per "
+            "process). Hint: start more ranks instead."
         )
     return "one_device", f"MPI backend: {env.world_size} rank(s) from {env.source}, one device each"
 
@@ -255,36 +261,45 @@ def _check_kind(kind: str, env: ClusterEnvironment, gpus: tuple[int, ...], opts:
     replicas = opts.cpu_replicas or 0
     if kind in ("one_device", "mirrored") and env.is_distributed:
         raise ConfigError(
-            f"strategy {kind!r} was asked for but the {env.kind} environment ({env.source}) has {env.world_size} workers; each would train alone. Hint: use kind='auto' or 'multi_worker'."
+            f"strategy {kind!r} was asked for but the {env.kind} environment ({env.source}) has "
+            f"{env.world_size} workers; each would train alone. Hint: use kind='auto' or 'multi_worker'."
         )
     if kind == "one_device" and replicas > 1:
         raise ConfigError(
-            f"strategy 'one_device' was asked for with cpu_replicas={replicas}. Hint: use kind='mirrored' for several replicas."
+            f"strategy 'one_device' was asked for with cpu_replicas={replicas}. Hint: use kind='mirrored' "
+            "for several replicas."
         )
     if kind == "mirrored" and replicas < 2 and len(gpus) < 2:
         raise ConfigError(
-            f"strategy 'mirrored' needs at least 2 devices but this process has {len(gpus)} GPU(s) and cpu_replicas={opts.cpu_replicas}. Hint: set cpu_replicas=N (or TFDIST_CPU_REPLICAS) to mirror over logical CPUs, or use kind='auto'."
+            f"strategy 'mirrored' needs at least 2 devices but this process has {len(gpus)} GPU(s) and "
+            f"cpu_replicas={opts.cpu_replicas}. Hint: set cpu_replicas=N (or TFDIST_CPU_REPLICAS) to "
+            "mirror over logical CPUs, or use kind='auto'."
         )
     if kind == "multi_worker":
         if env.kind not in ("tf_config", "slurm"):
             raise ConfigError(
-                f"strategy 'multi_worker' needs a cluster but the environment is {env.kind} ({env.source}). {cluster_hint}"
+                f"strategy 'multi_worker' needs a cluster but the environment is {env.kind} "
+                f"({env.source}). {cluster_hint}"
             )
         if env.has_parameter_servers:
             raise ConfigError(
-                "strategy 'multi_worker' was asked for but the cluster has ps tasks. Hint: use kind='parameter_server' or drop the ps tasks."
+                "strategy 'multi_worker' was asked for but the cluster has ps tasks. Hint: use "
+                "kind='parameter_server' or drop the ps tasks."
             )
         if replicas > 1:
             raise ConfigError(
-                f"cpu_replicas={replicas} cannot be combined with 'multi_worker' (one CPU device per worker). Hint: unset TFDIST_CPU_REPLICAS and start more workers."
+                f"cpu_replicas={replicas} cannot be combined with 'multi_worker' (one CPU device per "
+                "worker). Hint: unset TFDIST_CPU_REPLICAS and start more workers."
             )
     if kind == "parameter_server" and not env.has_parameter_servers:
         raise ConfigError(
-            f"strategy 'parameter_server' needs ps tasks in the cluster but the {env.kind} environment has none. Hint: `tfdist launch --ps 1 -n 2 ...` or add \"ps\" to TF_CONFIG."
+            f"strategy 'parameter_server' needs ps tasks in the cluster but the {env.kind} environment has "
+            'none. Hint: `tfdist launch --ps 1 -n 2 ...` or add "ps" to TF_CONFIG.'
         )
     if kind == "tpu" and env.kind != "tpu":
         raise ConfigError(
-            f"strategy 'tpu' was asked for but no TPU is detected (environment: {env.kind}). Hint: set TPU_NAME or run on a TPU VM."
+            f"strategy 'tpu' was asked for but no TPU is detected (environment: {env.kind}). Hint: set "
+            "TPU_NAME or run on a TPU VM."
         )
 
 

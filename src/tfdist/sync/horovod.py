@@ -1,4 +1,5 @@
-"""The Horovod synchroniser: Horovod's core all-reduce behind the same seam as :class:`tfdist.sync.mpi.MPISync`.
+"""The Horovod synchroniser: Horovod's core all-reduce behind the same seam as
+:class:`tfdist.sync.mpi.MPISync`.
 
 Used with ``--backend horovod`` when ``horovod.tensorflow`` is importable. Only Horovod's core TensorFlow
 ops are used (``grouped_allreduce``, ``broadcast``): ``horovod.tensorflow.keras`` does not average

@@ -32,7 +32,8 @@ def check_world(size: int) -> None:
     expected = variables.raw("TFDIST_WORLD_SIZE")
     if expected and int(expected) != size:
         raise ConfigError(
-            f"the MPI job has {size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). Hint: start it with the same count, e.g. mpirun -np {expected}."
+            f"the MPI job has {size} rank(s) but tfdist expected {expected} (TFDIST_WORLD_SIZE / -n). "
+            f"Hint: start it with the same count, e.g. mpirun -np {expected}."
         )
 
 

@@ -38,7 +38,8 @@ def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
 
 
 def chunk(length: int, index: int, count: int) -> tuple[int, int]:
-    """The ``index``-th of ``count`` contiguous, aligned slices of ``range(length)`` (the last may be short)."""
+    """The ``index``-th of ``count`` contiguous, aligned slices of ``range(length)`` (the last may
+    be short)."""
     step = aligned(-(-length // count))
     return min(index * step, length), min((index + 1) * step, length)
 
@@ -65,7 +66,8 @@ class Waiter:
 
 
 class NodeReducer:
-    """Sum-all-reduce of packed float32 buffers: shared-memory reduce-scatter in each node, MPI across nodes."""
+    """Sum-all-reduce of packed float32 buffers: shared-memory reduce-scatter in each node, MPI across
+    nodes."""
 
     def __init__(self, mpi: Any, comm: Any, waiter: Waiter, shared_memory: bool = True) -> None:
         self.mpi, self.waiter = mpi, waiter

@@ -20,7 +20,8 @@ def loss_function(model: Any) -> tuple[Callable[[Any, Any], Any], str]:
 
     if getattr(model, "optimizer", None) is None or getattr(model, "loss", None) is None:
         raise ConfigError(
-            "the model is not compiled. Hint: call model.compile(optimizer=..., loss=..., metrics=[...]) inside strategy.scope() before tfdist.fit."
+            "the model is not compiled. Hint: call model.compile(optimizer=..., loss=..., metrics=[...]) "
+            "inside strategy.scope() before tfdist.fit."
         )
     loss = model.loss
     if isinstance(loss, list | dict):

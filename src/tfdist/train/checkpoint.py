@@ -52,7 +52,8 @@ class Checkpointer:
         except (AssertionError, ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as exc:
             first = str(exc).strip().splitlines()[0][:200]
             raise ConfigError(
-                f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new checkpoint_dir or the model that wrote it."
+                f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new "
+                "checkpoint_dir or the model that wrote it."
             ) from None
         return str(latest)
 
@@ -73,7 +74,8 @@ def _check_writable(directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise ConfigError(
-            f"checkpoint_dir {directory!r} cannot be created: {exc.strerror}. Hint: choose a writable directory."
+            f"checkpoint_dir {directory!r} cannot be created: {exc.strerror}. Hint: choose a writable "
+            "directory."
         ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"checkpoint_dir {directory!r} is not writable. Hint: choose a directory you own.")

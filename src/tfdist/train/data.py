@@ -38,19 +38,22 @@ def plan_batches(
     if global_batch % replicas:
         lower = max(replicas, global_batch - global_batch % replicas)
         raise ConfigError(
-            f"global batch {global_batch} is not divisible by the {replicas} replicas; use {lower} or {lower + replicas}."
+            f"global batch {global_batch} is not divisible by the {replicas} replicas; use {lower} or "
+            f"{lower + replicas}."
         )
     if steps_per_epoch is not None and steps_per_epoch < 1:
         raise ConfigError(f"steps_per_epoch={steps_per_epoch} must be at least 1.")
     if steps_per_epoch is None:
         if examples is None:
             raise ConfigError(
-                "the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass steps_per_epoch=N."
+                "the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass "
+                "steps_per_epoch=N."
             )
         steps_per_epoch = examples // global_batch
         if steps_per_epoch == 0:
             raise ConfigError(
-                f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the batch size."
+                f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the "
+                "batch size."
             )
     return BatchPlan(global_batch, global_batch // replicas, steps_per_epoch)
 
@@ -62,7 +65,8 @@ def with_weights(*parts: Any) -> tuple[Any, Any, Any]:
     element = parts if len(parts) > 1 else parts[0]
     if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
         raise ConfigError(
-            f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
+            "dataset elements must be (features, labels) or (features, labels, sample_weights); got "
+            f"{type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
         )
     if len(element) == 3:
         return element
@@ -110,7 +114,8 @@ class DistributedData:
             spec = source.element_spec
             if not isinstance(spec, tuple) or len(spec) not in (2, 3):
                 raise ConfigError(
-                    f"dataset elements must be (features, labels) or (features, labels, sample_weights); got {type(spec).__name__} {spec}."
+                    "dataset elements must be (features, labels) or (features, labels, sample_weights); "
+                    f"got {type(spec).__name__} {spec}."
                 )
             self.dataset = source
             global_batch = batch_size or static_batch(source)
@@ -125,13 +130,15 @@ class DistributedData:
         elif callable(source):
             if steps_per_epoch is None or batch_size is None:
                 raise ConfigError(
-                    "a dataset_fn needs steps_per_epoch= and batch_size= (the GLOBAL batch) so all workers run the same steps."
+                    "a dataset_fn needs steps_per_epoch= and batch_size= (the GLOBAL batch) so all "
+                    "workers run the same steps."
                 )
             self.dataset_fn = source
             self.plan = plan_batches(batch_size, self.replicas, None, steps_per_epoch)
         else:
             raise ConfigError(
-                f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, a dataset_fn(input_context) or NumPy (x, y) with batch_size."
+                f"training data of type {type(source).__name__} is not supported; pass a tf.data.Dataset, "
+                "a dataset_fn(input_context) or NumPy (x, y) with batch_size."
             )
 
     def _array_batches(self, epochs: Any) -> Any:
@@ -242,7 +249,8 @@ def check_arrays(source: Any) -> tuple[np.ndarray, ...]:
     """NumPy ``(x, y)`` as arrays of equal length; anything else is a ConfigError."""
     if len(source) != 2:
         raise ConfigError(
-            f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a tf.data.Dataset for sample weights."
+            f"NumPy training data must be a pair (x, y); got {len(source)} arrays. Hint: use a "
+            "tf.data.Dataset for sample weights."
         )
     arrays = tuple(np.asarray(a) for a in source)
     lengths = {len(a) for a in arrays}
@@ -262,7 +270,8 @@ def static_batch(dataset: Any) -> int:
     spec = tf.nest.flatten(dataset.element_spec)[0]
     if spec.shape.rank == 0:
         raise ConfigError(
-            "the dataset is not batched (its elements are single examples). Hint: call .batch(GLOBAL_BATCH) on it."
+            "the dataset is not batched (its elements are single examples). Hint: call "
+            ".batch(GLOBAL_BATCH) on it."
         )
     size = spec.shape[0] if spec.shape.rank else None
     if size is not None:

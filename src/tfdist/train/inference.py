@@ -112,5 +112,6 @@ def _with_dummy_labels(data: Any) -> Any:
             data = data.map(lambda x: x)
         return data.map(lambda x: (x, tf.zeros(tf.shape(tf.nest.flatten(x)[0])[:1])))
     raise ConfigError(
-        f"tfdist.predict takes NumPy x (with batch_size) or a batched tf.data.Dataset; got {type(data).__name__}."
+        "tfdist.predict takes NumPy x (with batch_size) or a batched tf.data.Dataset; got "
+        f"{type(data).__name__}."
     )

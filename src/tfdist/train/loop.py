@@ -46,7 +46,8 @@ def strategy_of(model: Any) -> Any:
     if owner is None:
         if context.built() is not None:
             raise ConfigError(
-                "the model was built outside the strategy scope. Hint: build and compile it inside `with strategy.scope():`."
+                "the model was built outside the strategy scope. Hint: build and compile it inside `with "
+                "strategy.scope():`."
             )
         return tf.distribute.get_strategy()
     return owner
@@ -97,7 +98,8 @@ class SyncTrainer:
         options: FitOptions,
         sample: tuple[Any, Any],
     ) -> None:
-        """``sample``: a tiny ``(x, y)`` batch of ``train_data`` (:func:`sample_inputs`), read once by ``fit``."""
+        """``sample``: a tiny ``(x, y)`` batch of ``train_data`` (:func:`sample_inputs`), read once by
+        ``fit``."""
         import tensorflow as tf
 
         from tfdist.env import detect_environment
@@ -337,9 +339,9 @@ class SyncTrainer:
         signum = self.stop.signum or signal.SIGTERM
         if self.checkpointer:
             self.checkpointer.save(step)
-        # A warning on every worker (not a chief-only progress line): it explains the exit code in each log.
+        # A warning on every worker (not a chief-only progress line): it explains each log's exit code.
         saved = "checkpoint written" if self.checkpointer else "no checkpoint_dir, nothing saved"
-        # A Slurm job, whether this task reads Slurm's variables or the TF_CONFIG `tfdist run` derived from them.
+        # A Slurm job, whether this task reads Slurm's variables or the TF_CONFIG `tfdist run` derived.
         if self.env.is_chief and self.checkpointer and os.environ.get("SLURM_JOB_ID"):
             _requeue_slurm_job()
         log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
@@ -367,7 +369,8 @@ class SyncTrainer:
 
 
 def _requeue_slurm_job() -> None:
-    """Ask Slurm to run this job again (it resumes from the checkpoint just written); TFDIST_REQUEUE=0 opts out."""
+    """Ask Slurm to run this job again (it resumes from the checkpoint just written);
+    TFDIST_REQUEUE=0 opts out."""
     import os
 
     from tfdist.errors import TfdistError

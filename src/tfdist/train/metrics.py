@@ -33,7 +33,8 @@ class MetricSet:
         for v in variables:
             if str(getattr(v, "aggregation", "sum")) != "sum":
                 raise ConfigError(
-                    f"metric variable {v.path!r} aggregates by {v.aggregation!r}; tfdist.fit sums metric state "
+                    f"metric variable {v.path!r} aggregates by {v.aggregation!r}; tfdist.fit sums metric "
+                    "state "
                     "over replicas and workers, so it needs additive (aggregation='sum') metric state. "
                     "Hint: drop that metric from compile(), or compute it after training."
                 )

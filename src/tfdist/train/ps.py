@@ -35,7 +35,8 @@ class ParameterServerTrainer(SyncTrainer):
         if validation_data is not None:
             if not isinstance(validation_data, tuple | list):
                 raise ConfigError(
-                    "under ParameterServerStrategy, validation_data must be NumPy (x, y): the chief evaluates it."
+                    "under ParameterServerStrategy, validation_data must be NumPy (x, y): the chief "
+                    "evaluates it."
                 )
             self.val_arrays = check_arrays(validation_data)
 
@@ -68,7 +69,8 @@ class ParameterServerTrainer(SyncTrainer):
             full = full_batches(train_data)
             if full == 0:
                 raise ConfigError(
-                    f"the training dataset holds no full batch of {batch} examples. Hint: lower the batch size."
+                    f"the training dataset holds no full batch of {batch} examples. Hint: lower the batch "
+                    "size."
                 )
             # The dataset object itself, not a function closing over it: the coordinator serialises its
             # graph and rebuilds it on each worker (a dataset captured by a function cannot be sent there:

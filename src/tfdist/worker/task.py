@@ -26,7 +26,8 @@ def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus
     """The environment the task's command runs with.
 
     - ``TF_CONFIG`` from the cluster spec (the ports every task derives from the job id), unless set;
-    - ``TFDIST_RANK``, ``TFDIST_LOCAL_RANK``, ``TFDIST_WORLD_SIZE``, ``TFDIST_LOCAL_WORLD_SIZE``, ``TFDIST_ROLE``;
+    - ``TFDIST_RANK``, ``TFDIST_LOCAL_RANK``, ``TFDIST_WORLD_SIZE``, ``TFDIST_LOCAL_WORLD_SIZE``,
+      ``TFDIST_ROLE``;
     - one GPU per task by local rank when several tasks share a node's GPUs (not with
       ``TFDIST_GPUS_PER_WORKER=all``, nor when the scheduler already bound GPUs to the task);
     - tfdist's worker bootstrap (the Keras ``model.fit`` fix) on ``PYTHONPATH``.

@@ -63,7 +63,8 @@ def check_name(name: str) -> None:
     if name in NAMES or (name.startswith(PREFIXES) and name.split(":", 1)[1]):
         return
     raise ConfigError(
-        f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}, or tfds:NAME, folder:PATH, tfrecord:GLOB."
+        f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}, or tfds:NAME, folder:PATH, "
+        "tfrecord:GLOB."
     )
 
 

@@ -92,7 +92,8 @@ def load_folder(
     ]
     if len(classes) < 2 or not files:
         raise ConfigError(
-            f"dataset folder:{path} has {len(classes)} class folder(s) and {len(files)} image(s); it needs at least 2 class sub-folders with images ({', '.join(IMAGE_EXTENSIONS)})."
+            f"dataset folder:{path} has {len(classes)} class folder(s) and {len(files)} image(s); it needs "
+            f"at least 2 class sub-folders with images ({', '.join(IMAGE_EXTENSIONS)})."
         )
     order = np.random.default_rng(seed).permutation(len(files))
     cut = max(1, int(len(files) * test_fraction))
@@ -128,7 +129,8 @@ def load_tfrecord(pattern: str, test_fraction: float = 0.1) -> StreamDataset:
     files = sorted(glob.glob(pattern))
     if not files:
         raise ConfigError(
-            f"dataset tfrecord:{pattern} matches no file. Hint: quote the glob, e.g. 'tfrecord:data/train-*.tfrecord'."
+            f"dataset tfrecord:{pattern} matches no file. Hint: quote the glob, e.g. "
+            "'tfrecord:data/train-*.tfrecord'."
         )
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     first = tf.io.parse_single_example(next(iter(tf.data.TFRecordDataset(files[:1]))), spec)
@@ -170,14 +172,16 @@ def load_tfds(name: str, data_dir: str | None) -> StreamDataset:
     infos = sorted(glob.glob(os.path.join(root, name, "**", "dataset_info.json"), recursive=True))
     if not infos:
         raise ConfigError(
-            f"tfds dataset {name!r} is not prepared in {root}. Hint: on a machine with internet run `tfds build {name} --data_dir {root}` and copy the directory here; tfdist never downloads."
+            f"tfds dataset {name!r} is not prepared in {root}. Hint: on a machine with internet run `tfds "
+            f"build {name} --data_dir {root}` and copy the directory here; tfdist never downloads."
         )
     builder = tfds.builder_from_directory(os.path.dirname(infos[-1]))
     keys = builder.info.supervised_keys or ("image", "label")
     split_test = "test" if "test" in builder.info.splits else "validation"
     if "train" not in builder.info.splits or split_test not in builder.info.splits:
         raise ConfigError(
-            f"tfds dataset {name!r} needs 'train' and 'test' (or 'validation') splits; it has {list(builder.info.splits)}."
+            f"tfds dataset {name!r} needs 'train' and 'test' (or 'validation') splits; it has "
+            f"{list(builder.info.splits)}."
         )
     test = [
         (np.asarray(e[keys[0]]), int(e[keys[1]])) for e in tfds.as_numpy(builder.as_dataset(split=split_test))
