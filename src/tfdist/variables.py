@@ -101,6 +101,13 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable(
         "TFDIST_HEARTBEAT_FILE", "path", None, "touched by the training loop for the watchdog", "launcher"
     ),
+    Variable(
+        "TFDIST_HOROVOD_SHIM",
+        "flag",
+        "0",
+        "1: `import horovod` gets tfdist's Horovod API (--backend horovod without Horovod)",
+        "launcher",
+    ),
 )
 
 

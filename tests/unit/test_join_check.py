@@ -84,13 +84,13 @@ def test_error_record_is_named_by_rank(environ: dict[str, str], name: str) -> No
     assert record_name(environ) == name
 
 
-def test_a_missing_horovod_gets_a_pointer_to_the_mpi_backend() -> None:
+def test_a_missing_horovod_gets_a_pointer_to_tfdists_horovod_api() -> None:
     from tfdist.launch.logs import error_lines
 
     record = {"type": "ModuleNotFoundError", "message": "No module named 'horovod'", "where": None}
     lines = error_lines(record, "exited with code 1")
     assert lines[0] == "  ModuleNotFoundError: No module named 'horovod'"
-    assert "tfdist launch --backend mpi" in lines[-1]
+    assert "tfdist launch --backend horovod" in lines[-1] and "tfdist.horovod.tensorflow" in lines[-1]
     other = error_lines({"type": "ModuleNotFoundError", "message": "No module named 'pandas'"}, "")
     assert len(other) == 1
 

@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -257,6 +257,14 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
     cores = len(cpu_ids) or os.cpu_count() or 1
     auto_ports = config.nnodes == 1 and config.base_port is None
     mpiexec, flavour = machine.mpiexec, machine.mpi_flavour
+    base_env: Mapping[str, str] = os.environ
+    if machine.horovod_shim:
+        console_print(
+            "tfdist launch: Horovod is not installed here; for this job `import horovod` gives tfdist's "
+            "implementation (tfdist.horovod, on the MPI backend)."
+        )
+        config = replace(config, backend="mpi")
+        base_env = {**os.environ, "TFDIST_HOROVOD_SHIM": "1"}
     signals = _Signals()
     signals.install()
     started = time.monotonic()
@@ -272,7 +280,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
                     cores=cores,
                     run_dir=run_dir,
                     attempt=attempt,
-                    base_env=os.environ,
+                    base_env=base_env,
                     flavour=flavour,
                     cpu_ids=cpu_ids,
                     visible_gpus=gpus,
@@ -285,7 +293,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
                     cores=cores,
                     run_dir=run_dir,
                     attempt=attempt,
-                    base_env=os.environ,
+                    base_env=base_env,
                     cpu_ids=cpu_ids,
                 )
             group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))

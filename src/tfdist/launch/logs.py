@@ -134,8 +134,8 @@ def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
         lines.append(f"  at {where.get('file')}:{where.get('line')} in {where.get('function')}")
     if record.get("type") == "ModuleNotFoundError" and "'horovod" in str(record.get("message", "")):
         lines.append(
-            "  hint: Horovod's last release does not build against TensorFlow 2.21. tfdist's MPI backend is "
-            "the same design (one process per device, one packed all-reduce per step): train with "
-            "tfdist.fit and run tfdist launch --backend mpi -n N train.py."
+            "  hint: Horovod's last release does not build against TensorFlow 2.21. Run the script unchanged "
+            "with tfdist launch --backend horovod -n N train.py (tfdist's Horovod API stands in for it), "
+            "or import tfdist.horovod.tensorflow as hvd under any MPI launcher."
         )
     return lines

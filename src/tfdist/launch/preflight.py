@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tfdist.backends import HOROVOD_INSTALL_HINT, MPI_INSTALL_HINT
+from tfdist.backends import MPI_INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.launch.config import LaunchConfig
 
@@ -57,6 +57,8 @@ class Machine:
 
     mpiexec: str | None = None
     mpi_flavour: str = "unknown"  # hydra (MPICH) | openmpi | unknown: how to ask it for core binding
+    #: --backend horovod without Horovod installed: scripts' `import horovod` gets tfdist.horovod.
+    horovod_shim: bool = False
 
 
 def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> Machine:
@@ -70,10 +72,9 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
             check_python_script(config.command[0])
     if config.backend == "tf":
         return Machine()
-    if config.backend == "horovod":
-        check_horovod()
+    shim = config.backend == "horovod" and importlib.util.find_spec("horovod") is None
     mpiexec = find_mpiexec()
-    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown")
+    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", shim)
 
 
 def check_script(script: str) -> None:
@@ -115,12 +116,6 @@ def find_mpiexec() -> str:
         if found:
             return found
     raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {MPI_INSTALL_HINT}")
-
-
-def check_horovod() -> None:
-    """SetupError, before anything starts, when Horovod's TensorFlow module is not installed."""
-    if importlib.util.find_spec("horovod") is None:
-        raise SetupError(f"--backend horovod needs Horovod, which is not installed. {HOROVOD_INSTALL_HINT}")
 
 
 def mpi_flavour(mpiexec: str) -> str:

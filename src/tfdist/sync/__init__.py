@@ -12,7 +12,7 @@ from typing import Any
 from tfdist.errors import ConfigError
 from tfdist.sync.base import Synchroniser
 
-__all__ = ["Synchroniser", "synchroniser"]
+__all__ = ["Synchroniser", "process_sync", "synchroniser"]
 
 _PROCESS_SYNCS: dict[str, Any] = {}  # one per process: fit, evaluate and predict share its buffers
 
@@ -37,13 +37,18 @@ def synchroniser(strategy: Any) -> Synchroniser:
             f"the {ctx.backend} backend needs one device per process, but this strategy has several "
             "replicas. Hint: start one rank per GPU."
         )
-    if ctx.backend not in _PROCESS_SYNCS:
-        if ctx.backend == "horovod":
+    return process_sync(ctx.backend)
+
+
+def process_sync(backend: str) -> Any:
+    """This process's synchroniser of a process-level backend (``mpi`` or ``horovod``), made once."""
+    if backend not in _PROCESS_SYNCS:
+        if backend == "horovod":
             from tfdist.sync.horovod import HorovodSync
 
-            _PROCESS_SYNCS[ctx.backend] = HorovodSync()
+            _PROCESS_SYNCS[backend] = HorovodSync()
         else:
             from tfdist.sync.mpi import MPISync
 
-            _PROCESS_SYNCS[ctx.backend] = MPISync()
-    return _PROCESS_SYNCS[ctx.backend]
+            _PROCESS_SYNCS[backend] = MPISync()
+    return _PROCESS_SYNCS[backend]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from tfdist import variables
 from tfdist.worker.imports import after_import
 
 
@@ -47,6 +48,10 @@ def start() -> None:
     join.install()
     fix.ON_FIT_WITHOUT_STRATEGY.append(lambda: join.report("no strategy (the default strategy)", False))
     _whole_lines_under_mpi()
+    if variables.get("TFDIST_HOROVOD_SHIM"):
+        from tfdist.horovod import shim
+
+        shim.install()  # `import horovod` gets tfdist's Horovod API (the launcher said so once)
     if not fix.enabled_by_env():
         return
     after_import(fix.TARGET, _patch_trainer)

@@ -1,0 +1,111 @@
+"""Two commits of tfdist side by side in one run: fit overhead and weak scaling, alternated per repeat.
+
+A refactor must not cost speed; this machine's speed moves from hour to hour, so the old and the new code
+are measured in turns within one run (the old commit is exported to a temporary directory and put first on
+PYTHONPATH). Each repeat runs, for each commit: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit,
+a hand-written loop and Keras fit, one device) and ``tfdist bench --workers 1,2 --backend tf,mpi
+--repeats 1`` (mnist-cnn, batch 64 per worker, one thread per worker).
+    python benchmarks/compare_commits.py --base 56da971 --repeats 3
+        --out benchmarks/results/compare_commits.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def export(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (git archive), unpacked under ``into``; returns its ``src`` directory."""
+    archive = into / "tree.tar"
+    subprocess.run(
+        ["git", "archive", "--format=tar", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree" / "src"
+
+
+def run(cmd: list[str], src: Path, timeout: float) -> None:
+    env = {**os.environ, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
+
+
+def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
+    out = tmp / "fit_overhead.json"
+    script = ROOT / "benchmarks" / "fit_overhead.py"
+    run([sys.executable, str(script), "--repeats", "1", "--steps", str(steps), "--out", str(out)], src, 900)
+    medians: dict[str, float] = json.loads(out.read_text())["median_examples_per_sec"]
+    return medians
+
+
+def scaling(src: Path, tmp: Path, steps: int) -> dict[str, float]:
+    out = tmp / "bench"
+    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
+    cmd += ["--workers", "1,2", "--backend", "tf,mpi", "--steps", str(steps), "--warmup", "10"]
+    cmd += ["--repeats", "1", "--batch-size-per-replica", "64", "--threads", "1", "--out", str(out)]
+    run(cmd, src, 1800)
+    payload = json.loads((out / "results.json").read_text())
+    return {f"{r['backend']}-w{r['workers']}": float(r["examples_per_sec"]) for r in payload["runs"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base", required=True, help="the commit to compare with (e.g. the last release)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
+    args = parser.parse_args()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    base = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
+    )
+    samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trees = {"base": export(args.base, tmp / "base"), "head": ROOT / "src"}
+        for repeat in range(args.repeats):
+            order = ["base", "head"] if repeat % 2 == 0 else ["head", "base"]
+            for which in order:
+                work = tmp / f"{which}-{repeat}"
+                work.mkdir()
+                numbers = {
+                    **fit_overhead(trees[which], work, args.steps),
+                    **scaling(trees[which], work, args.steps),
+                }
+                for key, value in numbers.items():
+                    samples[which].setdefault(key, []).append(value)
+                print(
+                    f"repeat {repeat + 1} {which}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items())
+                )
+    medians = {which: {k: statistics.median(v) for k, v in s.items()} for which, s in samples.items()}
+    report: dict[str, Any] = {
+        "benchmark": "compare_commits",
+        "base": base.stdout.strip(),
+        "head": head.stdout.strip(),
+        "examples_per_sec": samples,
+        "median_examples_per_sec": medians,
+        "head_vs_base": {k: medians["head"][k] / medians["base"][k] for k in medians["head"]},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: report[k] for k in ("base", "head", "head_vs_base")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

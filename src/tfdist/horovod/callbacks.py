@@ -1,0 +1,167 @@
+"""Horovod's Keras callbacks (``hvd.callbacks.*``) for Keras 3 ``model.fit``."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+
+from tfdist.horovod import functions, ops, runtime
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """After the first batch, every rank takes ``root_rank``'s model and optimizer variables (the first
+    batch creates the optimizer's), so all ranks train the same model from there on."""
+
+    def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
+        super().__init__()
+        del device
+        self.root_rank = root_rank
+        self.broadcast_done = False
+        self._local = {v.ref() if hasattr(v, "ref") else id(v) for v in (local_variables or ())}
+
+    def register_local_var(self, var: Any) -> None:
+        """A variable each rank keeps as its own (not broadcast)."""
+        self._local.add(var.ref() if hasattr(var, "ref") else id(var))
+
+    def on_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.broadcast_done:
+            return
+        shared = [
+            v for v in self.model.variables if (v.ref() if hasattr(v, "ref") else id(v)) not in self._local
+        ]
+        optimizer = getattr(self.model, "optimizer", None)
+        functions.broadcast_variables(shared + list(optimizer.variables if optimizer else []), self.root_rank)
+        self.broadcast_done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """At each epoch end, every logged metric becomes its average over all ranks (one all-reduce)."""
+
+    def __init__(self, device: str = "") -> None:
+        super().__init__()
+        del device
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if not logs:
+            return
+        names = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and np.isreal(v))
+        values = np.array([float(logs[k]) for k in names], dtype=np.float64)
+        (averaged,) = ops.allreduce_arrays([values], ops.Average, 1.0, 1.0)
+        for name, value in zip(names, averaged, strict=True):
+            logs[name] = float(value)
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to ``initial_lr * multiplier(epoch)`` between ``start_epoch`` and
+    ``end_epoch``, at each epoch start (``staircase``) or each batch (fractional epochs)."""
+
+    def __init__(
+        self,
+        initial_lr: float,
+        multiplier: float | Callable[[float], float],
+        start_epoch: int = 0,
+        end_epoch: int | None = None,
+        staircase: bool = True,
+        momentum_correction: bool = True,
+        steps_per_epoch: int | None = None,
+    ) -> None:
+        super().__init__()
+        if initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
+        self.initial_lr = float(initial_lr)
+        self.start_epoch, self.end_epoch, self.staircase = start_epoch, end_epoch, staircase
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = 0
+        if callable(multiplier):
+            self.multiplier = multiplier
+        else:
+            factor = float(multiplier)
+            self.multiplier = lambda epoch: factor ** (epoch - start_epoch)
+        self.momentum_correction = momentum_correction
+
+    def _steps(self) -> int:
+        if self.steps_per_epoch:
+            return int(self.steps_per_epoch)
+        steps = (self.params or {}).get("steps")
+        if not steps:
+            raise ValueError(
+                "Could not autodetect the number of steps per epoch. Please specify the steps_per_epoch "
+                f"parameter to the {type(self).__name__}()."
+            )
+        return int(steps)
+
+    def _set_lr(self, epoch: float) -> None:
+        optimizer = self.model.optimizer
+        if not isinstance(optimizer._learning_rate, keras.Variable):
+            raise ValueError(
+                f"{type(self).__name__} sets the learning rate, but the optimizer's learning rate is a "
+                "schedule. Hint: give the optimizer a number as its learning rate."
+            )
+        optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if not self.staircase:
+            self.steps_per_epoch = self._steps()
+        if self.momentum_correction and getattr(self.model.optimizer, "momentum", None):
+            # Keras 3 compiles an optimizer's momentum into the step as a constant: changing it per batch,
+            # as Horovod's correction does on Keras 2, would have no effect.
+            warnings.warn(
+                "momentum_correction has no effect with Keras 3 optimizers (their momentum is a constant of "
+                "the compiled step); the learning rate is scheduled without it.",
+                stacklevel=2,
+            )
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.current_epoch = epoch
+
+    def on_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.current_epoch < self.start_epoch or (
+            self.end_epoch is not None and self.current_epoch >= self.end_epoch
+        ):
+            return
+        if self.staircase and batch == 0:
+            self._set_lr(self.current_epoch)
+        elif not self.staircase:
+            self._set_lr(self.current_epoch + float(batch) / self._steps())
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self.model.optimizer.learning_rate))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Goya et al.'s gradual warm-up: from ``initial_lr / size`` to ``initial_lr`` over ``warmup_epochs``."""
+
+    def __init__(
+        self,
+        initial_lr: float,
+        warmup_epochs: int = 5,
+        momentum_correction: bool = True,
+        steps_per_epoch: int | None = None,
+        verbose: int = 0,
+    ) -> None:
+        def multiplier(epoch: float) -> float:
+            size = runtime.world().size
+            epoch += 1.0 / self._steps()
+            return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
+
+        super().__init__(
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=warmup_epochs,
+            staircase=False,
+            momentum_correction=momentum_correction,
+            steps_per_epoch=steps_per_epoch,
+        )
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        super().on_epoch_end(epoch, logs)
+        if epoch == (self.end_epoch or 0) - 1 and self.verbose > 0 and runtime.world().rank == 0:
+            lr = float(np.asarray(self.model.optimizer.learning_rate))
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {lr:g}.")

@@ -1,0 +1,158 @@
+"""Horovod's ``DistributedOptimizer`` for Keras 3 optimizers: gradients really averaged over all ranks.
+
+Horovod's own wrapper overrides Keras 2 methods (``get_gradients``, ``_compute_gradients``) that Keras 3
+never calls, so on Keras 3 it trains each rank on its own gradients. This one overrides ``apply`` (what
+``model.fit``'s step and ``apply_gradients`` call), packs every gradient into one all-reduce, and supports
+``backward_passes_per_step`` (local accumulation, one all-reduce every N steps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist.horovod import functions, ops
+from tfdist.horovod.compression import Compression
+from tfdist.horovod.gradients import GradientOptions, allreduce_gradients
+
+_CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
+
+
+def distributed_class(
+    base: type, options: GradientOptions, backward_passes_per_step: int, average_aggregated_gradients: bool
+) -> type:
+    """A subclass of the Keras optimizer class ``base`` that all-reduces gradients in ``apply``."""
+    key = (base, options, backward_passes_per_step, average_aggregated_gradients)
+    if key in _CLASSES:
+        return _CLASSES[key]
+    passes = backward_passes_per_step
+
+    class Distributed(base):
+        _hvd_options = options
+
+        def build(self, variables: Any) -> None:
+            super().build(variables)
+            if passes > 1:
+                import tensorflow as tf
+
+                # Plain TensorFlow variables, not the optimizer's: a saved model keeps Keras' own
+                # optimizer state and loads into a plain optimizer (or hvd.load_model's) of any
+                # backward_passes_per_step.
+                self._hvd_accumulators = [
+                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name="hvd_accumulated")
+                    for v in variables
+                ]
+                self._hvd_passes = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvd_passes")
+
+        def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+            import tensorflow as tf
+
+            grads = list(grads)
+            if passes == 1:
+                return super().apply(allreduce_gradients(grads, options), trainable_variables)
+            if not self.built:
+                self.build(list(trainable_variables))
+            variables = (
+                list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+            )
+            self._hvd_passes.assign_add(1)
+            for grad, variable in zip(grads, variables, strict=True):
+                if grad is not None:
+                    slot = self._hvd_accumulators[self._get_variable_index(variable)]
+                    slot.assign_add(tf.convert_to_tensor(grad))
+
+            def reduce_and_apply() -> Any:
+                summed = [
+                    tf.convert_to_tensor(self._hvd_accumulators[self._get_variable_index(v)])
+                    for v in variables
+                ]
+                if average_aggregated_gradients:
+                    summed = [s / passes for s in summed]
+                super(Distributed, self).apply(allreduce_gradients(summed, options), variables)
+                for slot in self._hvd_accumulators:
+                    slot.assign(tf.zeros_like(slot))
+                self._hvd_passes.assign(0)
+                return tf.constant(True)
+
+            def accumulate_only() -> Any:
+                self._iterations.assign_add(1)  # Horovod counts every backward pass as an iteration
+                return tf.constant(False)
+
+            return tf.cond(tf.equal(self._hvd_passes, passes), reduce_and_apply, accumulate_only)
+
+    Distributed.__name__ = Distributed.__qualname__ = base.__name__
+    Distributed.__module__ = base.__module__  # saved models name Keras' class: hvd.load_model re-wraps it
+    _CLASSES[key] = Distributed
+    return Distributed
+
+
+def DistributedOptimizer(
+    optimizer: Any,
+    name: str | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: int = ops.Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = None,
+    scale_local_gradients: bool = True,
+    **_: Any,
+) -> Any:
+    """``optimizer`` (a Keras 3 optimizer) as a new optimizer of the same class and config whose updates
+    use gradients averaged over all ranks."""
+    import keras
+
+    del device_dense, device_sparse, num_groups, groups, scale_local_gradients
+    if process_set is not None:
+        functions._check_process_set(process_set)
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise NotImplementedError(
+            f"hvd.DistributedOptimizer got a {type(optimizer).__name__}; tfdist's Horovod API wraps Keras 3 "
+            "optimizers (keras.optimizers.*, tf.keras.optimizers.* on TensorFlow 2.16+). For a custom loop "
+            "use hvd.DistributedGradientTape(tape)."
+        )
+    if backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step={backward_passes_per_step} must be at least 1.")
+    options = GradientOptions(op, compression, sparse_as_dense, gradient_predivide_factor)
+    cls = distributed_class(type(optimizer), options, backward_passes_per_step, average_aggregated_gradients)
+    config = optimizer.get_config()
+    if name:
+        config["name"] = name
+    return cls.from_config(config)  # type: ignore[attr-defined]
+
+
+def load_model(
+    filepath: str,
+    custom_optimizers: Any = None,
+    custom_objects: dict[str, Any] | None = None,
+    compression: Any = Compression.none,
+    legacy_opts: bool = False,
+) -> Any:
+    """``keras.models.load_model`` whose optimizer comes back wrapped in :func:`DistributedOptimizer`
+    (its saved state included)."""
+    import keras
+
+    del legacy_opts
+    options = GradientOptions(compression=compression)
+    classes = {
+        c
+        for c in _subclasses(keras.optimizers.Optimizer)
+        if not c.__name__.startswith("_") and "_hvd_options" not in vars(c)
+    }
+    classes |= set(custom_optimizers or ())
+    objects: dict[str, Any] = {c.__name__: distributed_class(c, options, 1, False) for c in classes}
+    objects.update(custom_objects or {})
+    return keras.models.load_model(filepath, custom_objects=objects)
+
+
+def _subclasses(cls: type) -> set[type]:
+    found: set[type] = set()
+    sub: type
+    for sub in cls.__subclasses__():
+        found.add(sub)
+        found |= _subclasses(sub)
+    return found

@@ -1,0 +1,106 @@
+"""The state behind ``hvd.init()``: ranks from MPI (mpi4py), the node-local and cross-node groups, and the
+MPI backend's synchroniser that carries every float32 sum (shared memory within a node).
+
+Without mpi4py, or in a process no MPI launcher started, the job is one process of size 1 and every
+collective returns its input, as Horovod does with one rank.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+#: Horovod's own text, which users search for (and scripts catch as ValueError).
+NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
+
+
+@dataclass
+class World:
+    """The communicators of an initialised job."""
+
+    comm: Any  # MPI_COMM_WORLD (mpi4py), or None in a one-process job without MPI
+    mpi: Any  # the mpi4py.MPI module, or None
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    homogeneous: bool
+    sync: Any = None  # tfdist.sync.mpi.MPISync: the packed float32 all-reduce (made on first use)
+
+    def float_sync(self) -> Any:
+        """The MPI backend's synchroniser (one per process, shared with tfdist.fit)."""
+        if self.sync is None:
+            from tfdist.sync import process_sync
+
+            self.sync = process_sync("mpi")
+        return self.sync
+
+
+_WORLD: list[World] = []
+_LOCK = threading.Lock()
+
+
+def _mpi() -> Any:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI
+
+
+def init(comm: Any = None) -> None:
+    """Start (or keep) the job's communicators; ``comm`` may be an mpi4py communicator or None (world)."""
+    with _LOCK:
+        if _WORLD:
+            return
+        mpi = _mpi()
+        if mpi is None:
+            _WORLD.append(World(None, None, 0, 1, 0, 1, 0, 1, True))
+            return
+        if comm is not None and not hasattr(comm, "Get_rank"):
+            raise NotImplementedError(
+                "hvd.init(comm=[ranks]) (a subset of ranks) is not supported by tfdist's Horovod API; "
+                "start the job with the ranks you want (tfdist launch -n N, mpirun -np N)."
+            )
+        world = comm if comm is not None else mpi.COMM_WORLD
+        from tfdist.sync.mpi import check_world
+
+        check_world(world.Get_size())
+        node = world.Split_type(mpi.COMM_TYPE_SHARED, key=world.Get_rank())
+        local_rank, local_size = node.Get_rank(), node.Get_size()
+        cross = world.Split(local_rank, world.Get_rank())
+        sizes = world.allgather(local_size)
+        _WORLD.append(
+            World(
+                comm=world,
+                mpi=mpi,
+                rank=world.Get_rank(),
+                size=world.Get_size(),
+                local_rank=local_rank,
+                local_size=local_size,
+                cross_rank=cross.Get_rank(),
+                cross_size=cross.Get_size(),
+                homogeneous=len(set(sizes)) == 1,
+            )
+        )
+
+
+def shutdown() -> None:
+    """Forget the job's state (MPI itself stays up: mpi4py finalises it at exit)."""
+    with _LOCK:
+        _WORLD.clear()
+
+
+def is_initialized() -> bool:
+    """True between :func:`init` and :func:`shutdown`."""
+    return bool(_WORLD)
+
+
+def world() -> World:
+    """The initialised job; ValueError with Horovod's message before ``hvd.init()``."""
+    if not _WORLD:
+        raise ValueError(NOT_INITIALIZED)
+    return _WORLD[0]
