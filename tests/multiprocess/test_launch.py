@@ -206,6 +206,22 @@ def test_first_failure_code_is_the_exit_code(tmp_path: Path) -> None:
     assert "rank 1 is about to fail" in proc.stderr
 
 
+def test_python_api_raises_worker_failed_error_with_check(tmp_path: Path) -> None:
+    """launch(..., check=True): like subprocess.run(check=True), a failed job raises (after its report)."""
+    from dataclasses import replace
+
+    from tfdist import WorkerFailedError
+    from tfdist.launch import LaunchConfig, launch
+
+    config = LaunchConfig(nproc_per_node=2, cpu=True, grace=2, log_dir=str(tmp_path / "run"))
+    with pytest.raises(WorkerFailedError) as info:
+        launch(config, [WORKER, "exit", str(tmp_path), "7"], check=True)
+    assert (info.value.name, info.value.code) == ("w1", 7)
+    assert info.value.log_path and Path(info.value.log_path).exists()
+    again = replace(config, log_dir=str(tmp_path / "again"))
+    assert launch(again, [WORKER, "exit", str(tmp_path), "7"]).exit_code == 7  # without check: a result
+
+
 def test_restart_after_one_failure_succeeds_on_attempt_1(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = run(

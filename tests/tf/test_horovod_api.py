@@ -130,3 +130,18 @@ def test_unknown_horovod_modules_are_named_under_the_shim() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "No module named 'horovod.torch': Horovod is not installed" in proc.stderr
+
+
+def test_load_model_wraps_the_saved_optimizer_with_its_state(hvd: object, tmp_path: object) -> None:
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")  # type: ignore[attr-defined]
+    model.fit(np.ones((8, 3), np.float32), np.zeros((8, 2), np.float32), batch_size=4, epochs=2, verbose=0)
+    path = str(tmp_path) + "/model.keras"  # type: ignore[operator]
+    model.save(path)
+    loaded = hvd.load_model(path)  # type: ignore[attr-defined]
+    assert hasattr(type(loaded.optimizer), "_hvd_options")  # averaged gradients from here on
+    assert isinstance(loaded.optimizer, keras.optimizers.Adam)
+    assert int(loaded.optimizer.iterations.numpy()) == 4  # the saved state came back
+    assert isinstance(keras.models.load_model(path).optimizer, keras.optimizers.Adam)  # plain Keras loads it
