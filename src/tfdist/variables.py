@@ -7,6 +7,7 @@ bootstrap imports it before the user's code.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from tfdist.errors import ConfigError
 
 _TYPE_WORDS = {
     "int": "an integer",
-    "float": "a number",
+    "float": "a finite number",
     "str": "a string",
     "flag": "0 or 1",
     "path": "a path",
@@ -42,12 +43,15 @@ class Variable:
         if self.type == "flag":
             return text.lower() not in ("0", "false", "no", "off")
         try:
-            return int(text) if self.type == "int" else float(text)
+            value = int(text) if self.type == "int" else float(text)
         except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
             raise ConfigError(
                 f"{self.name}={raw!r} is not {_TYPE_WORDS[self.type]} (environment variable). "
                 f"Hint: unset it or give {_TYPE_WORDS[self.type]}."
-            ) from None
+            )
+        return value
 
 
 def _declare(*variables: Variable) -> dict[str, Variable]:

@@ -77,8 +77,9 @@ def test_values_are_parsed_with_their_defaults(name: str, environ: dict[str, str
     ("name", "value", "message"),
     [
         ("TFDIST_CPU_REPLICAS", "four", "TFDIST_CPU_REPLICAS='four' is not an integer"),
-        ("TFDIST_COLLECTIVE_TIMEOUT", "soon", "TFDIST_COLLECTIVE_TIMEOUT='soon' is not a number"),
-        ("TFDIST_MPI_SPIN_US", "1e", "TFDIST_MPI_SPIN_US='1e' is not a number"),
+        ("TFDIST_COLLECTIVE_TIMEOUT", "soon", "TFDIST_COLLECTIVE_TIMEOUT='soon' is not a finite number"),
+        ("TFDIST_COLLECTIVE_TIMEOUT", "nan", "TFDIST_COLLECTIVE_TIMEOUT='nan' is not a finite number"),
+        ("TFDIST_MPI_SPIN_US", "1e", "TFDIST_MPI_SPIN_US='1e' is not a finite number"),
     ],
 )
 def test_a_bad_value_names_the_variable(name: str, value: str, message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -48,6 +49,9 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user errors print one line on stderr and return exit code 2."""
+    # TensorFlow's C++ start-up lines (oneDNN, CPU features, absl) would bury a one-line error, and every
+    # launched worker inherits this: quiet unless the user chose a level.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)

@@ -6,6 +6,7 @@ Range checks are not done here: the Config dataclasses own them, so the CLI and 
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def integer(text: str) -> int:
@@ -17,16 +18,22 @@ def integer(text: str) -> int:
 
 
 def number(text: str) -> float:
-    """Parse a number flag value."""
+    """Parse a finite number flag value (``nan`` and ``inf`` are refused: no flag means them)."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def seconds(text: str) -> float:
-    """Parse a duration in seconds."""
+    """Parse a finite duration in seconds."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value

@@ -92,7 +92,40 @@ def _load_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config {path!r} cannot be read: {exc.strerror}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path!r} is not valid TOML: {exc}.") from None
-    return {key.replace("-", "_"): value for key, value in data.items()}
+    values = {key.replace("-", "_"): value for key, value in data.items()}
+    for key, value in values.items():
+        _check_toml_type(path, key, value)
+    return values
+
+
+#: The TOML type of each key that is not a plain string.
+_TOML_TYPES = {
+    **{
+        k: "an integer"
+        for k in ("nodes", "ntasks_per_node", "gpus_per_node", "gpus_per_task", "cpus_per_task")
+    },
+    **{k: "a boolean" for k in ("gres", "requeue")},
+    **{k: "a list of strings" for k in ("modules", "binds", "extra_sbatch")},
+    "exports": "a table of strings",
+    "per_node": 'a boolean or "mirrored"',
+}
+_TOML_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list"}
+
+
+def _check_toml_type(path: str, key: str, value: Any) -> None:
+    """ConfigError naming the key when its value has the wrong TOML type (e.g. nodes = "two")."""
+    want = _TOML_TYPES.get(key, "a string")
+    ok = {
+        "an integer": isinstance(value, int) and not isinstance(value, bool),
+        "a boolean": isinstance(value, bool),
+        "a list of strings": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        "a table of strings": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
+        'a boolean or "mirrored"': isinstance(value, bool) or value == "mirrored",
+        "a string": isinstance(value, str),
+    }[want]
+    if not ok:
+        got = _TOML_NAMES.get(type(value), "a table" if isinstance(value, dict) else type(value).__name__)
+        raise ConfigError(f"--config {path!r}: key {key!r} must be {want}, got {value!r} ({got}).")
 
 
 def spec_from_args(args: argparse.Namespace) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 
 from tfdist import backends
 from tfdist.errors import ConfigError
+from tfdist.launch.hosts import check_hosts
 
 BACKENDS = backends.NAMES
 
@@ -97,6 +99,8 @@ class LaunchConfig:
                 f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile "
                 "FILE (one host per line)."
             )
+        if self.hosts:
+            check_hosts(self.hosts, "--hosts")
         if self.hosts and len(self.hosts) != self.nnodes:
             raise ConfigError(
                 f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but "
@@ -110,6 +114,13 @@ class LaunchConfig:
             )
 
     def _check_times(self) -> None:
+        for flag, value in (
+            ("--grace", self.grace),
+            ("--watchdog-timeout", self.watchdog_timeout),
+            ("--timeout", self.timeout),
+        ):
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{flag}={value} is not a finite number of seconds.")
         if self.grace < 0:
             raise ConfigError(f"--grace={self.grace} must be 0 or more seconds.")
         if self.watchdog_timeout is not None and self.watchdog_timeout <= 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -49,8 +50,8 @@ class TrainConfig:
             raise ConfigError(f"--epochs={self.epochs} must be at least 1.")
         if self.batch_size_per_replica <= 0:
             raise ConfigError(f"--batch-size-per-replica={self.batch_size_per_replica} must be at least 1.")
-        if self.lr <= 0:
-            raise ConfigError(f"--lr={self.lr} must be positive.")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"--lr={self.lr} must be a positive, finite number.")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(
                 f"--optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}."
@@ -59,7 +60,7 @@ class TrainConfig:
             raise ConfigError(
                 f"--lr-scaling {self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}."
             )
-        if self.warmup_epochs < 0:
+        if not math.isfinite(self.warmup_epochs) or self.warmup_epochs < 0:
             raise ConfigError(f"--warmup-epochs={self.warmup_epochs} must be 0 or more.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise ConfigError(f"--checkpoint-every={self.checkpoint_every} must be at least 1 step.")

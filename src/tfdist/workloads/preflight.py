@@ -10,6 +10,13 @@ from tfdist.workloads.config import TrainConfig
 
 def preflight(config: TrainConfig) -> None:
     """The weights file exists; the run directory is new, or resumed on purpose, and writable."""
+    if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
+        raise ConfigError(f"--output-dir {config.output_dir!r} is a file. Hint: give a directory.")
+    if config.resume and not _has_checkpoint(config.checkpoint_dir):
+        raise ConfigError(
+            f"--resume: no checkpoint to resume in {os.path.abspath(config.checkpoint_dir)!r}. Hint: give "
+            "the --output-dir of the run to continue, or drop --resume to start a new run."
+        )
     if config.weights and not os.path.isfile(config.weights):
         raise ConfigError(f"--weights {config.weights!r} does not exist.")
     if os.path.isdir(config.checkpoint_dir) and os.listdir(config.checkpoint_dir) and not config.resume:
@@ -22,3 +29,10 @@ def preflight(config: TrainConfig) -> None:
         raise ConfigError(
             f"--output-dir {config.output_dir!r} is not writable. Hint: choose a directory you own."
         )
+
+
+def _has_checkpoint(directory: str) -> bool:
+    """A TensorFlow checkpoint index (``checkpoint``) or its data files are there."""
+    if not os.path.isdir(directory):
+        return False
+    return any(name == "checkpoint" or name.endswith(".index") for name in os.listdir(directory))

@@ -1,0 +1,200 @@
+"""Every user mistake a demanding user would make, through the real CLI: exit code 2, at most two lines on
+stderr naming what was received, no traceback, and nothing written in the working directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tfdist.cli import main
+
+SCRIPT = "train.py"  # created in the working directory for every case
+
+#: (argv, environment, text the error must contain). ``{script}`` is a real script in the working dir.
+CASES: list[tuple[list[str], dict[str, str], str]] = [
+    # ---- tfdist env: the environment variables it reads
+    (["env"], {"TFDIST_CPU_REPLICAS": "abc"}, "TFDIST_CPU_REPLICAS='abc' is not an integer"),
+    (["env"], {"TFDIST_CPU_REPLICAS": "0"}, "cpu_replicas=0 must be at least 1"),
+    (["env"], {"TFDIST_BACKEND": "nccl"}, "backend 'nccl' is unknown"),
+    (["env"], {"TFDIST_STRATEGY": "bogus"}, "strategy kind 'bogus' is unknown"),
+    (["env"], {"TFDIST_COMMUNICATION": "xyz"}, "communication 'xyz' is unknown"),
+    (["env"], {"TFDIST_COLLECTIVE_TIMEOUT": "-1"}, "collective_timeout=-1.0 must be positive"),
+    (["env"], {"TFDIST_COLLECTIVE_TIMEOUT": "nan"}, "TFDIST_COLLECTIVE_TIMEOUT='nan' is not a finite number"),
+    (["env"], {"TFDIST_COLLECTIVE_TIMEOUT": "inf"}, "is not a finite number"),
+    (["env"], {"TF_CONFIG": "{bad"}, "TF_CONFIG is not valid JSON"),
+    (["env"], {"TF_CONFIG": '{"cluster": {}, "task": {"type": "worker", "index": 0}}'}, "TF_CONFIG"),
+    (
+        ["env"],
+        {"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}'},
+        "index",
+    ),
+    (
+        ["env"],
+        {"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "boss", "index": 0}}'},
+        "boss",
+    ),
+    (["env", "--bogus"], {}, "unrecognized arguments: --bogus"),
+    # ---- tfdist launch
+    (["launch", "-n", "abc", "{script}"], {}, "'abc' is not an integer"),
+    (["launch", "-n", "0", "{script}"], {}, "--nproc-per-node=0"),
+    (["launch", "-n", "-2", "{script}"], {}, "--nproc-per-node=-2"),
+    (["launch", "-n", "2", "missing.py"], {}, "script 'missing.py' does not exist"),
+    (["launch", "-n", "2", "."], {}, "is a directory"),
+    (["launch", "-n", "2", "-m", "no_such_module_xyz"], {}, "module 'no_such_module_xyz' is not importable"),
+    (["launch", "-n", "2"], {}, "SCRIPT"),
+    (["launch", "--grace", "nan", "{script}"], {}, "'nan' is not a finite number of seconds"),
+    (["launch", "--grace", "-1", "{script}"], {}, "--grace=-1.0 must be 0 or more"),
+    (["launch", "--grace", "soon", "{script}"], {}, "'soon' is not a number of seconds"),
+    (["launch", "--timeout", "0", "{script}"], {}, "--timeout=0.0 must be positive"),
+    (["launch", "--timeout", "inf", "{script}"], {}, "'inf' is not a finite number of seconds"),
+    (["launch", "--watchdog-timeout", "-5", "{script}"], {}, "--watchdog-timeout=-5.0 must be positive"),
+    (["launch", "--watchdog-timeout", "nan", "{script}"], {}, "not a finite number of seconds"),
+    (["launch", "--max-restarts", "-1", "{script}"], {}, "--max-restarts=-1 must be 0 or more"),
+    (["launch", "--max-restarts", "x", "{script}"], {}, "'x' is not an integer"),
+    (["launch", "--nnodes", "0", "{script}"], {}, "--nnodes=0 must be at least 1"),
+    (["launch", "--nnodes", "2", "{script}"], {}, "--nnodes=2 needs the node addresses"),
+    (["launch", "--nnodes", "2", "--node-rank", "2", "--hosts", "a,b", "{script}"], {}, "--node-rank=2"),
+    (["launch", "--nnodes", "2", "--hosts", "a", "{script}"], {}, "names 1 host(s)"),
+    (["launch", "--nnodes", "2", "--hosts", "node1,node1", "{script}"], {}, "'node1' is listed twice"),
+    (["launch", "--nnodes", "2", "--hosts", "Node1,node1", "{script}"], {}, "listed twice"),
+    (
+        ["launch", "--nnodes", "2", "--hosts", "a;rm -rf,b", "{script}"],
+        {},
+        "is not a host name or IP address",
+    ),
+    (["launch", "--nnodes", "2", "--hosts", "a,$(id)", "{script}"], {}, "'$(id)' is not a host name"),
+    (["launch", "--nnodes", "2", "--hosts", "a,,", "{script}"], {}, "empty entry"),
+    (
+        ["launch", "--nnodes", "2", "--hosts", "localhost,node2", "{script}"],
+        {},
+        "'localhost' cannot be mixed",
+    ),
+    (["launch", "--nnodes", "2", "--hosts", "127.0.0.1,10.0.0.2", "{script}"], {}, "cannot be mixed"),
+    (["launch", "--nnodes", "2", "--hosts=-bad,b", "{script}"], {}, "is not a host name"),
+    (
+        ["launch", "--nnodes", "2", "--hostfile", "nofile", "{script}"],
+        {},
+        "--hostfile 'nofile' cannot be read",
+    ),
+    (["launch", "--hosts", "a", "--hostfile", "x", "{script}"], {}, "--hosts and --hostfile were both given"),
+    (["launch", "--base-port", "70000", "{script}"], {}, "--base-port=70000 is outside 1-65535"),
+    (["launch", "--base-port", "http", "{script}"], {}, "'http' is not an integer"),
+    (["launch", "--ps", "-1", "{script}"], {}, "--ps=-1"),
+    (["launch", "--gpus-per-worker", "2", "{script}"], {}, "invalid choice"),
+    (["launch", "--backend", "gloo", "{script}"], {}, "--backend='gloo'"),
+    (["launch", "--backend", "mpi", "--ps", "1", "{script}"], {}, "cannot run parameter servers"),
+    (["launch", "--backend", "mpi", "--nnodes", "2", "--hosts", "a,b", "{script}"], {}, "runs on one node"),
+    (["launch", "--bind-to", "socket", "{script}"], {}, "invalid choice"),
+    (["launch", "--bind-to", "core", "--ps", "1", "{script}"], {}, "--bind-to core"),
+    (["launch", "--log-dir", "afile", "{script}"], {}, "--log-dir 'afile' is a file"),
+    (["launch", "-n", "2", "-m"], {}, "the following arguments are required: SCRIPT"),
+    (["launch", "-n", "2", "notes.sh"], {}, "is not Python"),
+    (
+        ["launch", "-n", "2", "{script}"],
+        {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"},
+        "each of the 4 tasks",
+    ),
+    # ---- tfdist train
+    (["train", "--lr", "nan"], {}, "'nan' is not a finite number"),
+    (["train", "--lr", "inf"], {}, "'inf' is not a finite number"),
+    (["train", "--lr", "0"], {}, "--lr=0.0 must be a positive, finite number"),
+    (["train", "--lr", "-0.1"], {}, "must be a positive"),
+    (["train", "--epochs", "0"], {}, "--epochs=0 must be at least 1"),
+    (["train", "--epochs", "two"], {}, "'two' is not an integer"),
+    (["train", "--batch-size-per-replica", "0"], {}, "--batch-size-per-replica=0"),
+    (["train", "--workload", "gpt"], {}, "--workload 'gpt' is unknown"),
+    (["train", "--dataset", "imagenet"], {}, "--dataset"),
+    (["train", "--dataset", "folder:/no/such/dir"], {}, "does not exist"),
+    (["train", "--optimizer", "lamb"], {}, "--optimizer 'lamb' is unknown"),
+    (["train", "--lr-scaling", "cubic"], {}, "--lr-scaling 'cubic' is unknown"),
+    (["train", "--warmup-epochs", "-1"], {}, "--warmup-epochs=-1.0"),
+    (["train", "--warmup-epochs", "nan"], {}, "is not a finite number"),
+    (["train", "--checkpoint-every", "0"], {}, "--checkpoint-every=0"),
+    (["train", "--steps-per-epoch", "0"], {}, "--steps-per-epoch=0"),
+    (["train", "--mixed-precision", "fp8"], {}, "--mixed-precision 'fp8'"),
+    (["train", "--weights", "nope.h5"], {}, "--weights 'nope.h5' does not exist"),
+    (["train", "--workers", "0"], {}, "--workers=0 must be at least 1"),
+    (["train", "--resume", "--output-dir", "runs/none"], {}, "--resume: no checkpoint to resume in"),
+    (["train", "--output-dir", "afile"], {}, "--output-dir 'afile' is a file"),
+    # ---- tfdist bench
+    (["bench", "--workers", "0"], {}, "--workers '0'"),
+    (["bench", "--workers", "1,1"], {}, "repeats a value"),
+    (["bench", "--workers", ""], {}, "is empty"),
+    (["bench", "--replicas", "x"], {}, "'x' is not a positive integer"),
+    (["bench", "--backend", "horovod"], {}, "--backend 'horovod'"),
+    (["bench", "--backend", "tf,tf"], {}, "repeats a backend"),
+    (["bench", "--steps", "x"], {}, "'x' is not an integer"),
+    (["bench", "--steps", "0"], {}, "--steps"),
+    (["bench", "--repeats", "0"], {}, "--repeats=0"),
+    (["bench", "--warmup", "-1"], {}, "--warmup=-1"),
+    (["bench", "--threads", "0"], {}, "--threads=0"),
+    (["bench", "--run-timeout", "nan"], {}, "is not a finite number of seconds"),
+    (["bench", "--input-delay-ms", "-1"], {}, "--input-delay-ms=-1.0"),
+    (["bench", "--out", "afile"], {}, "--out 'afile' is a file"),
+    (["bench", "--workload", "gpt"], {}, "gpt"),
+    # ---- tfdist slurm
+    (["slurm", "script", "--nodes", "two", "--", "python", "x.py"], {}, "'two' is not an integer"),
+    (["slurm", "script", "--nodes", "0", "--", "python", "x.py"], {}, "--nodes=0 must be at least 1"),
+    (["slurm", "script"], {}, "no command to run"),
+    (["slurm", "script", "--time", "forever", "--", "x"], {}, "--time"),
+    (["slurm", "script", "--mem", "lots", "--", "x"], {}, "--mem"),
+    (["slurm", "script", "--export", "NOVALUE", "--", "x"], {}, "--export 'NOVALUE' must be NAME=VALUE"),
+    (["slurm", "script", "--config", "nope.toml", "--", "x"], {}, "--config 'nope.toml' cannot be read"),
+    (["slurm", "script", "--config", "bad.toml", "--", "x"], {}, "is not valid TOML"),
+    (
+        ["slurm", "script", "--config", "types.toml", "--", "x"],
+        {},
+        "key 'nodes' must be an integer, got 'two'",
+    ),
+    (["slurm", "script", "--config", "bool.toml", "--", "x"], {}, "key 'requeue' must be a boolean, got 1"),
+    (["slurm", "script", "--config", "list.toml", "--", "x"], {}, "key 'modules' must be a list of strings"),
+    (["slurm", "script", "--config", "unknown.toml", "--", "x"], {}, "unknown key(s) colour"),
+    (["slurm", "status", "12a"], {}, "12a"),
+    (["slurm", "bogus"], {}, "invalid choice"),
+]
+
+FILES = {
+    SCRIPT: "print('hello')\n",
+    "afile": "not a directory\n",
+    "notes.sh": "#!/bin/bash\necho hi\n",
+    "bad.toml": "nodes = [\n",
+    "types.toml": 'nodes = "two"\n',
+    "bool.toml": "requeue = 1\n",
+    "list.toml": 'modules = "cuda"\n',
+    "unknown.toml": 'colour = "red"\n',
+}
+
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_a_bad_input_is_one_line_and_exit_2(
+    argv: list[str],
+    environ: dict[str, str],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    before = sorted(os.listdir(tmp_path))
+    try:
+        code = main([a.replace("{script}", SCRIPT) for a in argv])
+    except SystemExit as exc:  # argparse
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert 1 <= len(lines) <= 2, err
+    assert "Traceback" not in err
+    assert expected in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # nothing half-written
+
+
+def test_the_table_is_large_enough() -> None:
+    assert len(CASES) >= 80
+    assert {c[0][0] for c in CASES} >= {"env", "launch", "train", "bench", "slurm"}
