@@ -31,6 +31,7 @@ _EXPORTS = {
     "SetupError": "tfdist.errors",
     "TfdistError": "tfdist.errors",
     "WorkerFailedError": "tfdist.errors",
+    "NonFiniteLossError": "tfdist.errors",
     "LaunchConfig": "tfdist.launch",
     "RunResult": "tfdist.launch",
     "launch": "tfdist.launch",
@@ -45,7 +46,13 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 if TYPE_CHECKING:
     from tfdist.api import backend, is_chief, local_rank, num_replicas, plan, rank, strategy, world_size  # noqa: F401
     from tfdist.env import detect_environment  # noqa: F401
-    from tfdist.errors import ConfigError, SetupError, TfdistError, WorkerFailedError  # noqa: F401
+    from tfdist.errors import (  # noqa: F401
+        ConfigError,
+        NonFiniteLossError,
+        SetupError,
+        TfdistError,
+        WorkerFailedError,
+    )
     from tfdist.launch import LaunchConfig, RunResult, launch  # noqa: F401
     from tfdist.train import evaluate, fit, predict  # noqa: F401
     from tfdist.train.save import save_model  # noqa: F401

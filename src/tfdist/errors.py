@@ -19,6 +19,10 @@ class SetupError(TfdistError):
     """Something the machine should provide is missing (a library, a command such as ``sbatch``)."""
 
 
+class NonFiniteLossError(TfdistError):
+    """Training produced a NaN or infinite loss; the run stopped there on every worker."""
+
+
 class WorkerFailedError(TfdistError):
     """A worker process of a launched group failed first; carries its identity for reporting."""
 

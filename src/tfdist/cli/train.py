@@ -47,6 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--mixed-precision", default=None, help="bf16 | fp16")
     p.add_argument("--weights", default=None, help="local weights file for resnet50 / mobilenetv2")
+    p.add_argument(
+        "--on-nan", default="stop", help="stop (default: end the run at a NaN/inf loss) | continue"
+    )
     p.add_argument("--workers", type=integer, default=None, help="start N local workers through the launcher")
     p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
     p.set_defaults(run=run)
@@ -76,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         weights=args.weights,
         data_dir=args.data_dir,
         image_size=args.image_size,
+        on_nan=args.on_nan,
     )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from tfdist import context, variables
 from tfdist._log import get_logger
-from tfdist.errors import ConfigError
+from tfdist.errors import ConfigError, NonFiniteLossError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.train.data import DistributedData
@@ -150,6 +150,7 @@ class SyncTrainer:
         self.timeline: list[tuple[int, float]] = []
         self.first_step_at: float | None = None
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
+        self.last_finite: tuple[float, int] | None = None  # (loss per example, global step) at a sync point
 
     @property
     def processes(self) -> tuple[int, int]:
@@ -281,7 +282,7 @@ class SyncTrainer:
         if self.iterator is None:
             self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
         iterator = self.iterator
-        pending: Any = None  # this worker's sums since the last sync point (reduced across workers there)
+        block: list[Any] = []  # this worker's step sums since the last sync point (reduced there)
         for done in range(skip, self.plan.steps_per_epoch):
             self.schedule.update(step)
             try:
@@ -289,7 +290,7 @@ class SyncTrainer:
             except StopIteration:
                 break
             out = self.train_step(batch, self._votes[bool(self.stop.signum)])
-            pending = out if pending is None else pending + out
+            block.append(out)
             step += 1
             if self.first_step_at is None:
                 out.numpy()  # one host sync per run: when did the first step finish?
@@ -298,7 +299,9 @@ class SyncTrainer:
                 continue
             # Reading results blocks until the step ran; doing it every few steps keeps the input
             # pipeline and the next step's dispatch overlapping with compute.
-            values, pending = self.reduce_totals(pending).numpy(), None
+            values = self.reduce_totals(_sum(block)).numpy()
+            self._check_finite(values, block, step, epoch)
+            block = []
             self.timeline.append((step, time.time()))
             totals += values[:-1]
             self.heartbeat.beat()
@@ -308,9 +311,41 @@ class SyncTrainer:
                 self.checkpointer.save(step)
             if values[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
                 self._preempt(step)
-        if pending is not None:
-            totals += self.reduce_totals(pending).numpy()[:-1]
+        if block:
+            values = self.reduce_totals(_sum(block)).numpy()
+            self._check_finite(values, block, step, epoch)
+            totals += values[:-1]
         return totals
+
+    def _check_finite(self, values: np.ndarray, block: list[Any], step: int, epoch: int) -> None:
+        """Stop every worker at the same sync point when the job's loss is no longer finite.
+
+        Every worker reads the same reduced sums, so all of them stop here; no checkpoint is written
+        after the non-finite steps (the last one saved holds finite weights).
+        """
+        count = values[-2]
+        if np.isfinite(values[0]):
+            if count > 0:
+                self.last_finite = (float(values[0] / count), step)
+            return
+        if self.options.on_nan != "stop":
+            return
+        first = step - len(block) + 1
+        local = [i for i, out in enumerate(block) if not np.isfinite(np.asarray(out)[0])]
+        where = f"at step {first + local[0]}" if local else f"in steps {first}-{step}"
+        in_epoch = (first + (local[0] if local else 0)) - epoch * self.plan.steps_per_epoch
+        before = (
+            f"last finite loss {self.last_finite[0]:.6g} (at step {self.last_finite[1]})"
+            if self.last_finite
+            else "no finite loss before it"
+        )
+        what = "NaN" if np.isnan(values[0]) else "infinite"
+        raise NonFiniteLossError(
+            f"the loss became {what} {where} (epoch {epoch + 1}, step {in_epoch} of "
+            f"{self.plan.steps_per_epoch}); {before}; training stopped on every worker, no "
+            "checkpoint written after it. Hint: lower the learning rate, check the data for NaN/inf, or pass "
+            "on_nan='continue'."
+        )
 
     def _sync_point(self, step: int, done: int) -> bool:
         """Steps at which every worker reads its results: the same step numbers everywhere.
@@ -384,3 +419,12 @@ def _requeue_slurm_job() -> None:
         log.warning("asked Slurm to requeue job %s; the next run resumes from the checkpoint", job_id)
     except TfdistError as exc:  # e.g. submitted without --requeue: the checkpoint is still there
         log.warning("could not requeue job %s: %s", job_id, exc)
+
+
+def _sum(outputs: list[Any]) -> Any:
+    """The element-wise sum of a block's step outputs (one op, not one per step)."""
+    if len(outputs) == 1:
+        return outputs[0]
+    import tensorflow as tf
+
+    return tf.add_n(outputs)

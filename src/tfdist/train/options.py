@@ -28,6 +28,8 @@ class FitOptions:
     tensorboard_dir: str | None = None
     jit_compile: bool = False
     log_every: int = 10
+    #: "stop": a NaN/inf loss ends the run on every worker (NonFiniteLossError); "continue": train on.
+    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
@@ -40,5 +42,7 @@ class FitOptions:
             raise ConfigError(f"keep_checkpoints={self.keep_checkpoints} must be at least 1.")
         if self.lr_scaling not in RULES:
             raise ConfigError(f"lr_scaling={self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}.")
+        if self.on_nan not in ("stop", "continue"):
+            raise ConfigError(f"on_nan={self.on_nan!r} is unknown; choose stop or continue.")
         if self.warmup_epochs < 0:
             raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be 0 or more.")

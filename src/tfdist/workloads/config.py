@@ -36,6 +36,7 @@ class TrainConfig:
     weights: str | None = None
     data_dir: str | None = None
     image_size: int = 64
+    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
         if self.workload not in models.NAMES:
@@ -66,6 +67,8 @@ class TrainConfig:
             raise ConfigError(f"--checkpoint-every={self.checkpoint_every} must be at least 1 step.")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ConfigError(f"--steps-per-epoch={self.steps_per_epoch} must be at least 1.")
+        if self.on_nan not in ("stop", "continue"):
+            raise ConfigError(f"--on-nan {self.on_nan!r} is unknown; choose stop or continue.")
         if self.mixed_precision not in (None, "bf16", "fp16"):
             raise ConfigError(f"--mixed-precision {self.mixed_precision!r}: use bf16 or fp16.")
 

@@ -94,6 +94,7 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
         run_dir=config.output_dir,
         tensorboard_dir=os.path.join(config.output_dir, "tensorboard"),
         jit_compile=config.xla,
+        on_nan=config.on_nan,
     )
     model_path = os.path.join(config.output_dir, "model.keras")
     tfdist.save_model(model, model_path)
