@@ -49,6 +49,9 @@ elif mode == "fail-once":
     record(f"done-{rank}-attempt{os.environ['TFDIST_RESTART_COUNT']}.json", rank)
 elif mode == "silent":
     time.sleep(120)
+elif mode == "stubborn":  # hung, and deaf to SIGTERM (as a process stuck in a collective can be)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(120)
 elif mode == "exit":
     if rank == 1:
         time.sleep(0.5)

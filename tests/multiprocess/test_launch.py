@@ -272,6 +272,30 @@ def test_watchdog_fires_on_a_silent_worker(tmp_path: Path) -> None:
     assert elapsed < watchdog + 5 + 3  # + start-up of the interpreters
 
 
+def test_watchdog_ends_a_hung_job_within_the_timeout_plus_5_s_whatever_the_grace(tmp_path: Path) -> None:
+    """Workers that ignore SIGTERM, --grace 30: the watchdog still ends the job within its timeout + 5 s."""
+    watchdog, startup = 3.0, 4.0
+    started = time.monotonic()
+    proc = run(
+        "-n",
+        "2",
+        "--cpu",
+        "--watchdog-timeout",
+        str(watchdog),
+        "--grace",
+        "30",
+        "--log-dir",
+        str(tmp_path / "run"),
+        WORKER,
+        "stubborn",
+        str(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode == 124, proc.stderr
+    assert "hung: no output or heartbeat" in proc.stderr
+    assert time.monotonic() - started < watchdog + 5 + startup
+
+
 def test_heartbeat_file_keeps_a_silent_worker_alive(tmp_path: Path) -> None:
     script = tmp_path / "beat.py"
     script.write_text(

@@ -25,6 +25,8 @@ from tfdist.launch.preflight import preflight
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
+#: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
+HUNG_GRACE_S = 4.0
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
 
 
@@ -180,7 +182,9 @@ class _Attempt:
             return refused
         hung = self._hung(now)
         if hung is not None:
-            self.group.close(self.config.grace)
+            # A hung worker never reaches the step boundary its SIGTERM handler waits for: a long grace
+            # would only delay the end. The job ends within --watchdog-timeout + HUNG_GRACE_S (+ a poll).
+            self.group.close(min(self.config.grace, HUNG_GRACE_S))
             return Outcome.FAILED, hung
         if self.deadline is not None and now > self.deadline:
             self.group.close(self.config.grace)
