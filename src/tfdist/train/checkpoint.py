@@ -30,14 +30,23 @@ class Checkpointer:
         epoch: Any,
         is_chief: bool,
         keep: int = 3,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        """``extra``: more state that decides the next step (the epoch's partial sums); the random states of
+        the model's Keras seed generators (dropout, augmentation) are added here: Keras does not track
+        them for TensorFlow checkpoints."""
         import tensorflow as tf
 
         self.directory = os.path.abspath(directory)
         self.is_chief = is_chief
         self.keep = keep
         _check_writable(self.directory)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, epoch=epoch)
+        # Keyed by position, not by name: Keras numbers seed generators per process (seed_generator_4).
+        seeds = [v for v in model.variables if "seed_generator" in v.path]
+        rng = {f"seed_generator_{i}": v.value for i, v in enumerate(seeds)}
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, step=step, epoch=epoch, rng=rng, **(extra or {})
+        )
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep)
 
     def restore_latest(self) -> str | None:

@@ -121,6 +121,10 @@ class SyncTrainer:
             only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
             self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
+            # The running sums of the epoch so far, checkpointed: a resumed epoch reports all its steps.
+            self.epoch_sums = tf.Variable(
+                tf.zeros(self.metrics.width, tf.float64), trainable=False, aggregation=only_first
+            )
             optimizer.build(model.trainable_variables)
         self.checkpointer = self._restore()
         self._start_in_sync()
@@ -151,6 +155,7 @@ class SyncTrainer:
         self.first_step_at: float | None = None
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
         self.last_finite: tuple[float, int] | None = None  # (loss per example, global step) at a sync point
+        self.resumed_examples = 0.0  # examples of the current epoch trained before a resume
 
     @property
     def processes(self) -> tuple[int, int]:
@@ -218,6 +223,7 @@ class SyncTrainer:
             epoch=self.epoch_var,
             is_chief=self.env.is_chief,
             keep=self.options.keep_checkpoints,
+            extra={"epoch_sums": self.epoch_sums},
         )
         restored = checkpointer.restore_latest()
         if restored:
@@ -264,20 +270,24 @@ class SyncTrainer:
         totals = self._train_steps(epoch)
         seconds = time.monotonic() - started  # training only: checkpoint and validation time excluded
         self.epoch_var.assign(epoch + 1)
+        self.epoch_sums.assign(np.zeros(self.metrics.width))  # a checkpoint here starts the next epoch
         if self.checkpointer:
             self.checkpointer.save(int(self.step_var.numpy()))
         logs = self.metrics.logs(totals)
         if self.has_validation:
             logs.update(self._validate())
-        logs["examples_per_sec"] = float(totals[-1] / max(seconds, 1e-9))
+        trained = totals[-1] - self.resumed_examples  # this run's examples (not the resumed epoch's)
+        logs["examples_per_sec"] = float(trained / max(seconds, 1e-9))
         self.reporter.epoch_end(epoch, logs, seconds)
         self.callbacks.on_epoch_end(epoch, logs)
-        return int(totals[-1])
+        return int(trained)
 
     def _train_steps(self, epoch: int) -> np.ndarray:
         step = int(self.step_var.numpy())
         skip = step - epoch * self.plan.steps_per_epoch
-        totals = np.zeros(self.metrics.width)
+        # A resumed epoch continues its sums from the checkpoint: its reported loss covers every step.
+        totals = np.array(self.epoch_sums.numpy()) if skip > 0 else np.zeros(self.metrics.width)
+        self.resumed_examples = float(totals[-1])
         started = time.monotonic()
         if self.iterator is None:
             self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
@@ -304,8 +314,9 @@ class SyncTrainer:
             block = []
             self.timeline.append((step, time.time()))
             totals += values[:-1]
+            self.epoch_sums.assign(totals)
             self.heartbeat.beat()
-            rate = totals[-1] / max(time.monotonic() - started, 1e-9)
+            rate = (totals[-1] - self.resumed_examples) / max(time.monotonic() - started, 1e-9)
             self.reporter.step(done + 1, totals[0] / max(totals[-1], 1), rate)
             if self._checkpoint_due(step):
                 self.checkpointer.save(step)
