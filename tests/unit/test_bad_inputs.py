@@ -198,3 +198,51 @@ def test_a_bad_input_is_one_line_and_exit_2(
 def test_the_table_is_large_enough() -> None:
     assert len(CASES) >= 80
     assert {c[0][0] for c in CASES} >= {"env", "launch", "train", "bench", "slurm"}
+
+
+def _api_cases() -> list[tuple[str, object, str]]:
+    import tfdist
+    from tfdist.bench.config import BenchConfig
+    from tfdist.launch import LaunchConfig
+    from tfdist.slurm import SbatchSpec
+    from tfdist.workloads.config import TrainConfig
+
+    nan = float("nan")
+    return [
+        ("fit epochs=0", lambda: tfdist.fit(None, None, epochs=0), "epochs=0 must be a positive integer"),
+        ("fit epochs=True", lambda: tfdist.fit(None, None, epochs=True), "epochs=True"),
+        ("fit log_every=0", lambda: tfdist.fit(None, None, epochs=1, log_every=0), "log_every=0"),
+        ("fit on_nan", lambda: tfdist.fit(None, None, epochs=1, on_nan="skip"), "on_nan='skip' is unknown"),
+        (
+            "fit lr_scaling",
+            lambda: tfdist.fit(None, None, epochs=1, lr_scaling="cubic"),
+            "lr_scaling='cubic'",
+        ),
+        ("fit keep", lambda: tfdist.fit(None, None, epochs=1, keep_checkpoints=0), "keep_checkpoints=0"),
+        ("fit unknown kw", lambda: tfdist.fit(None, None, epochs=1, learning_rate=0.1), "tfdist.fit:"),
+        ("strategy kind", lambda: tfdist.plan(kind="bogus"), "strategy kind 'bogus' is unknown"),
+        ("strategy cpu_replicas", lambda: tfdist.plan(cpu_replicas=0), "cpu_replicas=0 must be at least 1"),
+        ("strategy devices", lambda: tfdist.plan(devices=[-1]), "devices=[-1]"),
+        ("strategy timeout", lambda: tfdist.plan(collective_timeout=-1), "collective_timeout=-1"),
+        ("launch hosts", lambda: LaunchConfig(nnodes=2, hosts=("a", "a")), "'a' is listed twice"),
+        ("launch grace nan", lambda: LaunchConfig(grace=nan), "--grace=nan is not a finite number"),
+        ("bench steps", lambda: BenchConfig(out="b", steps=0), "--steps"),
+        ("sbatch nodes", lambda: SbatchSpec(command=("x",), nodes=0), "--nodes=0"),
+        ("train lr nan", lambda: TrainConfig(lr=nan), "--lr=nan must be a positive, finite number"),
+        ("train on_nan", lambda: TrainConfig(on_nan="skip"), "--on-nan 'skip' is unknown"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(17))
+def test_a_bad_python_api_argument_is_a_config_error(index: int) -> None:
+    from tfdist.errors import ConfigError
+
+    name, call, expected = _api_cases()[index]
+    with pytest.raises(ConfigError) as info:
+        call()  # type: ignore[operator]
+    assert expected in str(info.value), name
+    assert "\n" not in str(info.value)
+
+
+def test_the_api_table_is_complete() -> None:
+    assert len(_api_cases()) == 17
