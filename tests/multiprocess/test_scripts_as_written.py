@@ -76,7 +76,7 @@ def test_failure_report_shows_the_exception_and_where_it_was_raised(backend: str
     report = proc.stderr + proc.stdout
     rank = "[r1] " if backend == "mpi" else ""
     assert f"  {rank}ValueError: Dimensions must be equal, but are 3 and 4\n" in report
-    assert f"  at {script}:8 in build_batch\n" in report
+    assert f"  at {script}:9 in build_batch\n" in report
     assert "tensor row 59" in report  # then the log's last lines
 
 

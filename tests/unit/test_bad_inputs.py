@@ -116,6 +116,8 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["train", "--mixed-precision", "fp8"], {}, "--mixed-precision 'fp8'"),
     (["train", "--weights", "nope.h5"], {}, "--weights 'nope.h5' does not exist"),
     (["train", "--workers", "0"], {}, "--workers=0 must be at least 1"),
+    (["train", "--backend", "mpi"], {}, "--backend mpi needs --workers N"),
+    (["train", "--workers", "2", "--backend", "gloo"], {}, "--backend='gloo'"),
     (["train", "--resume", "--output-dir", "runs/none"], {}, "--resume: no checkpoint to resume in"),
     (["train", "--output-dir", "afile"], {}, "--output-dir 'afile' is a file"),
     # ---- tfdist bench

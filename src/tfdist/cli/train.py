@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
         "--on-nan", default="stop", help="stop (default: end the run at a NaN/inf loss) | continue"
     )
     p.add_argument("--workers", type=integer, default=None, help="start N local workers through the launcher")
+    p.add_argument(
+        "--backend", default="tf", help="with --workers: tf (default) | mpi (one packed all-reduce per step)"
+    )
     p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
     p.set_defaults(run=run)
 
@@ -89,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     preflight(config)
+    if args.workers is None and args.backend != "tf":
+        raise ConfigError(f"--backend {args.backend} needs --workers N (it picks how the workers synchronise).")
     if args.workers is None:
         from tfdist.workloads.job import run_training
 
@@ -107,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         prefix=False,
         max_restarts=args.max_restarts,
         log_dir=os.path.join(config.output_dir, "logs"),
+        backend=args.backend,
     )
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
