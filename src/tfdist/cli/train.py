@@ -93,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     preflight(config)
     if args.workers is None and args.backend != "tf":
-        raise ConfigError(f"--backend {args.backend} needs --workers N (it picks how the workers synchronise).")
+        raise ConfigError(
+            f"--backend {args.backend} needs --workers N (it picks how the workers synchronise)."
+        )
     if args.workers is None:
         from tfdist.workloads.job import run_training
 

@@ -9,12 +9,17 @@ half-written checkpoint as "latest".
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from typing import Any
 
+from tfdist import files
 from tfdist.errors import ConfigError
+
+#: The run's per-epoch logs, next to the checkpoints.
+HISTORY = "history.json"
 
 
 class Checkpointer:
@@ -66,9 +71,16 @@ class Checkpointer:
             ) from None
         return str(latest)
 
-    def save(self, step: int) -> str:
-        """Save on every worker; only the chief's copy lands in ``directory``."""
+    def save(self, step: int, history: dict[str, list[float]] | None = None) -> str:
+        """Save on every worker; only the chief's copy lands in ``directory``.
+
+        ``history`` (at epoch ends): the run's per-epoch logs so far, kept next to the checkpoints so a
+        resumed run returns the whole run's history. Written before the checkpoint: a crash in between
+        leaves a history one epoch ahead, which :meth:`history` cuts back to the checkpoint's epoch.
+        """
         if self.is_chief:
+            if history is not None:
+                files.write_json(os.path.join(self.directory, HISTORY), history)
             return str(self.manager.save(checkpoint_number=step))
         scratch = tempfile.mkdtemp(prefix="tfdist-ckpt-")
         try:
@@ -76,6 +88,16 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return self.directory
+
+    def history(self, epochs: int) -> dict[str, list[float]]:
+        """The first ``epochs`` epochs of the run's history, as saved with the checkpoints ({} if none)."""
+        path = os.path.join(self.directory, HISTORY)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except (OSError, ValueError):
+            return {}
+        return {k: list(v)[:epochs] for k, v in saved.items()} if isinstance(saved, dict) else {}
 
 
 def _check_writable(directory: str) -> None:

@@ -242,7 +242,12 @@ class SyncTrainer:
         self.stop.install()
         try:
             self.callbacks.on_train_begin()
-            first_epoch = int(self.step_var.numpy()) // self.plan.steps_per_epoch
+            # The epoch counter, not step // steps: a checkpoint taken at an epoch's last step before its
+            # end (validation, history, callbacks) resumes with that end, after zero more steps.
+            first_epoch = int(self.epoch_var.numpy())
+            if self.checkpointer and first_epoch:  # a resumed run returns the whole run's history
+                self.history.history = self.checkpointer.history(first_epoch)
+                self.history.epoch = list(range(first_epoch))
             if first_epoch >= self.options.epochs:
                 self.reporter.message(f"the checkpoint is already at epoch {first_epoch}; nothing to train.")
             for epoch in range(first_epoch, self.options.epochs):
@@ -271,13 +276,14 @@ class SyncTrainer:
         seconds = time.monotonic() - started  # training only: checkpoint and validation time excluded
         self.epoch_var.assign(epoch + 1)
         self.epoch_sums.assign(np.zeros(self.metrics.width))  # a checkpoint here starts the next epoch
-        if self.checkpointer:
-            self.checkpointer.save(int(self.step_var.numpy()))
         logs = self.metrics.logs(totals)
         if self.has_validation:
             logs.update(self._validate())
         trained = totals[-1] - self.resumed_examples  # this run's examples (not the resumed epoch's)
         logs["examples_per_sec"] = float(trained / max(seconds, 1e-9))
+        if self.checkpointer:  # after validation: the epoch's whole history goes with its checkpoint
+            history = {k: [*self.history.history.get(k, []), v] for k, v in logs.items()}
+            self.checkpointer.save(int(self.step_var.numpy()), history=history)
         self.reporter.epoch_end(epoch, logs, seconds)
         self.callbacks.on_epoch_end(epoch, logs)
         return int(trained)
