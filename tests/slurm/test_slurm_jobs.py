@@ -127,7 +127,41 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
     assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) >= 1, log[-3000:]
     assert "stop requested (SIGUSR2): checkpoint written at step" in log
     assert "asked Slurm to requeue job" in log
-    assert json.loads((out / "history-0.json").read_text())["steps"] == 600
+    resumed = json.loads((out / "history-0.json").read_text())
+    assert resumed["steps"] == 600
+    # The requeued job ends exactly where an uninterrupted run of the same script does.
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    ref = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdist",
+            "launch",
+            "-n",
+            "2",
+            "--cpu",
+            "--log-dir",
+            str(tmp_path / "ref-run"),
+            PROBE,
+            str(reference),
+            "--checkpoint",
+            str(tmp_path / "ref-ckpt"),
+            "--epochs",
+            "2",
+            "--steps",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
+    expected = json.loads((reference / "history-0.json").read_text())["history"]
+    for name, values in expected.items():
+        if name != "examples_per_sec":  # wall-clock timing
+            assert np.allclose(resumed["history"][name], values, atol=1e-6, rtol=0), name
 
 
 def test_unknown_job_id_is_one_line(slurm_env: dict[str, str]) -> None:
