@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
-STEPS, EPOCHS = 30, 2
+STEPS, EPOCHS = 20, 2
 
 
 def command(out: Path, workload: str, backend: str) -> list[str]:
