@@ -11,6 +11,7 @@ does; other dtypes and Min/Max/Product through MPI's own reductions.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,15 @@ def agree(
         extra,
         tuple((a.dtype.str, (a.shape[1:] if free_first_dim else a.shape), a.ndim) for a in arrays),
     )
+    # Fast path, every call: one 8-byte digest per rank through a buffer all-gather (no pickling).
+    digest = np.array(
+        [int.from_bytes(hashlib.blake2b(repr(mine).encode(), digest_size=8).digest(), "little")]
+    )
+    digests = np.empty(world.size, dtype=digest.dtype)
+    world.comm.Allgather(digest.view(np.int64), digests.view(np.int64))
+    if (digests == digest[0]).all():
+        return
+    # Slow path, only when the ranks disagree: gather the descriptions to name them.
     everyone = world.comm.allgather((mine, [_describe(a) for a in arrays]))
     for rank, (theirs, described) in enumerate(everyone):
         if theirs == mine:
@@ -83,10 +93,14 @@ def allreduce_arrays(
     world = runtime.world()
     agree("ALLREDUCE", arrays, extra=(op, prescale, postscale))
     scaled = [a * a.dtype.type(prescale) if prescale != 1.0 else a for a in arrays]
+    factor = postscale / world.size if op == Average else postscale
+    if world.size > 1 and op in (Sum, Average) and all(a.dtype == np.float32 for a in arrays):
+        # One packed all-reduce; its results are views of shared memory (the next call overwrites them),
+        # so the scaling pass that follows is also the copy the caller keeps: one pass over the data.
+        views = world.float_sync().allreduce(scaled, keep=len(scaled))
+        return [v * np.float32(factor) if factor != 1.0 else v.copy() for v in views]
     if world.size == 1:
         out = [np.array(a, copy=True) for a in scaled]
-    elif op in (Sum, Average) and all(a.dtype == np.float32 for a in arrays):
-        out = world.float_sync().allreduce(scaled)  # one packed all-reduce, fresh copies
     elif op in (Sum, Average) and all(a.dtype == np.float16 for a in arrays):
         # Summed in float32, rounded back once (Horovod's float16 sums also add in float32).
         summed = world.float_sync().allreduce([a.astype(np.float32) for a in scaled])
@@ -99,7 +113,6 @@ def allreduce_arrays(
             result = np.empty_like(np.ascontiguousarray(a))
             world.comm.Allreduce(np.ascontiguousarray(a), result, op=mpi_op[op])
             out.append(result)
-    factor = postscale / world.size if op == Average else postscale
     if factor != 1.0:
         out = [_scale(r, factor) for r in out]
     return out
