@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def export(rev: str, into: Path) -> Path:
     """The tree of ``rev`` (git archive), unpacked under ``into``; returns its ``src`` directory."""
+    into.mkdir(parents=True, exist_ok=True)
     archive = into / "tree.tar"
     subprocess.run(
         ["git", "archive", "--format=tar", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120
