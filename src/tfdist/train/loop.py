@@ -102,11 +102,9 @@ class SyncTrainer:
         ``fit``."""
         import tensorflow as tf
 
-        from tfdist.env import detect_environment
-
         self.model, self.options = model, options
         self.strategy = strategy_of(model)
-        self.env = detect_environment()
+        self.env = context.current().environment  # decided once by tfdist.strategy()
         self.loss_fn, _ = loss_function(model)
         self.metrics = MetricSet(model, self.strategy, *sample)
         self.sync = synchroniser(self.strategy)

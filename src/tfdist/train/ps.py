@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
+from tfdist.sync.parameter_server import ParameterServer
 from tfdist.sync.step import replica_eval_step, replica_train_step
 from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, with_weights
 from tfdist.train.loop import SyncTrainer
@@ -29,7 +30,9 @@ class ParameterServerTrainer(SyncTrainer):
                 "the number of steps per epoch is unknown or zero. Hint: pass steps_per_epoch=N."
             )
         self.plan = BatchPlan(batch, batch, steps)
-        self.coordinator = self.sync.coordinator  # type: ignore[attr-defined]
+        assert isinstance(self.sync, ParameterServer)  # tfdist.sync picks it for this strategy
+        self.ps_sync = self.sync
+        self.coordinator = self.sync.coordinator
         self.worker_iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
         self.val_arrays = None
         if validation_data is not None:
@@ -121,7 +124,7 @@ class ParameterServerTrainer(SyncTrainer):
         done = int(self.step_var.numpy()) - epoch * self.plan.steps_per_epoch
         for scheduled in range(max(0, done), self.plan.steps_per_epoch):
             self.schedule.update(epoch * self.plan.steps_per_epoch + scheduled)
-            self.sync.schedule(self.worker_step, args=(self.worker_iterator,))  # type: ignore[attr-defined]
+            self.ps_sync.schedule(self.worker_step, args=(self.worker_iterator,))
             self.heartbeat.beat()
             if self.stop.signum:
                 break
