@@ -32,23 +32,35 @@ def bench(out: Path, *args: str, timeout: float = 500) -> subprocess.CompletedPr
     )
 
 
-def test_scaling_grid_over_both_backends(tmp_path: Path) -> None:
+def test_scaling_grid_over_both_backends_and_the_references(tmp_path: Path) -> None:
     out = tmp_path / "grid"
-    proc = bench(out, "--workers", "1,2", "--backend", "tf,mpi", "--steps", "20", "--warmup", "10")
+    proc = bench(
+        out, "--workers", "1,2", "--backend", "tf,mpi", "--compare", "all", "--steps", "20", "--warmup", "10"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     runs = {r["name"]: r for r in results["runs"]}
-    assert set(runs) == {"local-w1-r1", "tf-w2-r1", "mpi-w2-r1"}
+    references = {"independent-w2-r1", "raw-tf-w2-r1", "keras-fit-w2-r1"}
+    assert set(runs) == {"local-w1-r1", "tf-w2-r1", "mpi-w2-r1", *references}
     for run in runs.values():
         assert set(run) >= REQUIRED
         assert run["examples_per_sec"] > 0 and 0 < run["step_time_median_s"] <= run["step_time_p90_s"]
         assert 0 < run["efficiency"] < 1.5 and run["time_to_first_step_s"] > 0
         assert 0 < run["cpu_util"] <= 1.05
+        # Every process of every configuration holds one model: none near twice the one-worker memory.
+        assert 0.5 < run["rss_vs_one_worker"] < 1.6 and run["peak_rss_mb"] > 100
     assert runs["local-w1-r1"]["speedup"] == 1.0
-    # Two processes on two cores do more work per second than one, through either backend.
-    assert runs["tf-w2-r1"]["speedup"] > 1.0 and runs["mpi-w2-r1"]["speedup"] > 1.0
+    # Two processes on two cores do more work per second than one, through either backend and each
+    # reference; the independent copies each wrote their own result and were added up.
+    for name in ("tf-w2-r1", "mpi-w2-r1", *references):
+        assert runs[name]["speedup"] > 1.0, name
+    assert len(list((out / "runs" / "independent-w2-r1-0").glob("bench-r*.json"))) == 2
+    for name in ("tf-w2-r1", "mpi-w2-r1", "keras-fit-w2-r1"):
+        ratio = runs[name]["examples_per_sec"] / runs["independent-w2-r1"]["examples_per_sec"]
+        assert runs[name]["vs_independent"] == ratio
+    assert runs["raw-tf-w2-r1"]["vs_raw_tf"] == 1.0
     with (out / "results.csv").open() as fh:
-        assert len(list(csv.DictReader(fh))) == 3
+        assert len(list(csv.DictReader(fh))) == 6
     assert (out / "scaling.png").stat().st_size > 1000
     assert "| mpi-w2-r1 | 2 | 1 | mpi |" in (out / "report.md").read_text()
     assert "speed-up" in proc.stdout and "mpi-w2-r1" in proc.stdout  # the console table

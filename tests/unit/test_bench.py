@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.bench.config import BenchConfig, WorkerSpec, parse_backends, parse_counts
+from tfdist.bench.config import BenchConfig, WorkerSpec, parse_backends, parse_compare, parse_counts
 from tfdist.bench.diagnose import Evidence, diagnose
-from tfdist.bench.plan import RunSpec, command_for, plan_bench, worker_args
+from tfdist.bench.plan import RunSpec, command_for, plan_bench, program_for, worker_args
 from tfdist.bench.preflight import preflight
 from tfdist.bench.report import write_all
-from tfdist.bench.runner import Usage
-from tfdist.bench.stats import Sample, measured_window, percentile, sample_from_summary, summarize
+from tfdist.bench.runner import Usage, read_results
+from tfdist.bench.stats import (
+    Sample,
+    combine_copies,
+    measured_window,
+    percentile,
+    sample_from_summary,
+    summarize,
+)
 from tfdist.cli import main
 from tfdist.errors import ConfigError
 
@@ -277,6 +284,8 @@ def test_report_files(tmp_path: Path) -> None:
         (["--backend", "horovod"], "--backend 'horovod'"),
         (["--steps", "x"], "'x' is not an integer"),
         (["--workload", "vgg"], "--workload 'vgg'"),
+        (["--compare", "raw"], "--compare 'raw': unknown raw"),
+        (["--compare", "raw-tf", "--dataset", "tfds:mnist"], "reference programs train on in-memory"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_writes_nothing(
@@ -289,3 +298,89 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("all", ("independent", "raw-tf", "keras-fit")),
+        ("none", ()),
+        ("raw-tf, Independent", ("raw-tf", "independent")),
+    ],
+)
+def test_compare_lists(text: str, expected: tuple[str, ...]) -> None:
+    assert parse_compare(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "raw", "raw-tf,raw-tf", "tf"])
+def test_bad_compare_lists(text: str) -> None:
+    with pytest.raises(ConfigError, match="--compare"):
+        parse_compare(text)
+
+
+def test_references_run_beside_every_multi_worker_size(tmp_path: Path) -> None:
+    config = BenchConfig(
+        out=str(tmp_path),
+        workers=(1, 2, 4),
+        replicas=(1, 2),
+        backends=("tf",),
+        compare=("independent", "raw-tf"),
+    )
+    plan = plan_bench(config, cores=8, gpus=0)
+    names = [r.name for r in plan.runs]
+    assert "independent-w2-r1" in names and "raw-tf-w4-r1" in names
+    assert not any(n.startswith(("independent-w1", "raw-tf-w1")) for n in names)  # one worker: local is it
+    assert not any(n.startswith("independent") and n.endswith("r2") for n in names)
+    assert any("raw-tf with 2 replicas" in s for s in plan.skipped)
+    independent = program_for(RunSpec(2, 1, "independent"), config, "run")
+    assert independent[:2] == ("-m", "tfdist.bench.worker")
+    assert WorkerSpec.from_json(independent[2]).mode == "independent"
+    raw = program_for(RunSpec(2, 1, "raw-tf"), config, "run")
+    assert raw[:3] == ("-m", "tfdist.bench.references", "raw-tf")
+    command = command_for(
+        RunSpec(2, 1, "raw-tf"), raw, python="py", threads=1, gpus=0, run_dir="r", log_path="l", timeout=9
+    )
+    assert "launch" in command.argv and "--backend" not in command.argv  # MultiWorkerMirroredStrategy
+
+
+def test_independent_copies_add_their_rates_over_their_common_window() -> None:
+    a = Sample((0.1, 0.1), 600.0, 5.0, (10.0, 20.0))
+    b = Sample((0.2,), 500.0, 6.0, (11.0, 21.0))
+    both = combine_copies([a, b])
+    assert both.examples_per_sec == 1100.0 and both.time_to_first_step_s == 6.0
+    assert both.window == (11.0, 20.0) and sorted(both.step_times_s) == [0.1, 0.1, 0.2]
+    apart = combine_copies([a, Sample((0.2,), 500.0, 6.0, (30.0, 40.0))])
+    assert apart.window == (10.0, 40.0)
+
+
+def test_rows_are_compared_with_the_references_of_their_size() -> None:
+    rows = summarize(
+        {
+            RunSpec(1, 1, "local"): [Sample((0.1,), 100.0, 3.0, (0.0, 1.0), peak_rss_mb=500.0)],
+            RunSpec(2, 1, "mpi"): [Sample((0.1,), 190.0, 3.0, (0.0, 1.0), peak_rss_mb=550.0)],
+            RunSpec(2, 1, "independent"): [Sample((0.1,), 200.0, 3.0, (0.0, 1.0), peak_rss_mb=500.0)],
+            RunSpec(2, 1, "raw-tf"): [Sample((0.1,), 125.0, 3.0, (0.0, 1.0))],
+        }
+    )
+    by = {r["name"]: r for r in rows}
+    assert by["mpi-w2-r1"]["vs_independent"] == pytest.approx(0.95)
+    assert by["mpi-w2-r1"]["vs_raw_tf"] == pytest.approx(1.52)
+    assert by["mpi-w2-r1"]["rss_vs_one_worker"] == pytest.approx(1.1)
+    assert by["raw-tf-w2-r1"]["rss_vs_one_worker"] is None  # not sampled
+    assert by["local-w1-r1"]["vs_independent"] is None  # no one-worker reference: local is the reference
+
+
+def test_results_of_a_chief_or_of_independent_copies(tmp_path: Path) -> None:
+    assert read_results(tmp_path) == ()
+    for rank in (10, 2, 0, 1):
+        (tmp_path / f"bench-r{rank}.json").write_text(json.dumps({"rank": rank}))
+    assert [r["rank"] for r in read_results(tmp_path)] == [0, 1, 2, 10]
+    (tmp_path / "bench.json").write_text(json.dumps({"rank": "chief"}))
+    assert read_results(tmp_path) == ({"rank": "chief"},)
+
+
+def test_peak_memory_is_the_largest_process() -> None:
+    usage = Usage()
+    assert usage.peak_rss_mb is None
+    usage.rss_peak_mb.update({1: 40.0, 2: 700.0, 3: 650.0})
+    assert usage.peak_rss_mb == 700.0

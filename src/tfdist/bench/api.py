@@ -12,10 +12,18 @@ from typing import Any
 
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
-from tfdist.bench.plan import LOCAL, BenchPlan, RunSpec, command_for, plan_bench, worker_args
+from tfdist.bench.plan import (
+    LOCAL,
+    BenchPlan,
+    RunSpec,
+    command_for,
+    plan_bench,
+    program_for,
+    worker_args,
+)
 from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_command
-from tfdist.bench.stats import Sample, sample_from_summary, summarize
+from tfdist.bench.stats import Sample, combine_copies, sample_from_summary, summarize
 
 
 def machine() -> dict[str, Any]:
@@ -43,7 +51,12 @@ class Bench:
         run_dir = str(self.out / "runs" / name)
         return command_for(
             spec,
-            program or worker_args(self.config, run_dir, mode),
+            program
+            or (
+                program_for(spec, self.config, run_dir)
+                if mode == "train"
+                else worker_args(self.config, run_dir, mode)
+            ),
             python=sys.executable,
             threads=self.plan.threads,
             gpus=self.machine["gpus"],
@@ -54,10 +67,17 @@ class Bench:
 
     def _sample(self, finished: Finished) -> Sample:
         """The run's timing, plus its CPU/GPU use over the measured steps only (no startup, no warm-up)."""
-        sample = sample_from_summary(finished.result, self.config.warmup, finished.started_at)
+        copies = [sample_from_summary(r, self.config.warmup, finished.started_at) for r in finished.results]
+        sample = combine_copies(copies) if len(copies) > 1 else copies[0]
         gpu_util, gpu_mem = finished.usage.gpu(*sample.window)
         cpu_util = finished.usage.cpu_util(*sample.window, cores=self.machine["cores"])
-        return replace(sample, cpu_util=cpu_util, gpu_util=gpu_util, gpu_mem_mb=gpu_mem)
+        return replace(
+            sample,
+            cpu_util=cpu_util,
+            gpu_util=gpu_util,
+            gpu_mem_mb=gpu_mem,
+            peak_rss_mb=finished.usage.peak_rss_mb,
+        )
 
     def measure_grid(self) -> dict[RunSpec, list[Sample]]:
         """Every configuration ``repeats`` times, alternating the order between repeats."""
@@ -92,7 +112,11 @@ class Bench:
             for backend in self.config.backends:
                 self.say(f"diagnose: one all-reduce of {params:,} floats over {workers} workers ({backend})")
                 allreduce[backend] = self._allreduce(backend, workers, params)
-        largest = [r for r in rows if r["workers"] == workers and r["replicas"] == 1]
+        largest = [
+            r
+            for r in rows
+            if r["workers"] == workers and r["replicas"] == 1 and r["backend"] in self.config.backends
+        ]
         single = [r for r in rows if r["workers"] == 1 and r["replicas"] == 1]
         evidence = Evidence(
             workers=workers,

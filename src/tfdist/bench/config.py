@@ -9,6 +9,11 @@ from tfdist.errors import ConfigError
 from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
+#: Reference configurations measured beside the backends, in the same run:
+#: ``independent``: N unsynchronised copies of the one-worker run (the limit of this machine);
+#: ``raw-tf``: the hand-written MultiWorkerMirroredStrategy loop of TensorFlow's tutorials;
+#: ``keras-fit``: an unmodified Keras ``model.fit`` under MultiWorkerMirroredStrategy (tfdist's Keras fix).
+REFERENCES = ("independent", "raw-tf", "keras-fit")
 
 
 def parse_counts(text: str, flag: str) -> tuple[int, ...]:
@@ -40,6 +45,25 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_compare(text: str) -> tuple[str, ...]:
+    """``"independent,raw-tf"`` -> the reference configurations; ``all`` -> every one, ``none`` -> ()."""
+    lowered = text.strip().lower()
+    if lowered == "all":
+        return REFERENCES
+    if lowered == "none":
+        return ()
+    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in REFERENCES]
+    if not names or unknown:
+        raise ConfigError(
+            f"--compare {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: "
+            f"{', '.join(REFERENCES)}, all or none."
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--compare {text!r} repeats a configuration.")
+    return names
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """A benchmark grid (workers x replicas x backends), its lengths and where the results go."""
@@ -50,6 +74,7 @@ class BenchConfig:
     workers: tuple[int, ...] = (1, 2)
     replicas: tuple[int, ...] = (1,)
     backends: tuple[str, ...] = ("tf",)
+    compare: tuple[str, ...] = ()
     steps: int = 50
     warmup: int = 10
     repeats: int = 3
@@ -77,6 +102,12 @@ class BenchConfig:
             raise ConfigError(f"--threads={self.threads} must be at least 1 per worker.")
         if self.input_delay_ms < 0:
             raise ConfigError(f"--input-delay-ms={self.input_delay_ms} must be 0 or more.")
+        programs = [c for c in self.compare if c != "independent"]
+        if programs and ":" in self.dataset:
+            raise ConfigError(
+                f"--compare {','.join(programs)} with --dataset {self.dataset}: the reference programs train "
+                "on in-memory datasets only. Hint: --dataset synthetic or digits, or --compare independent."
+            )
         if self.run_timeout <= 0:
             raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
 
@@ -105,8 +136,9 @@ class BenchConfig:
         return math.gcd(block, self.warmup) if self.warmup else block
 
 
-#: What one measured process does: the real step, the step on one in-memory batch, or the input alone.
-WORKER_MODES = ("train", "compute", "input")
+#: What one measured process does: the real step, the step on one in-memory batch, the input alone, or the
+#: real step of a one-worker run while other copies run beside it (each writes its own result).
+WORKER_MODES = ("train", "compute", "input", "independent")
 
 
 @dataclass(frozen=True)

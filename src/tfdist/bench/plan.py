@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tfdist.bench.config import BenchConfig, WorkerSpec
+from tfdist.bench.config import REFERENCES, BenchConfig, WorkerSpec
 from tfdist.launch.plan import thread_env
 
 #: Single-process runs synchronise nothing across processes: every backend's curve starts from them.
 LOCAL = "local"
+#: The reference configuration that is the machine's limit: N copies of the one-worker run, unsynchronised.
+INDEPENDENT = "independent"
+#: The hand-written tutorial loop every other configuration is compared with.
+RAW_TF = "raw-tf"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,11 @@ def plan_bench(config: BenchConfig, *, cores: int, gpus: int) -> BenchPlan:
                     )
                     continue
                 runs.append(RunSpec(workers, replicas, backend))
+            for reference in config.compare:
+                if replicas > 1:
+                    skipped.append(f"{reference} with {replicas} replicas per worker: references run one.")
+                    continue
+                runs.append(RunSpec(workers, replicas, reference))
     max_workers = max(config.workers)
     threads = config.threads or max(1, cores // max_workers)
     return BenchPlan(
@@ -114,6 +123,19 @@ class Command:
 def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple[str, ...]:
     """The arguments of ``python -m tfdist.bench.worker SPEC_JSON`` for ``config``."""
     return ("-m", "tfdist.bench.worker", WorkerSpec.of(config, run_dir, mode).to_json())
+
+
+def program_for(spec: RunSpec, config: BenchConfig, run_dir: str) -> tuple[str, ...]:
+    """What every process of configuration ``spec`` runs (the arguments after ``python``).
+
+    The backends and ``independent`` run tfdist's bench worker; ``raw-tf`` and ``keras-fit`` run reference
+    programs written as TensorFlow's and Keras's tutorials write them (no tfdist API inside).
+    """
+    if spec.backend == INDEPENDENT:
+        return worker_args(config, run_dir, "independent")
+    if spec.backend in REFERENCES:
+        return ("-m", "tfdist.bench.references", spec.backend, WorkerSpec.of(config, run_dir).to_json())
+    return worker_args(config, run_dir)
 
 
 def thread_settings(threads: int) -> dict[str, str]:

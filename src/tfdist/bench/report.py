@@ -26,11 +26,26 @@ CSV_COLUMNS = (
     "cpu_util",
     "gpu_util",
     "gpu_mem_mb",
+    "vs_independent",
+    "vs_raw_tf",
+    "peak_rss_mb",
+    "rss_vs_one_worker",
 )
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _rss(row: dict[str, Any]) -> str:
+    if row.get("peak_rss_mb") is None:
+        return "-"
+    ratio = row.get("rss_vs_one_worker")
+    return f"{row['peak_rss_mb']:,.0f} MB" + (f" ({ratio:.2f}x)" if ratio is not None else "")
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:
@@ -59,20 +74,26 @@ def markdown(payload: dict[str, Any]) -> str:
         "TF_NUM_INTEROP_THREADS), the same in every configuration.",
         "",
         "| configuration | workers | replicas | backend | examples/s | step median | step p90 | speed-up "
-        "| efficiency | first step | CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| efficiency | vs independent | vs raw-tf | first step | CPU | peak RSS per process |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["runs"]:
         lines.append(
             f"| {r['name']} | {r['workers']} | {r['replicas']} | {r['backend']} | "
             f"{r['examples_per_sec']:,.0f} | "
             f"{r['step_time_median_s'] * 1000:.1f} ms | {r['step_time_p90_s'] * 1000:.1f} ms | "
-            f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {r['time_to_first_step_s']:.1f} s | "
-            f"{_pct(r['cpu_util'])} |"
+            f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {_times(r.get('vs_independent'))} | "
+            f"{_times(r.get('vs_raw_tf'))} | {r['time_to_first_step_s']:.1f} s | "
+            f"{_pct(r['cpu_util'])} | {_rss(r)} |"
         )
     lines += [
         "",
         "`local`: one process, nothing synchronised across processes; every backend's line starts there.",
+        "`independent`: N copies of the one-worker run at once, unsynchronised: the limit of this machine "
+        "(every cost of N processes sharing it, no communication). `raw-tf`: TensorFlow's tutorial loop "
+        "(`strategy.run` + `compute_average_loss`, loss reduced every step) under "
+        "MultiWorkerMirroredStrategy. `keras-fit`: unmodified `model.fit` under MultiWorkerMirroredStrategy. "
+        "`vs independent` / `vs raw-tf`: examples/s divided by theirs at the same size, from the same run.",
     ]
     if payload["skipped"]:
         lines += ["", "Not run:", *[f"- {x}" for x in payload["skipped"]]]
@@ -138,7 +159,7 @@ def print_table(payload: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=140)
+    console = Console(width=170)
     table = Table(
         title=f"tfdist bench: {payload['settings']['workload']} on {payload['settings']['dataset']}"
     )
@@ -149,9 +170,12 @@ def print_table(payload: dict[str, Any]) -> None:
         "step p90",
         "speed-up",
         "efficiency",
+        "vs indep.",
+        "vs raw-tf",
         "1st step",
         "CPU",
         "GPU",
+        "peak RSS",
     ):
         table.add_column(column, justify="left" if column == "config" else "right")
     for r in payload["runs"]:
@@ -162,9 +186,12 @@ def print_table(payload: dict[str, Any]) -> None:
             f"{r['step_time_p90_s'] * 1000:.1f} ms",
             f"{r['speedup']:.2f}x",
             f"{r['efficiency']:.2f}",
+            _times(r.get("vs_independent")),
+            _times(r.get("vs_raw_tf")),
             f"{r['time_to_first_step_s']:.1f} s",
             _pct(r["cpu_util"]),
             _pct(r["gpu_util"]),
+            _rss(r),
         )
     console.print(table)
     for warning in payload["warnings"]:

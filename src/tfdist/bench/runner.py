@@ -31,6 +31,12 @@ class Usage:
     cpu: list[tuple[float, float]] = field(default_factory=list)
     gpu_util: list[tuple[float, float]] = field(default_factory=list)
     gpu_mem_mb: list[tuple[float, float]] = field(default_factory=list)
+    rss_peak_mb: dict[int, float] = field(default_factory=dict)  # pid -> largest resident set seen
+
+    @property
+    def peak_rss_mb(self) -> float | None:
+        """The largest resident set of any one process of the run: its biggest worker's peak memory."""
+        return max(self.rss_peak_mb.values()) if self.rss_peak_mb else None
 
     def cpu_util(self, start: float, end: float, cores: int) -> float | None:
         """Mean share of all cores the job used between two wall times (interpolated samples)."""
@@ -83,9 +89,12 @@ class _Sampler(threading.Thread):
             for proc in procs:
                 try:
                     t = proc.cpu_times()
-                    self.seen[proc.pid] = t.user + t.system
+                    rss = proc.memory_info().rss / 2**20
                 except psutil.Error:
                     continue
+                self.seen[proc.pid] = t.user + t.system
+                peaks = self.usage.rss_peak_mb
+                peaks[proc.pid] = max(peaks.get(proc.pid, 0.0), rss)
             self.usage.cpu.append((now, sum(self.seen.values())))
             self._sample_gpus(now)
             self.done.wait(POLL_S)
@@ -114,11 +123,27 @@ def _nvml_handles() -> list[Any]:
 
 @dataclass(frozen=True)
 class Finished:
-    """A run that exited 0: its worker's bench.json, when it started, and its resource samples."""
+    """A run that exited 0: its chief's bench.json (or each copy's, for independent copies), when it
+    started, and its resource samples."""
 
-    result: dict[str, Any]
+    results: tuple[dict[str, Any], ...]
     started_at: float
     usage: Usage
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The chief's (or the first copy's) result."""
+        return self.results[0]
+
+
+def read_results(run_dir: Path) -> tuple[dict[str, Any], ...]:
+    """``bench.json`` written by a job's chief, or ``bench-r<rank>.json`` by each of N independent copies
+    (in rank order); () when there is neither."""
+    chief = run_dir / "bench.json"
+    if chief.exists():
+        return (json.loads(chief.read_text()),)
+    copies = sorted(run_dir.glob("bench-r*.json"), key=lambda p: int(p.stem.removeprefix("bench-r")))
+    return tuple(json.loads(p.read_text()) for p in copies)
 
 
 def run_command(command: Command, *, timeout: float, base_env: Mapping[str, str] | None = None) -> Finished:
@@ -145,11 +170,11 @@ def run_command(command: Command, *, timeout: float, base_env: Mapping[str, str]
         finally:
             sampler.done.set()
             sampler.join(timeout=5)
-    result_path = Path(command.run_dir) / "bench.json"
-    if code != 0 or not result_path.exists():
+    results = read_results(Path(command.run_dir)) if code == 0 else ()
+    if not results:
         tail = Path(command.log_path).read_text(errors="replace").strip().splitlines()[-3:]
         raise RunFailed(
             f"a run exited with code {code}; log: {command.log_path}"
             + (f" (last line: {tail[-1]})" if tail else "")
         )
-    return Finished(json.loads(result_path.read_text()), started, usage)
+    return Finished(results, started, usage)

@@ -22,6 +22,7 @@ class Sample:
     cpu_util: float | None = None  # CPU seconds of the job's processes / (wall seconds x cores)
     gpu_util: float | None = None  # mean GPU utilisation (0-1) over the run
     gpu_mem_mb: float | None = None  # peak GPU memory used
+    peak_rss_mb: float | None = None  # the largest resident set of any one process of the run
 
 
 def measured_window(
@@ -53,6 +54,21 @@ def sample_from_summary(summary: Mapping[str, Any], warmup: int, started_at: flo
     )
 
 
+def combine_copies(samples: Sequence[Sample]) -> Sample:
+    """One Sample for N unsynchronised copies run at once: their rates add up, their step times pool.
+
+    The window is where all copies were measuring at once (their union when they did not overlap).
+    """
+    starts, ends = [x.window[0] for x in samples], [x.window[1] for x in samples]
+    window = (max(starts), min(ends)) if max(starts) < min(ends) else (min(starts), max(ends))
+    return Sample(
+        step_times_s=tuple(t for x in samples for t in x.step_times_s),
+        examples_per_sec=sum(x.examples_per_sec for x in samples),
+        time_to_first_step_s=max(x.time_to_first_step_s for x in samples),
+        window=window,
+    )
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (``q`` in 0-100) of a non-empty sequence."""
     ordered = sorted(values)
@@ -72,6 +88,9 @@ def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any
 
     The baseline is the configuration with the fewest replicas in total (the first such in the plan):
     speed-up = its examples/s ratio; efficiency = speed-up / (replicas / baseline replicas).
+    Each row is also compared with the reference configurations at the same size, when they ran:
+    ``vs_independent`` (the machine's limit) and ``vs_raw_tf`` (the tutorial's loop), and its peak memory
+    per process with the one-worker run's (``rss_vs_one_worker``).
     """
     specs = list(results)
     if not specs:
@@ -101,7 +120,25 @@ def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any
                 "cpu_util": _median_or_none([x.cpu_util for x in samples]),
                 "gpu_util": _median_or_none([x.gpu_util for x in samples]),
                 "gpu_mem_mb": _median_or_none([x.gpu_mem_mb for x in samples]),
+                "peak_rss_mb": _median_or_none([x.peak_rss_mb for x in samples]),
                 "baseline": spec.name == base.name,
             }
         )
+    return _compare(rows)
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    return None if value is None or not reference else value / reference
+
+
+def _compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add each row's ratios to the reference rows of the same size (None where a reference did not run)."""
+    by_name = {r["name"]: r for r in rows}
+    base_rss = next((r["peak_rss_mb"] for r in rows if r["baseline"]), None)
+    for row in rows:
+        size = f"-w{row['workers']}-r{row['replicas']}"
+        for key, reference in (("vs_independent", "independent"), ("vs_raw_tf", "raw-tf")):
+            ref = by_name.get(reference + size)
+            row[key] = _ratio(row["examples_per_sec"], ref["examples_per_sec"] if ref else None)
+        row["rss_vs_one_worker"] = _ratio(row["peak_rss_mb"], base_rss)
     return rows

@@ -4,7 +4,10 @@
 (chief only); its mode is one of:
 - ``train``: the real distributed step (``tfdist.fit`` on the workload's input pipeline);
 - ``compute``: the same step on one in-memory batch (no input pipeline cost);
-- ``input``: the input pipeline alone (batches are fetched, nothing is computed).
+- ``input``: the input pipeline alone (batches are fetched, nothing is computed);
+- ``independent``: the one-worker ``train`` run, while the launcher starts N of them at once; each copy
+  forgets the cluster, trains alone and writes ``bench-r<rank>.json`` (the limit of the machine: every cost
+  of N processes sharing it, and no synchronisation).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tfdist import files
+from tfdist import files, variables
 
 
 def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
@@ -92,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("usage: python -m tfdist.bench.worker SPEC_JSON (written by tfdist bench)\n")
         return 2
     args = WorkerSpec.from_json(given[0])
+    copy = forget_cluster() if args.mode == "independent" else None
 
     import tfdist
     from tfdist.workloads.config import TrainConfig
@@ -133,11 +137,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
         )
         result.update(history.summary)
-    if tfdist.is_chief():
-        out = Path(args.run_dir)
+    out = Path(args.run_dir)
+    if copy is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        files.write_json(out / f"bench-r{copy}.json", result, default=float)
+    elif tfdist.is_chief():
         out.mkdir(parents=True, exist_ok=True)
         files.write_json(out / "bench.json", result, default=float)
     return 0
+
+
+def forget_cluster() -> int:
+    """Make this launched worker a one-process job (before any strategy is built); return its rank."""
+    rank = int(variables.get("TFDIST_RANK") or 0)
+    os.environ.pop("TF_CONFIG", None)
+    os.environ["TFDIST_WORLD_SIZE"] = "1"  # the launcher's check that the strategy spans the job: not here
+    return rank
 
 
 if __name__ == "__main__":

@@ -25,6 +25,13 @@ def register(sub: Any) -> None:
         "--replicas", default="1", help="replicas per worker: GPUs, or logical CPU devices without GPUs"
     )
     p.add_argument("--backend", default="tf", help="synchronisation backends to compare: tf, mpi or tf,mpi")
+    p.add_argument(
+        "--compare",
+        default="independent",
+        help="reference configurations run beside the backends: independent (N unsynchronised copies: the "
+        "limit), raw-tf (the hand-written MultiWorkerMirroredStrategy loop), keras-fit (unmodified "
+        "model.fit); a comma-separated list, all or none",
+    )
     p.add_argument("--steps", type=integer, default=50, help="measured steps per run")
     p.add_argument("--warmup", type=integer, default=10, help="steps run before measuring (tracing, caches)")
     p.add_argument("--repeats", type=integer, default=3, help="runs of every configuration, alternating")
@@ -54,7 +61,7 @@ def register(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated BenchConfig from parsed flags."""
-    from tfdist.bench.config import BenchConfig, parse_backends, parse_counts
+    from tfdist.bench.config import BenchConfig, parse_backends, parse_compare, parse_counts
     from tfdist.launch.api import new_run_id
 
     return BenchConfig(
@@ -64,6 +71,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         workers=parse_counts(args.workers, "--workers"),
         replicas=parse_counts(args.replicas, "--replicas"),
         backends=parse_backends(args.backend),
+        compare=parse_compare(args.compare),
         steps=args.steps,
         warmup=args.warmup,
         repeats=args.repeats,
