@@ -1,9 +1,11 @@
 """Worker-side measurements for ``tfdist bench --diagnose`` and the benchmarks, run in launched processes.
 
-``python -m tfdist.bench.probes allreduce --backend tf|mpi --floats N --iters K --out FILE``: the time of one
-sum-all-reduce of N float32 across every worker of the launch, through TensorFlow's collectives
-(MultiWorkerMirroredStrategy, what the ``tf`` backend uses) or MPI (what the ``mpi`` backend uses).
-The chief writes the median, p90 and all samples as JSON.
+``python -m tfdist.bench.probes allreduce --backend tf|mpi --floats N[,N2,...] --iters K --out FILE``: the
+time of one sum-all-reduce of N float32 (each size in turn) across every worker of the launch, through
+TensorFlow's collectives (MultiWorkerMirroredStrategy, what the ``tf`` backend uses) or MPI (what the
+``mpi`` backend uses).
+The chief writes the median, p90 and all samples as JSON (the first size at the top level, every size under
+``sizes``).
 """
 
 from __future__ import annotations
@@ -72,18 +74,26 @@ def _tf_allreduce(floats: int, iters: int, warmup: int) -> tuple[list[float], bo
 
 
 def allreduce_main(args: argparse.Namespace) -> int:
-    """Measure, and let the chief (rank 0) write the JSON result."""
+    """Measure each size, and let the chief (rank 0) write the JSON result."""
     run = _mpi_allreduce if args.backend == "mpi" else _tf_allreduce
-    samples, writer = run(args.floats, args.iters, args.warmup)
+    sizes, writer = [], False
+    for floats in (int(x) for x in str(args.floats).split(",")):
+        samples, writer = run(floats, args.iters, args.warmup)
+        sizes.append(
+            {
+                "floats": floats,
+                "bytes": floats * 4,
+                "median_s": statistics.median(samples),
+                "p90_s": float(np.percentile(samples, 90)),
+                "samples_s": samples,
+            }
+        )
     if writer:
         result = {
             "backend": args.backend,
-            "floats": args.floats,
-            "bytes": args.floats * 4,
             "workers": int(variables.get("TFDIST_WORLD_SIZE")),
-            "median_s": statistics.median(samples),
-            "p90_s": float(np.percentile(samples, 90)),
-            "samples_s": samples,
+            **sizes[0],
+            "sizes": sizes,
         }
         Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
@@ -95,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="probe", required=True)
     ar = sub.add_parser("allreduce")
     ar.add_argument("--backend", choices=("tf", "mpi"), required=True)
-    ar.add_argument("--floats", type=int, required=True)
+    ar.add_argument("--floats", required=True, help="float32 count, or a comma-separated list of counts")
     ar.add_argument("--iters", type=int, default=30)
     ar.add_argument("--warmup", type=int, default=5)
     ar.add_argument("--out", required=True)

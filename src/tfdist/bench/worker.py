@@ -151,7 +151,8 @@ def forget_cluster() -> int:
     """Make this launched worker a one-process job (before any strategy is built); return its rank."""
     rank = int(variables.get("TFDIST_RANK") or 0)
     os.environ.pop("TF_CONFIG", None)
-    os.environ["TFDIST_WORLD_SIZE"] = "1"  # the launcher's check that the strategy spans the job: not here
+    # One process: the launcher's check that the strategy spans the job does not apply to a copy.
+    os.environ.update({"TFDIST_WORLD_SIZE": "1"})
     return rank
 
 

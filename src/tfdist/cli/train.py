@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +53,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--workers", type=integer, default=None, help="start N local workers through the launcher")
     p.add_argument(
-        "--backend", default="tf", help="with --workers: tf (default) | mpi (one packed all-reduce per step)"
+        "--backend",
+        default=None,
+        help="with --workers: tf | mpi (one packed all-reduce per step); default: mpi on CPU when mpi4py and "
+        "an MPI launcher are installed, tf otherwise",
     )
     p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
     p.set_defaults(run=run)
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     preflight(config)
-    if args.workers is None and args.backend != "tf":
+    if args.workers is None and args.backend not in (None, "tf"):
         raise ConfigError(
             f"--backend {args.backend} needs --workers N (it picks how the workers synchronise)."
         )
@@ -107,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch.gpus import visible_gpus
 
     cpu = not visible_gpus(os.environ)
+    backend = args.backend or _default_backend(len(visible_gpus(os.environ)), args.workers)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,
         cpu=cpu,
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         prefix=False,
         max_restarts=args.max_restarts,
         log_dir=os.path.join(config.output_dir, "logs"),
-        backend=args.backend,
+        backend=backend,
     )
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
@@ -123,3 +128,21 @@ def run(args: argparse.Namespace) -> int:
     files.write_text(config_path, replace(config, resume=True).to_json())
     result = launch(launch_config, ["-m", "tfdist.workloads.job", config_path])
     return result.exit_code
+
+
+def _default_backend(gpus: int, workers: int) -> str:
+    """The fastest backend this machine can run (see :func:`tfdist.backends.fastest`), said in one line."""
+    from tfdist import backends
+    from tfdist.errors import SetupError
+    from tfdist.launch.preflight import find_mpiexec
+
+    if workers < 2:
+        return "tf"
+    try:
+        find_mpiexec()
+        mpi_ready = True
+    except SetupError:
+        mpi_ready = False
+    name, reason = backends.fastest(gpus, mpi_ready)
+    sys.stderr.write(f"tfdist train: backend {name}: {reason}.\n")
+    return name

@@ -26,9 +26,17 @@ class LogPump(threading.Thread):
     """
 
     def __init__(
-        self, name: str, stream: IO[bytes], log_path: str, console: TextIO | None, prefix: bool
+        self,
+        name: str,
+        stream: IO[bytes],
+        log_path: str,
+        console: TextIO | None,
+        prefix: bool,
+        console_rank: str | None = None,
     ) -> None:
         super().__init__(name=f"tfdist-log-{name}", daemon=True)
+        #: For the MPI launcher's pipe: show only this rank's lines (untagged) on the console.
+        self.console_rank = console_rank
         self.label = name
         self.stream = stream
         self.log_path = log_path
@@ -49,9 +57,14 @@ class LogPump(threading.Thread):
                 if ranks is not None:
                     ranks.write(line)
                 if self.console is not None:
-                    with _CONSOLE_LOCK:
-                        self.console.write(f"{self.prefix}{line}\n")
-                        self.console.flush()
+                    shown: str | None = line
+                    if self.console_rank is not None:
+                        rank, text = RankFiles.split(line)
+                        shown = text if rank == self.console_rank else None
+                    if shown is not None:
+                        with _CONSOLE_LOCK:
+                            self.console.write(f"{self.prefix}{shown}\n")
+                            self.console.flush()
         if ranks is not None:
             ranks.close()
         self.stream.close()
@@ -70,17 +83,24 @@ class RankFiles:
         self.directory = directory
         self.files: dict[str, IO[str]] = {}
 
+    @classmethod
+    def split(cls, line: str) -> tuple[str | None, str]:
+        """(rank, text without its tag) of a launcher line; (None, line) for an untagged one."""
+        match = cls._TAG.match(line)
+        if match is None:
+            return None, line
+        return match.group(1) or match.group(2), line[match.end() :]
+
     def write(self, line: str) -> None:
         """Append ``line`` (without its tag) to its rank's file."""
-        match = self._TAG.match(line)
-        if match is None:
+        rank, text = self.split(line)
+        if rank is None:
             return
-        rank = match.group(1) or match.group(2)
         if rank not in self.files:
             self.files[rank] = open(  # noqa: SIM115 - open for the life of the pump, closed in close()
                 os.path.join(self.directory, f"rank{rank}.log"), "w", encoding="utf-8", buffering=1
             )
-        self.files[rank].write(line[match.end() :] + "\n")
+        self.files[rank].write(text + "\n")
 
     def close(self) -> None:
         """Close every rank's file."""

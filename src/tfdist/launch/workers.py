@@ -88,8 +88,17 @@ class WorkerGroup:
                 else None,
             )
             shown = self.console_names is None or spec.name in self.console_names
+            # Quiet workers under an MPI launcher: its one pipe carries every rank; rank 0 is shown.
+            quiet_mpi = self.console_names is not None and spec.name == "mpi"
             assert popen.stdout is not None
-            pump = LogPump(spec.name, popen.stdout, spec.log_path, sys.stdout if shown else None, self.prefix)
+            pump = LogPump(
+                spec.name,
+                popen.stdout,
+                spec.log_path,
+                sys.stdout if shown or quiet_mpi else None,
+                self.prefix,
+                console_rank="0" if quiet_mpi else None,
+            )
             pump.start()
             self.workers.append(Worker(spec, popen, pump))
 
