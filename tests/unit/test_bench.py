@@ -384,3 +384,13 @@ def test_peak_memory_is_the_largest_process() -> None:
     assert usage.peak_rss_mb is None
     usage.rss_peak_mb.update({1: 40.0, 2: 700.0, 3: 650.0})
     assert usage.peak_rss_mb == 700.0
+
+
+def test_diagnosis_accounts_for_each_backends_step() -> None:
+    # tf: 2 x 64 examples at 1,280 ex/s = 100 ms per step; 90 % of 2 cores -> 90 ms of CPU per worker-step.
+    d = diagnose(_evidence(full_eps={"tf": 1_280.0}, cpu_util={"tf": 0.9}, allreduce_s={"tf": 0.015}))
+    line = next(x for x in d.evidence if x.startswith("where the tf step goes"))
+    assert "100.0 ms = compute 64.0 ms + 36.0 ms" in line
+    assert "90.0 ms of CPU per step, 26.0 ms of it beyond the compute" in line
+    assert "10.0 ms idle" in line and "alone takes 15.0 ms" in line
+    assert not any("where the mpi" in x for x in d.evidence)  # no CPU figure for mpi: no account

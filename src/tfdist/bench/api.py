@@ -130,6 +130,9 @@ class Bench:
             gradient_mb=params * 4 / 1e6,
             allreduce_s=allreduce,
             full_eps={r["backend"]: r["examples_per_sec"] for r in largest if workers > 1},
+            cpu_util={
+                r["backend"]: r["cpu_util"] for r in largest if workers > 1 and r["cpu_util"] is not None
+            },
             single_eps=single[0]["examples_per_sec"] if single else None,
         )
         return diagnose(evidence)

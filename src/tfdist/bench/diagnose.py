@@ -27,6 +27,8 @@ class Evidence:
     allreduce_s: Mapping[str, float] = field(default_factory=dict)  # backend -> one gradient all-reduce
     full_eps: Mapping[str, float] = field(default_factory=dict)  # backend -> whole job at `workers`
     single_eps: float | None = None  # one worker, full step (with its input pipeline)
+    #: backend -> CPU seconds of the job / (wall seconds x cores) during its measured steps at `workers`
+    cpu_util: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,26 @@ class Diagnosis:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+def _account(ev: Evidence, backend: str, t_comp: float) -> str:
+    """Where one backend's step goes: compute, other threads' CPU on the same cores, and idle waiting.
+
+    Per worker and step: CPU time = utilisation x cores x step / workers. What exceeds the step's compute
+    alone ran on threads besides the compute (the collective's and gRPC's, the input pipeline's); the
+    rest of the wall time nobody computed (waiting on a peer or the network).
+    """
+    batch = ev.batch_per_replica * ev.replicas
+    t_full = batch * ev.workers / ev.full_eps[backend]
+    cpu = ev.cpu_util[backend] * ev.cores * t_full / ev.workers
+    comm = ev.allreduce_s.get(backend)
+    return (
+        f"where the {backend} step goes ({ev.workers} workers): {_ms(t_full)} = compute {_ms(t_comp)}"
+        f" + {_ms(max(t_full - t_comp, 0.0))}; per worker {_ms(cpu)} of CPU per step, "
+        f"{_ms(max(cpu - t_comp, 0.0))} of it beyond the compute (other threads: collectives, gRPC, input) "
+        f"and {_ms(max(t_full - cpu, 0.0))} idle"
+        + (f" (the all-reduce alone takes {_ms(comm)})" if comm is not None else "")
+    )
 
 
 def diagnose(ev: Evidence) -> Diagnosis:
@@ -69,6 +91,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
             "examples/s, "
             f"weak-scaling efficiency {efficiency:.2f} against one worker)"
         )
+    lines += [_account(ev, name, t_comp) for name in sorted(ev.full_eps) if name in ev.cpu_util]
     evidence = tuple(lines)
 
     oversubscribed = ev.workers * ev.replicas > ev.gpus if ev.gpus else ev.workers * ev.threads > ev.cores
