@@ -77,6 +77,15 @@ def test_bootstrap_goes_first_on_pythonpath_once() -> None:
     assert (Path(boot_dir()) / "sitecustomize.py").is_file()
 
 
+def test_workers_reconnect_to_tensorflow_peers_quickly_unless_the_user_chose() -> None:
+    options = with_bootstrap({})["TF_GRPC_DEFAULT_OPTIONS"]
+    assert "grpc.initial_reconnect_backoff_ms=50" in options and " " not in options
+    # TensorFlow splits on "," then "=": every option must be one name=integer pair.
+    assert all(len(o.split("=")) == 2 and o.split("=")[1].isdigit() for o in options.split(","))
+    mine = "grpc.keepalive_time_ms=30000"
+    assert with_bootstrap({"TF_GRPC_DEFAULT_OPTIONS": mine})["TF_GRPC_DEFAULT_OPTIONS"] == mine
+
+
 def test_after_import_runs_once_when_the_module_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,13 @@ from collections.abc import Mapping
 
 #: Set in a process's environment when the tfdist bootstrap should run there.
 BOOT_MARK = "TFDIST_BOOTSTRAP"
+#: gRPC channel options for TensorFlow's servers (read by TensorFlow from this variable). A worker whose
+#: first connection reaches a peer that is still importing TensorFlow otherwise waits gRPC's default
+#: reconnect backoff (1 s, growing): measured on 2 CPU workers, MultiWorkerMirroredStrategy() took
+#: 0.9-1.3 s instead of 0.1-0.2 s beyond the workers' start-up skew in about one launch of three.
+GRPC_OPTIONS = (
+    "grpc.initial_reconnect_backoff_ms=50,grpc.min_reconnect_backoff_ms=50,grpc.max_reconnect_backoff_ms=1000"
+)
 
 
 def boot_dir() -> str:
@@ -21,12 +28,15 @@ def boot_dir() -> str:
 
 
 def with_bootstrap(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` plus the bootstrap: :func:`boot_dir` first on PYTHONPATH (once) and the mark set.
+    """``env`` plus the bootstrap: :func:`boot_dir` first on PYTHONPATH (once) and the mark set, and
+    :data:`GRPC_OPTIONS` unless ``TF_GRPC_DEFAULT_OPTIONS`` is already set.
 
-    Input/Output: ``{"PYTHONPATH": "/a"}`` -> ``{"PYTHONPATH": "<boot>:/a", "TFDIST_BOOTSTRAP": "1"}``.
+    Input/Output: ``{"PYTHONPATH": "/a"}`` -> ``{"PYTHONPATH": "<boot>:/a", "TFDIST_BOOTSTRAP": "1",
+    "TF_GRPC_DEFAULT_OPTIONS": GRPC_OPTIONS}``.
     """
     out = dict(env)
     parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot_dir()]
     out["PYTHONPATH"] = os.pathsep.join([boot_dir(), *parts])
     out[BOOT_MARK] = "1"
+    out.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_OPTIONS)
     return out
