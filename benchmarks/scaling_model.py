@@ -1,25 +1,28 @@
 """Beyond this machine, on paper: an alpha-beta model of each backend's all-reduce, fitted to measurements
 here, combined with a step's compute time to predict weak-scaling efficiency for 2-256 workers.
 
-1. Measures one sum-all-reduce of 4 KB-16 MB over 2 workers through each backend (`tfdist launch` +
+1. Measures one sum-all-reduce of 4 KB-64 MB over 2 workers through each backend (`tfdist launch` +
    `python -m tfdist.bench.probes allreduce`) and fits t = 2*alpha + n*beta (a 2-rank ring): alpha is the
-   backend's software latency per message, beta its software cost per byte on this CPU.
+   backend's software latency per message (from the smallest size), beta its software cost per byte on this
+   CPU (the slope between the two largest sizes: the gradients predicted for are larger than any cache).
 2. Checks the model here: with the compute time and gradient size of mnist-cnn from a `tfdist bench` run
    (`--bench`), it predicts the 2-worker efficiency of each backend and sets it beside the measured one.
-3. Predicts, for ResNet-50 and MobileNetV2 gradients (parameter counts from keras.applications), on
+3. Predicts, for tfdist's MPI backend (all-reduce on the host: this machine's software alpha and beta plus
+   the link's) and ResNet-50 and MobileNetV2 gradients (parameter counts from keras.applications), on
    10/25/100 Gb/s links, the efficiency of a flat ring over all workers and of the two-level scheme
    (reduce-scatter inside each node, ring across nodes, all-gather inside: what the MPI backend's
    NodeReducer, Horovod and NCCL do), with the step's compute time an input (ASSUMED, see --compute-ms).
 4. Cross-checks against a published speed-up: MirroredStrategy on 1->4 GPUs of one node, ResNet-50,
-   about 2.7x: the model's speed-up on a PCIe link, and the link bandwidth at which the model gives 2.7x.
+   about 2.7x: the model's speed-up on a PCIe link (NCCL on the GPUs: link costs only), and the link
+   bandwidth at which the model gives 2.7x.
 
     python benchmarks/scaling_model.py --bench benchmarks/results/bench/results.json
 writes benchmarks/results/scaling_model.json and scaling_model.png.
 
 Model (no overlap of communication with the backward pass, as in tfdist's one packed all-reduce per step):
-    ring over p ranks:       T = 2(p-1)(a_sw + a_net) + 2(p-1)/p * n * (b_sw + b_net)
-    two-level, g per node:   T = 2(g-1)/g * n * b_node + 2(N-1)(a_sw + a_net) + 2(N-1)/N * n * (b_sw + b_net),
-                             N = p/g nodes
+    ring over p ranks:       T = 2(p-1)(a_sw + a_net) + 2(p-1)/p * n * (b_sw + b_net)   (b_node in one node)
+    two-level, g per node:   T = 2(g-1)/g * n * (b_sw + b_node) + 2(N-1)(a_sw + a_net)
+                                 + 2(N-1)/N * n * (b_net + b_sw/g),   N = p/g nodes
     efficiency = T_compute / (T_compute + T)
 Software and link costs are added (no pipelining of copies with sends): a conservative choice.
 """
@@ -37,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-SIZES = (1024, 16384, 262144, 1048576, 4194304)  # floats: 4 KB .. 16 MB
+SIZES = (1024, 16384, 262144, 1048576, 4194304, 16777216)  # floats: 4 KB .. 64 MB
 WORKERS = (2, 4, 8, 16, 32, 64, 128, 256)
 LINKS_GBPS = (10, 25, 100)
 NET_LATENCY_S = 10e-6  # ASSUMED per-message network latency (Ethernet/TCP order; InfiniBand is ~2 us)
@@ -70,30 +73,51 @@ def measure(backend: str, out: Path) -> list[dict[str, Any]]:
 
 
 def fit(points: list[dict[str, Any]]) -> dict[str, float]:
-    """Least-squares alpha, beta of t = 2*alpha + n*beta (a 2-rank ring), weighted to relative error."""
+    """alpha, beta of t = 2*alpha + n*beta (a 2-rank ring): alpha from the smallest size (latency-bound),
+    beta from the two largest (bandwidth-bound, past the caches: a least-squares line over all sizes is
+    pulled off by the step between in-cache and out-of-cache sizes)."""
     n = np.array([p["bytes"] for p in points], float)
     t = np.array([p["median_s"] for p in points], float)
-    a = np.stack([np.full_like(n, 2.0), n], axis=1) / t[:, None]  # relative residuals: small sizes count
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    beta = (t[-1] - t[-2]) / (n[-1] - n[-2])
+    alpha = (t[0] - n[0] * beta) / 2
     predicted = 2 * alpha + n * beta
     return {
         "alpha_s": float(max(alpha, 0.0)),
         "beta_s_per_byte": float(beta),
-        "max_rel_error": float(np.max(np.abs(predicted - t) / t)),
+        "predicted_ms_per_size": [float(x) * 1e3 for x in predicted],
+        "measured_ms_per_size": [float(x) * 1e3 for x in t],
+        "bytes": [int(x) for x in n],
     }
 
 
 def ring(p: int, n: float, alpha: float, beta: float) -> float:
-    """Ring all-reduce of n bytes over p ranks."""
+    """Ring all-reduce of n bytes over p ranks, every hop costing alpha + bytes * beta."""
     return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
 
 
-def two_level(p: int, g: int, n: float, alpha: float, beta: float, beta_node: float) -> float:
-    """Reduce-scatter in each node of g ranks, ring across the p/g nodes, all-gather in the node."""
+def flat_ring(p: int, g: int, n: float, alpha: float, beta: float, beta_node: float) -> float:
+    """One ring over all p ranks, g per node, ordered by node: inside one node every hop is intra-node;
+    across nodes each ring step waits for its network hop (alpha every step, the node's link carrying
+    2(p-1)/p * n bytes)."""
+    if p <= g:
+        return ring(p, n, alpha, beta_node)
+    return ring(p, n, alpha, beta)
+
+
+def two_level(
+    p: int, g: int, n: float, alpha: float, beta_net: float, beta_sw: float, beta_node: float
+) -> float:
+    """Reduce-scatter in each node of g ranks, ring across the p/g nodes, all-gather in the node.
+
+    Across nodes, each of a node's g ranks all-reduces its n/g chunk at once: the node's link carries
+    2(N-1)/N * n bytes in all, while each rank's software handles only its chunk.
+    """
     g = min(g, p)
     nodes = max(p // g, 1)
-    inside = 2 * (g - 1) / g * n * beta_node
-    return inside + (ring(nodes, n, alpha, beta) if nodes > 1 else 0.0)
+    inside = 2 * (g - 1) / g * n * (beta_sw + beta_node)
+    if nodes == 1:
+        return inside
+    return inside + 2 * (nodes - 1) * alpha + 2 * (nodes - 1) / nodes * n * (beta_net + beta_sw / g)
 
 
 def predict(sw: dict[str, float], gradient_bytes: float, compute_s: float) -> dict[str, Any]:
@@ -101,12 +125,12 @@ def predict(sw: dict[str, float], gradient_bytes: float, compute_s: float) -> di
     out: dict[str, Any] = {}
     for gbps in LINKS_GBPS:
         alpha = sw["alpha_s"] + NET_LATENCY_S
-        beta = sw["beta_s_per_byte"] + 8 / (gbps * 1e9)
-        beta_node = sw["beta_s_per_byte"] + 8 / (NODE_GBPS * 1e9)
+        beta_sw, beta_net, beta_link_node = sw["beta_s_per_byte"], 8 / (gbps * 1e9), 8 / (NODE_GBPS * 1e9)
+        beta, beta_node = beta_sw + beta_net, beta_sw + beta_link_node
         rows = []
         for p in WORKERS:
-            t_ring = ring(p, gradient_bytes, alpha, beta)
-            t_two = two_level(p, GPUS_PER_NODE, gradient_bytes, alpha, beta, beta_node)
+            t_ring = flat_ring(p, GPUS_PER_NODE, gradient_bytes, alpha, beta, beta_node)
+            t_two = two_level(p, GPUS_PER_NODE, gradient_bytes, alpha, beta_net, beta_sw, beta_link_node)
             rows.append(
                 {
                     "workers": p,
@@ -123,8 +147,10 @@ def predict(sw: dict[str, float], gradient_bytes: float, compute_s: float) -> di
 def cross_check(sw: dict[str, float], gradient_bytes: float, compute_s: float) -> dict[str, Any]:
     """The model's 1->4 GPU speed-up on a PCIe link, and the bandwidth that reproduces the published one."""
 
+    del sw  # MirroredStrategy on GPUs all-reduces with NCCL on the devices: link costs only, no host copies
+
     def speedup(gbps: float) -> float:
-        t = ring(4, gradient_bytes, sw["alpha_s"], sw["beta_s_per_byte"] + 8 / (gbps * 1e9))
+        t = ring(4, gradient_bytes, NET_LATENCY_S, 8 / (gbps * 1e9))
         return 4 * compute_s / (compute_s + t)
 
     low, high = 0.1, 10_000.0
@@ -159,7 +185,8 @@ def here(bench: dict[str, Any], params: int, fits: dict[str, dict[str, float]]) 
     limit = runs.get("independent-w2-r1")
     out: dict[str, Any] = {"compute_ms": compute_s * 1e3, "gradient_bytes": params * 4}
     for backend, sw in fits.items():
-        t = ring(2, params * 4, sw["alpha_s"], sw["beta_s_per_byte"])
+        # Inside the measured range: interpolate the measurements (the fit is for extrapolation).
+        t = float(np.interp(params * 4, sw["bytes"], np.array(sw["measured_ms_per_size"]) / 1e3))
         run = runs.get(f"{backend}-w2-r1")
         out[backend] = {
             "allreduce_ms": t * 1e3,
@@ -182,7 +209,9 @@ def plot(predictions: dict[str, Any], path: Path) -> None:
         for i, (link, rows) in enumerate(by_link.items()):
             workers = [r["workers"] for r in rows]
             color = f"C{i}"
-            ax.plot(workers, [r["ring_efficiency"] for r in rows], "-o", color=color, label=f"{link} ring")
+            ax.plot(
+                workers, [r["ring_efficiency"] for r in rows], "-o", color=color, label=f"{link} flat ring"
+            )
             ax.plot(
                 workers,
                 [r["two_level_efficiency"] for r in rows],
@@ -192,7 +221,7 @@ def plot(predictions: dict[str, Any], path: Path) -> None:
             )
         ax.set_xscale("log", base=2)
         ax.set_title(f"{name} (predicted, MPI backend costs)")
-        ax.set_xlabel("workers (GPUs)")
+        ax.set_xlabel(f"workers (GPUs, {GPUS_PER_NODE} per node)")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("weak-scaling efficiency")
