@@ -17,6 +17,7 @@ from tfdist.bench.runner import Usage, read_results
 from tfdist.bench.stats import (
     Sample,
     combine_copies,
+    common_window,
     measured_window,
     percentile,
     sample_from_summary,
@@ -394,3 +395,17 @@ def test_diagnosis_accounts_for_each_backends_step() -> None:
     assert "90.0 ms of CPU per step, 26.0 ms of it beyond the compute" in line
     assert "10.0 ms idle" in line and "alone takes 15.0 ms" in line
     assert not any("where the mpi" in x for x in d.evidence)  # no CPU figure for mpi: no account
+
+
+def test_copies_are_measured_only_while_they_all_ran() -> None:
+    early = {"timeline": [[10, 100.0], [20, 101.0], [30, 102.0], [40, 103.0]], "global_batch": 64}
+    late = {"timeline": [[10, 101.0], [20, 102.0], [30, 103.0], [40, 103.5]], "global_batch": 64}
+    for s in (early, late):
+        s["first_step_at"] = 99.0
+    window = common_window([early, late], warmup=10)
+    assert window == (101.0, 103.0)
+    alone_too = sample_from_summary(late, 10, 90.0)
+    shared = sample_from_summary(late, 10, 90.0, within=window)
+    assert alone_too.examples_per_sec == pytest.approx(30 * 64 / 2.5)  # includes its last, solo block
+    assert shared.examples_per_sec == pytest.approx(20 * 64 / 2.0)
+    assert common_window([early, {**late, "timeline": [[10, 200.0], [20, 201.0]]}], warmup=10) is None

@@ -23,7 +23,7 @@ from tfdist.bench.plan import (
 )
 from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_command
-from tfdist.bench.stats import Sample, combine_copies, sample_from_summary, summarize
+from tfdist.bench.stats import Sample, combine_copies, common_window, sample_from_summary, summarize
 
 
 def machine() -> dict[str, Any]:
@@ -67,7 +67,9 @@ class Bench:
 
     def _sample(self, finished: Finished) -> Sample:
         """The run's timing, plus its CPU/GPU use over the measured steps only (no startup, no warm-up)."""
-        copies = [sample_from_summary(r, self.config.warmup, finished.started_at) for r in finished.results]
+        warmup, started = self.config.warmup, finished.started_at
+        shared = common_window(finished.results, warmup) if len(finished.results) > 1 else None
+        copies = [sample_from_summary(r, warmup, started, within=shared) for r in finished.results]
         sample = combine_copies(copies) if len(copies) > 1 else copies[0]
         gpu_util, gpu_mem = finished.usage.gpu(*sample.window)
         cpu_util = finished.usage.cpu_util(*sample.window, cores=self.machine["cores"])

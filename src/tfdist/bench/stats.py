@@ -39,9 +39,21 @@ def measured_window(
     return [(s, t) for s, t in points if s >= start]
 
 
-def sample_from_summary(summary: Mapping[str, Any], warmup: int, started_at: float) -> Sample:
-    """A Sample from a worker's fit summary (``timeline``, ``first_step_at``, ``global_batch``)."""
+def sample_from_summary(
+    summary: Mapping[str, Any],
+    warmup: int,
+    started_at: float,
+    within: tuple[float, float] | None = None,
+) -> Sample:
+    """A Sample from a worker's fit summary (``timeline``, ``first_step_at``, ``global_batch``).
+
+    ``within``: keep only the timing points between these wall times (kept as they are when fewer than
+    two fall inside).
+    """
     window = measured_window(summary["timeline"], summary.get("first_step_at"), warmup)
+    if within is not None:
+        inside = [(s, t) for s, t in window if within[0] <= t <= within[1]]
+        window = inside if len(inside) >= 2 else window
     if len(window) < 2:
         raise ValueError("fewer than two timing points after the warm-up; run more --steps")
     blocks = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in itertools.pairwise(window) if s1 > s0]
@@ -52,6 +64,19 @@ def sample_from_summary(summary: Mapping[str, Any], warmup: int, started_at: flo
         time_to_first_step_s=float(summary["first_step_at"]) - started_at,
         window=(window[0][1], window[-1][1]),
     )
+
+
+def common_window(summaries: Sequence[Mapping[str, Any]], warmup: int) -> tuple[float, float] | None:
+    """The wall times during which every copy was past its warm-up and still measuring, or None.
+
+    A copy that runs alone (its peer started later or finished earlier) runs faster than beside it:
+    measured inside this window, copies count only the time they really shared the machine.
+    """
+    windows = [measured_window(s["timeline"], s.get("first_step_at"), warmup) for s in summaries]
+    if any(len(w) < 2 for w in windows):
+        return None
+    start, end = max(w[0][1] for w in windows), min(w[-1][1] for w in windows)
+    return (start, end) if start < end else None
 
 
 def combine_copies(samples: Sequence[Sample]) -> Sample:
