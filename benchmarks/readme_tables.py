@@ -1,0 +1,61 @@
+"""Print README's benchmark tables (markdown) from the committed results, so the README quotes the JSON.
+
+python benchmarks/readme_tables.py   # reads benchmarks/results/bench/results.json and scaling_model.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+SHOWN_WORKERS = (2, 8, 16, 64, 256)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def bench_table(payload: dict) -> str:
+    """One row per configuration of a `tfdist bench --compare all` run."""
+    lines = [
+        "| configuration | examples/s (median; each repeat) | step median / p90 | efficiency "
+        "| vs independent | vs raw-tf | peak RSS per process |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["runs"]:
+        each = ", ".join(f"{v:,.0f}" for v in r["examples_per_sec_all"])
+        rss = (
+            "-" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:,.0f} MB ({r['rss_vs_one_worker']:.2f}x)"
+        )
+        lines.append(
+            f"| `{r['name']}` | {r['examples_per_sec']:,.0f} ({each}) | "
+            f"{r['step_time_median_s'] * 1e3:.1f} / {r['step_time_p90_s'] * 1e3:.1f} ms | "
+            f"{r['efficiency']:.2f} | {_x(r['vs_independent'])} | {_x(r['vs_raw_tf'])} | {rss} |"
+        )
+    return "\n".join(lines)
+
+
+def model_table(model: dict) -> str:
+    """Predicted efficiency, flat ring / two-level, per model and link speed, at a few worker counts."""
+    head = " | ".join(str(w) for w in SHOWN_WORKERS)
+    lines = [f"| model | link | {head} |", "|---|---|" + "---|" * len(SHOWN_WORKERS)]
+    for name, by_link in model["predicted"].items():
+        for link, rows in by_link.items():
+            by_workers = {r["workers"]: r for r in rows}
+            cells = " | ".join(
+                f"{by_workers[w]['ring_efficiency']:.2f} / {by_workers[w]['two_level_efficiency']:.2f}"
+                for w in SHOWN_WORKERS
+            )
+            lines.append(f"| {name} | {link.replace('Gbps', ' Gb/s')} | {cells} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print(bench_table(json.loads((RESULTS / "bench" / "results.json").read_text())))
+    print()
+    print(model_table(json.loads((RESULTS / "scaling_model.json").read_text())))
+
+
+if __name__ == "__main__":
+    main()
