@@ -132,10 +132,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _default_backend(gpus: int, workers: int) -> str:
     """The fastest backend this machine can run (see :func:`tfdist.backends.fastest`), said in one line."""
-    from tfdist import backends
+    from tfdist import backends, variables
     from tfdist.errors import SetupError
     from tfdist.launch.preflight import find_mpiexec
 
+    chosen = str(variables.get("TFDIST_BACKEND")).strip().lower()
+    if chosen != "auto":  # the user's choice through the environment, as every launched process reads it
+        if chosen not in backends.NAMES:
+            raise ConfigError(
+                f"TFDIST_BACKEND={chosen!r} (environment variable) is not a backend; available: auto, "
+                f"{', '.join(backends.NAMES)}. Hint: unset it or use --backend."
+            )
+        return chosen
     if workers < 2:
         return "tf"
     try:

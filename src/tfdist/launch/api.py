@@ -111,7 +111,15 @@ def _how(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+#: Seconds to let a failed process's last output reach its log pump before the report quotes the tail.
+TAIL_DRAIN_S = 2.0
+
+
 def _failure(worker: Worker, code: int, how: str) -> FailureInfo:
+    # The process has exited, but its last lines (an MPI launcher's abort message naming the rank) may
+    # still sit in the pipe: the pump ends at EOF, or a grandchild holding the pipe open bounds the wait.
+    if worker.popen.poll() is not None:  # a hung worker, still running, is reported as it is
+        worker.pump.join(timeout=TAIL_DRAIN_S)
     error = read_error_record(worker.spec.env)
     return FailureInfo(worker.name, code, how, worker.spec.log_path, tuple(worker.pump.tail), error)
 
