@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.bench.plan import RunSpec
+from tfdist.bench.plan import INDEPENDENT, RAW_TF, RunSpec
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     base_rss = next((r["peak_rss_mb"] for r in rows if r["baseline"]), None)
     for row in rows:
         size = f"-w{row['workers']}-r{row['replicas']}"
-        for key, reference in (("vs_independent", "independent"), ("vs_raw_tf", "raw-tf")):
+        for key, reference in (("vs_independent", INDEPENDENT), ("vs_raw_tf", RAW_TF)):
             ref = by_name.get(reference + size)
             row[key] = _ratio(row["examples_per_sec"], ref["examples_per_sec"] if ref else None)
         row["rss_vs_one_worker"] = _ratio(row["peak_rss_mb"], base_rss)
