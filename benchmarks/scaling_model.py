@@ -53,7 +53,7 @@ PUBLISHED = {"what": "MirroredStrategy, ResNet-50, 1 -> 4 GPUs of one node", "sp
 PCIE_GBPS = 96.0  # PCIe 3.0 x16, ~12 GB/s effective: the link of a 4-GPU node without NVLink
 
 
-def measure(backend: str, out: Path) -> list[dict[str, Any]]:
+def measure(backend: str) -> list[dict[str, Any]]:
     """All-reduce times of every size in SIZES over 2 workers through ``backend``."""
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "allreduce.json")
@@ -239,7 +239,7 @@ def main() -> None:
     bench = json.loads(Path(args.bench).read_text())
     local_run = Path(args.bench).parent / "runs" / "local-w1-r1-0" / "bench.json"
     params = int(json.loads(local_run.read_text())["params"])
-    measured = {b: measure(b, Path(args.out)) for b in ("tf", "mpi")}
+    measured = {b: measure(b) for b in ("tf", "mpi")}
     fits = {b: fit(points) for b, points in measured.items()}
     sizes = model_sizes()
     predictions = {

@@ -19,7 +19,6 @@ from tfdist.bench.plan import (
     command_for,
     plan_bench,
     program_for,
-    worker_args,
 )
 from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_command
@@ -51,12 +50,7 @@ class Bench:
         run_dir = str(self.out / "runs" / name)
         return command_for(
             spec,
-            program
-            or (
-                program_for(spec, self.config, run_dir)
-                if mode == "train"
-                else worker_args(self.config, run_dir, mode)
-            ),
+            program or program_for(spec, self.config, run_dir, mode),
             python=sys.executable,
             threads=self.plan.threads,
             gpus=self.machine["gpus"],

@@ -31,18 +31,22 @@ def parse_counts(text: str, flag: str) -> tuple[int, ...]:
     return tuple(sorted(values))
 
 
-def parse_backends(text: str) -> tuple[str, ...]:
-    """``"tf,mpi"`` -> ("tf", "mpi"), each a known synchronisation backend."""
+def _parse_names(text: str, flag: str, known: tuple[str, ...], available: str, what: str) -> tuple[str, ...]:
+    """A comma-separated list of distinct names from ``known``, lower-cased, in the given order."""
     names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
-    unknown = [n for n in names if n not in BACKENDS]
+    unknown = [n for n in names if n not in known]
     if not names or unknown:
         raise ConfigError(
-            f"--backend {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: "
-            f"{', '.join(BACKENDS)}."
+            f"{flag} {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: {available}."
         )
     if len(set(names)) != len(names):
-        raise ConfigError(f"--backend {text!r} repeats a backend.")
+        raise ConfigError(f"{flag} {text!r} repeats a {what}.")
     return names
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``"tf,mpi"`` -> ("tf", "mpi"), each a known synchronisation backend."""
+    return _parse_names(text, "--backend", BACKENDS, ", ".join(BACKENDS), "backend")
 
 
 def parse_compare(text: str) -> tuple[str, ...]:
@@ -52,16 +56,9 @@ def parse_compare(text: str) -> tuple[str, ...]:
         return REFERENCES
     if lowered == "none":
         return ()
-    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
-    unknown = [n for n in names if n not in REFERENCES]
-    if not names or unknown:
-        raise ConfigError(
-            f"--compare {text!r}: unknown {', '.join(unknown) or 'empty list'}; available: "
-            f"{', '.join(REFERENCES)}, all or none."
-        )
-    if len(set(names)) != len(names):
-        raise ConfigError(f"--compare {text!r} repeats a configuration.")
-    return names
+    return _parse_names(
+        text, "--compare", REFERENCES, f"{', '.join(REFERENCES)}, all or none", "configuration"
+    )
 
 
 @dataclass(frozen=True)

@@ -125,12 +125,15 @@ def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple
     return ("-m", "tfdist.bench.worker", WorkerSpec.of(config, run_dir, mode).to_json())
 
 
-def program_for(spec: RunSpec, config: BenchConfig, run_dir: str) -> tuple[str, ...]:
+def program_for(spec: RunSpec, config: BenchConfig, run_dir: str, mode: str = "train") -> tuple[str, ...]:
     """What every process of configuration ``spec`` runs (the arguments after ``python``).
 
     The backends and ``independent`` run tfdist's bench worker; ``raw-tf`` and ``keras-fit`` run reference
-    programs written as TensorFlow's and Keras's tutorials write them (no tfdist API inside).
+    programs written as TensorFlow's and Keras's tutorials write them (no tfdist API inside). A ``mode``
+    other than ``train`` (the diagnosis's ``compute`` and ``input``) is the bench worker in that mode.
     """
+    if mode != "train":
+        return worker_args(config, run_dir, mode)
     if spec.backend == INDEPENDENT:
         return worker_args(config, run_dir, "independent")
     if spec.backend in REFERENCES:

@@ -110,11 +110,11 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch import LaunchConfig, launch
     from tfdist.launch.gpus import visible_gpus
 
-    cpu = not visible_gpus(os.environ)
-    backend = args.backend or _default_backend(len(visible_gpus(os.environ)), args.workers)
+    gpus = len(visible_gpus(os.environ))
+    backend = args.backend or _default_backend(gpus, args.workers)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,
-        cpu=cpu,
+        cpu=not gpus,
         quiet_workers=True,
         prefix=False,
         max_restarts=args.max_restarts,
