@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer
-from tfdist.errors import ConfigError
+from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
 _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -30,6 +31,8 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--signal", {"help": "preemption signal (default USR2@90: NCCL may trap USR1)"}),
     ("--container", {"help": "Apptainer image (.sif); tasks run under `apptainer exec`"}),
     ("--venv", {"help": "virtualenv to activate in the job"}),
+    ("--nodelist", {"help": "run on these nodes (Slurm node list, e.g. node[1-2])"}),
+    ("--mpi", {"help": "srun's MPI plugin for --backend mpi|horovod (default pmi2)"}),
 )
 _LIST_FLAGS = (("--module", "modules"), ("--bind", "binds"), ("--sbatch", "extra_sbatch"))
 
@@ -56,6 +59,12 @@ def register(sub: Any) -> None:
             default=None,
             metavar="NAME=VALUE",
             help="variable exported in the job",
+        )
+        a.add_argument(
+            "--backend",
+            default=None,
+            help="auto (default) | tf | mpi | horovod: auto is tf for a script, and for `tfdist train` the "
+            "fastest backend the nodes can run",
         )
         a.add_argument(
             "--per-node", choices=("mirrored",), default=None, help="one task per node driving all its GPUs"
@@ -134,7 +143,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 
     values: dict[str, Any] = _load_toml(args.config) if args.config else {}
     fields = {f.lstrip("-").replace("-", "_") for f, _ in _SPEC_FLAGS} | {d for _, d in _LIST_FLAGS}
-    fields |= {"exports", "per_node", "requeue", "gres", "extra_sbatch", "workdir"}
+    fields |= {"exports", "per_node", "requeue", "gres", "extra_sbatch", "workdir", "backend"}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ConfigError(
@@ -160,10 +169,15 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         command = command[1:]
     if not values.get("venv") and not values.get("container"):
         values.setdefault("python", sys.executable)  # the interpreter running this has tfdist installed
+    if args.backend is not None:
+        values["backend"] = args.backend
     try:
-        return SbatchSpec(command=tuple(command), **values)
+        spec = SbatchSpec(command=tuple(command), **{**values, "backend": "tf"})
     except TypeError as exc:
         raise ConfigError(f"bad job option: {exc}") from None
+    from tfdist.cli.slurm_backend import resolve_backend
+
+    return resolve_backend(spec, str(values.get("backend") or ""))
 
 
 def _parse_export(item: str) -> tuple[str, str]:
@@ -192,10 +206,19 @@ def run_submit(args: argparse.Namespace) -> int:
     run_dir = os.path.abspath(args.run_dir or os.path.join("tfdist-runs", new_run_id()))
     if spec.output == "tfdist-%j.out":
         spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
+    made = not os.path.exists(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, "job.sbatch")
     files.write_text(path, render_sbatch(spec))
-    job_id = commands.submit(path, cwd=os.getcwd())
+    try:
+        job_id = commands.submit(path, cwd=os.getcwd())
+    except (ConfigError, SetupError):
+        # Nothing was submitted: leave nothing behind either.
+        if made:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            os.unlink(path)
+        raise
     print(f"submitted job {job_id}; script {path}; output {spec.output.replace('%j', job_id)}")
     return 0
 

@@ -13,6 +13,13 @@ _TIME = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\
 _MEM = re.compile(r"^\d+[KMGT]?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SBATCH_VALUE = re.compile(r"^[^\s\"'\\]+$")
+#: Backends whose ranks start through srun's MPI process-management interface.
+MPI_BACKENDS = ("mpi", "horovod")
+#: srun's default ``--mpi`` plugin for them. pmi2, not pmix: the mpich wheel's PMI client speaks the PMI
+#: wire protocol over the PMI_FD socket that Slurm's pmi2 plugin opens (measured: 4 ranks on 2 nodes), while
+#: Slurm's pmix plugin needs libpmix on every node and an MPI built against PMIx.
+DEFAULT_MPI_PLUGIN = "pmi2"
+_PLUGIN = re.compile(r"^[a-z][a-z0-9_]*$")
 #: Variables that must not route the workers' gRPC traffic through a proxy.
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 
@@ -47,6 +54,14 @@ class SbatchSpec:
     exports: Mapping[str, str] = field(default_factory=dict)
     per_node: bool = False
     workdir: str | None = None
+    nodelist: str | None = None
+    #: How the tasks synchronise: tf (TensorFlow's collectives, through TF_CONFIG), mpi or horovod (ranks
+    #: started through srun's MPI plugin, one packed all-reduce per step).
+    backend: str = "tf"
+    #: srun's ``--mpi`` plugin; None: :data:`DEFAULT_MPI_PLUGIN` for the MPI backends, Slurm's default else.
+    mpi: str | None = None
+    #: ``import horovod`` gives tfdist's Horovod API in the tasks (Horovod is not installed for the job).
+    horovod_shim: bool = False
     #: Python that runs the task wrapper (``python -m tfdist run --``): inside a venv or a container,
     #: their ``python``; otherwise ``tfdist slurm`` passes its own interpreter, which has tfdist.
     python: str = "python"
@@ -54,6 +69,7 @@ class SbatchSpec:
     def __post_init__(self) -> None:
         self._check_text()
         self._check_resources()
+        self._check_backend()
         if not self.command:
             raise ConfigError("no command to run. Hint: tfdist slurm script [options] -- python train.py ...")
 
@@ -83,6 +99,8 @@ class SbatchSpec:
                 self.venv,
                 self.container,
                 self.workdir,
+                self.nodelist,
+                self.mpi,
             )
             if v is not None
         ]
@@ -100,6 +118,7 @@ class SbatchSpec:
             ("--constraint", self.constraint),
             ("--account", self.account),
             ("--qos", self.qos),
+            ("--nodelist", self.nodelist),
         )
         for name, option in named:
             if option is not None and not _SBATCH_VALUE.match(option):
@@ -107,6 +126,26 @@ class SbatchSpec:
         for name in self.exports:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ConfigError(f"--export {name!r} is not a valid variable name.")
+
+    def _check_backend(self) -> None:
+        if self.backend not in ("tf", *MPI_BACKENDS):
+            raise ConfigError(f"--backend={self.backend!r} is not a backend; choose tf, mpi or horovod.")
+        if self.mpi is not None and not _PLUGIN.match(self.mpi):
+            raise ConfigError(
+                f"--mpi={self.mpi!r} is not an MPI plugin name (srun --mpi=list shows them, e.g. pmi2)."
+            )
+        if self.mpi == "none" and self.backend in MPI_BACKENDS:
+            raise ConfigError(
+                f"--mpi=none cannot start the ranks of --backend {self.backend}: they need a process-"
+                f"management interface. Hint: drop --mpi ({DEFAULT_MPI_PLUGIN} is the default)."
+            )
+
+    @property
+    def mpi_plugin(self) -> str | None:
+        """The ``srun --mpi`` value: the chosen plugin, the default one for MPI backends, else None."""
+        if self.mpi is not None:
+            return self.mpi
+        return DEFAULT_MPI_PLUGIN if self.backend in MPI_BACKENDS else None
 
     def _check_resources(self) -> None:
         if self.nodes <= 0:
@@ -147,6 +186,24 @@ class SbatchSpec:
         return self.gpus_per_node or 1
 
 
+def runs_tfdist_train(command: tuple[str, ...]) -> bool:
+    """Whether the job's command is ``tfdist train`` (directly or as ``python -m tfdist train``).
+
+    >>> runs_tfdist_train(("tfdist", "train", "--epochs", "2")), runs_tfdist_train(("python", "t.py"))
+    (True, False)
+    """
+    words = list(command)
+    if words and words[0].rsplit("/", 1)[-1] == "tfdist":
+        return words[1:2] == ["train"]
+    if (
+        len(words) >= 4
+        and words[0].rsplit("/", 1)[-1].startswith("python")
+        and words[1:3] == ["-m", "tfdist"]
+    ):
+        return words[3] == "train"
+    return False
+
+
 def _sbatch_lines(spec: SbatchSpec) -> list[str]:
     options: list[tuple[str, object]] = [
         ("job-name", spec.job_name),
@@ -170,6 +227,7 @@ def _sbatch_lines(spec: SbatchSpec) -> list[str]:
         ("error", spec.error),
         ("signal", spec.signal or None),
         ("chdir", spec.workdir),
+        ("nodelist", spec.nodelist),
     ]
     lines = [f"#SBATCH --{name}={value}" for name, value in options if value is not None]
     if spec.requeue:
@@ -191,6 +249,10 @@ def _environment_lines(spec: SbatchSpec) -> list[str]:
             "  # keep image layers off $HOME quota if needed"
         )
     exports = {"TF_CPP_MIN_LOG_LEVEL": "2", **dict(spec.exports)}
+    if spec.backend != "tf":
+        exports["TFDIST_BACKEND"] = "mpi" if spec.horovod_shim else spec.backend
+    if spec.horovod_shim:
+        exports["TFDIST_HOROVOD_SHIM"] = "1"
     if spec.per_node:
         exports["TFDIST_GPUS_PER_WORKER"] = "all"
     lines += [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
@@ -209,6 +271,11 @@ def render_sbatch(spec: SbatchSpec) -> str:
     ``srun --ntasks-per-node=4 python -m tfdist run -- python train.py``.
     """
     launch = ["srun", f"--ntasks-per-node={spec.tasks_per_node}"]
+    if spec.mpi_plugin:
+        launch.append(f"--mpi={spec.mpi_plugin}")
+    if spec.backend in MPI_BACKENDS:
+        # An MPI rank cannot tell that a peer died (it waits in the all-reduce): a failed task ends the step.
+        launch.append("--kill-on-bad-exit=1")
     if spec.container:
         launch += ["apptainer", "exec"]
         if spec.gpus_per_node:

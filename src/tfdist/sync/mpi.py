@@ -12,10 +12,13 @@ from typing import Any
 import numpy as np
 
 from tfdist import variables
+from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.reduce import NodeReducer, Waiter, layout
+
+log = get_logger(__name__)
 
 
 def import_mpi() -> Any:
@@ -53,6 +56,8 @@ class MPISync(ProcessLevel):
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
+        if self.rank == 0:
+            log.info("MPI backend: %s", self.reducer.describe())
 
     def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
         """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""

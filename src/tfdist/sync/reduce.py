@@ -83,6 +83,21 @@ class NodeReducer:
         self.cross = comm.Split(self.local_rank, comm.Get_rank())
         self._windows: dict[int, tuple[Any, np.ndarray]] = {}
 
+    def describe(self) -> str:
+        """The two levels as they run, e.g. ``4 ranks on 2 nodes (2 per node): shared memory within a
+        node, MPI across nodes``."""
+        nodes, per_node = self.cross.Get_size(), self.local_size
+        ranks = nodes * per_node
+        if per_node > 1:
+            inside = "shared memory within a node"
+        else:
+            inside = "no shared-memory level (one rank per node, or TFDIST_MPI_SHM=0 / uneven nodes)"
+        across = "MPI across nodes" if nodes > 1 else "no cross-node level"
+        return (
+            f"{ranks} rank(s) in {nodes} group(s) of {per_node} (local size {per_node}, cross size "
+            f"{nodes}): {inside}, {across}"
+        )
+
     def input_row(self, length: int) -> np.ndarray:
         """This rank's input row of the shared window for buffers of ``length`` floats (fill, then reduce)."""
         if length not in self._windows:

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Test hosts on one machine: N Linux network namespaces on one switch, each a "host" with its own address,
+# hostname and link, for trying and testing what crosses a network (multi-node Slurm, launches across hosts,
+# cut or slow links). Needs root. Nothing in the machine's own network namespace is touched: the switch is a
+# bridge inside a namespace of its own, and every veth pair is created there with one end moved straight
+# into its host.
+#
+#   scripts/testhosts.sh up [N]              make N hosts (default 2): <name>1..<name>N
+#   scripts/testhosts.sh down                remove every host, the switch and the processes running on them
+#   scripts/testhosts.sh exec HOST -- CMD..  run CMD "on" HOST (its network, hostname and hosts file)
+#   scripts/testhosts.sh cap HOST RATE|off   cap HOST's link both ways (tc tbf), e.g. 1gbit
+#   scripts/testhosts.sh cut HOST            unplug HOST from the switch (packets vanish: no reset, no error)
+#   scripts/testhosts.sh plug HOST           plug it back
+#   scripts/testhosts.sh loopback-name HOST on|off
+#                                            make HOST's own name resolve to 127.0.1.1 on HOST (the
+#                                            Debian /etc/hosts default that breaks multi-node jobs)
+#   scripts/testhosts.sh list                hosts with their addresses
+#   scripts/testhosts.sh check               exit 0 when this machine can make hosts (root, ip, nsenter)
+#
+# Names come from TFDIST_HOSTS_PREFIX (default "tfdist"): namespaces <prefix>-sw and <prefix>-<name>N, state
+# in /tmp/<prefix>-hosts. Tests use their own prefix and subnet, so a cluster made by hand is never touched.
+set -euo pipefail
+PREFIX="${TFDIST_HOSTS_PREFIX:-tfdist}"
+SUBNET="${TFDIST_HOSTS_SUBNET:-10.77.0}"      # host i gets $SUBNET.i/24
+NAME="${TFDIST_HOSTS_NAME:-node}"             # hostnames: node1, node2, ...
+DIR="${TFDIST_HOSTS_DIR:-/tmp/${PREFIX}-hosts}"
+SWITCH="${PREFIX}-sw"
+
+log() { echo "testhosts: $*" >&2; }
+die() { echo "testhosts: $*" >&2; exit 2; }
+
+check() {
+  [ "$(id -u)" = 0 ] || { echo "test hosts need root (network namespaces)"; return 1; }
+  command -v ip >/dev/null || { echo "test hosts need iproute2 (ip)"; return 1; }
+  command -v nsenter >/dev/null && command -v unshare >/dev/null \
+    || { echo "test hosts need util-linux (nsenter, unshare)"; return 1; }
+  # A namespace we cannot make (a container without CAP_SYS_ADMIN) is the common reason to skip.
+  local probe="${PREFIX}-probe$$"
+  ip netns add "$probe" 2>/dev/null || { echo "cannot create network namespaces here (ip netns add failed)"; return 1; }
+  ip netns del "$probe"
+}
+
+host_ns() { echo "${PREFIX}-$1"; }
+host_index() {
+  local host="$1"
+  [[ "$host" =~ ^${NAME}([0-9]+)$ ]] || die "unknown host '$host': hosts are named ${NAME}1..${NAME}N"
+  [ -e "/run/netns/$(host_ns "$host")" ] || die "host '$host' does not exist (scripts/testhosts.sh up)"
+  echo "${BASH_REMATCH[1]}"
+}
+
+write_hosts_file() {  # HOST N LOOPBACK(0|1): the file bound over /etc/hosts on HOST (rewritten in place)
+  local host="$1" n="$2" loop="$3" i file="$DIR/hosts.$1"
+  {
+    echo "127.0.0.1 localhost"
+    echo "::1 localhost ip6-localhost ip6-loopback"
+    [ "$loop" = 1 ] && echo "127.0.1.1 ${host}"
+    for i in $(seq 1 "$n"); do echo "${SUBNET}.${i} ${NAME}${i}"; done
+  } > "$file.tmp"
+  # In place (same inode): processes already running on the host see the change through their bind mount.
+  if [ -f "$file" ]; then cat "$file.tmp" > "$file"; rm -f "$file.tmp"; else mv "$file.tmp" "$file"; fi
+}
+
+up() {
+  local n="${1:-2}" i ns
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "host count '$n' must be 1..200"
+  check >/dev/null || die "$(check)"
+  down quiet
+  mkdir -p "$DIR"
+  echo "$n" > "$DIR/count"
+  ip netns add "$SWITCH"
+  ip -n "$SWITCH" link add br0 type bridge
+  ip -n "$SWITCH" link set br0 up
+  for i in $(seq 1 "$n"); do
+    ns=$(host_ns "${NAME}${i}")
+    ip netns add "$ns"
+    ip -n "$SWITCH" link add "p${i}" type veth peer name eth0 netns "$ns"
+    ip -n "$SWITCH" link set "p${i}" master br0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "${SUBNET}.${i}/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    write_hosts_file "${NAME}${i}" "$n" 0
+  done
+  log "$n host(s) up: ${NAME}1..${NAME}${n} on ${SUBNET}.0/24 (scripts/testhosts.sh exec ${NAME}1 -- CMD)"
+}
+
+down() {
+  local ns pid
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    case "$ns" in "${PREFIX}-${NAME}"[0-9]*|"$SWITCH") ;; *) continue ;; esac
+    # Processes still running on the host (daemons, workers of a crashed test): all started on it by us.
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$DIR"
+  [ "${1:-}" = quiet ] || log "removed"
+}
+
+run_on() {
+  local host="$1" i
+  shift
+  i=$(host_index "$host")
+  [ "$#" -gt 0 ] || die "no command: scripts/testhosts.sh exec $host -- CMD..."
+  # nsenter --net, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts slurmd needs. A private
+  # mount namespace carries the host's /etc/hosts, a UTS namespace its hostname.
+  exec nsenter --net="/run/netns/$(host_ns "$host")" \
+    unshare --mount --uts --propagation private -- \
+    sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
+    sh "$host" "$DIR/hosts.$host" "$@"
+}
+
+cap() {
+  local host="$1" rate="$2" i ns
+  i=$(host_index "$host")
+  ns=$(host_ns "$host")
+  if [ "$rate" = off ]; then
+    ip -n "$ns" link show eth0 >/dev/null
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    tc -n "$SWITCH" qdisc del dev "p${i}" root 2>/dev/null || true
+    log "$host: link uncapped"
+    return
+  fi
+  [[ "$rate" =~ ^[0-9]+(\.[0-9]+)?([kmg]bit|bit)$ ]] || die "rate '$rate' must look like 1gbit, 100mbit or off"
+  # Both directions: the host's egress and the switch port's egress towards the host.
+  tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+  tc -n "$SWITCH" qdisc replace dev "p${i}" root tbf rate "$rate" burst 256kb latency 100ms
+  log "$host: link capped at $rate"
+}
+
+cut_link() {
+  local i
+  i=$(host_index "$1")
+  # Off the bridge, not link down: frames are dropped silently, as when a switch port or cable fails,
+  # so peers see a host that stops answering rather than an error.
+  ip -n "$SWITCH" link set "p${i}" nomaster
+  log "$1: unplugged"
+}
+
+plug_link() {
+  local i
+  i=$(host_index "$1")
+  ip -n "$SWITCH" link set "p${i}" master br0 up
+  log "$1: plugged in"
+}
+
+loopback_name() {
+  local host="$1" mode="${2:-}"
+  host_index "$host" >/dev/null
+  case "$mode" in on) write_hosts_file "$host" "$(cat "$DIR/count")" 1 ;; off) write_hosts_file "$host" "$(cat "$DIR/count")" 0 ;;
+    *) die "loopback-name $host on|off" ;; esac
+}
+
+list() {
+  [ -f "$DIR/count" ] || { log "no hosts (scripts/testhosts.sh up N)"; return 0; }
+  local i
+  for i in $(seq 1 "$(cat "$DIR/count")"); do echo "${NAME}${i} ${SUBNET}.${i} netns=$(host_ns "${NAME}${i}")"; done
+}
+
+cmd="${1:-list}"
+shift || true
+case "$cmd" in
+  up) up "$@" ;;
+  down) down ;;
+  exec)
+    host="${1:-}"; shift || true
+    [ "${1:-}" = "--" ] && shift
+    run_on "$host" "$@" ;;
+  cap) [ "$#" = 2 ] || die "usage: cap HOST RATE|off"; cap "$1" "$2" ;;
+  cut) [ "$#" = 1 ] || die "usage: cut HOST"; cut_link "$1" ;;
+  plug) [ "$#" = 1 ] || die "usage: plug HOST"; plug_link "$1" ;;
+  loopback-name) loopback_name "$@" ;;
+  list) list ;;
+  check) check ;;
+  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|loopback-name HOST on|off|list|check" ;;
+esac
