@@ -11,9 +11,11 @@
 #   scripts/testhosts.sh cap HOST RATE|off   cap HOST's link both ways (tc tbf), e.g. 1gbit
 #   scripts/testhosts.sh cut HOST            unplug HOST from the switch (packets vanish: no reset, no error)
 #   scripts/testhosts.sh plug HOST           plug it back
+#   scripts/testhosts.sh kill HOST           SIGKILL every process running on HOST (a host that loses power)
 #   scripts/testhosts.sh loopback-name HOST on|off
-#                                            make HOST's own name resolve to 127.0.1.1 on HOST (the
-#                                            Debian /etc/hosts default that breaks multi-node jobs)
+#                                            make HOST's name resolve to 127.0.1.1 on every host: the hosts
+#                                            file of an image made on HOST (Debian's "127.0.1.1 HOST" line)
+#                                            copied to every node
 #   scripts/testhosts.sh list                hosts with their addresses
 #   scripts/testhosts.sh check               exit 0 when this machine can make hosts (root, ip, nsenter)
 #
@@ -48,12 +50,13 @@ host_index() {
   echo "${BASH_REMATCH[1]}"
 }
 
-write_hosts_file() {  # HOST N LOOPBACK(0|1): the file bound over /etc/hosts on HOST (rewritten in place)
-  local host="$1" n="$2" loop="$3" i file="$DIR/hosts.$1"
+write_hosts_file() {  # HOST N: the file bound over /etc/hosts on HOST (rewritten in place)
+  local host="$1" n="$2" i looped file="$DIR/hosts.$1"
   {
     echo "127.0.0.1 localhost"
     echo "::1 localhost ip6-localhost ip6-loopback"
-    [ "$loop" = 1 ] && echo "127.0.1.1 ${host}"
+    # First match wins: a looped name listed here hides its real address below.
+    for looped in $(cat "$DIR/loopback" 2>/dev/null); do echo "127.0.1.1 ${looped}"; done
     for i in $(seq 1 "$n"); do echo "${SUBNET}.${i} ${NAME}${i}"; done
   } > "$file.tmp"
   # In place (same inode): processes already running on the host see the change through their bind mount.
@@ -78,7 +81,7 @@ up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "${SUBNET}.${i}/24" dev eth0
     ip -n "$ns" link set eth0 up
-    write_hosts_file "${NAME}${i}" "$n" 0
+    write_hosts_file "${NAME}${i}" "$n"
   done
   log "$n host(s) up: ${NAME}1..${NAME}${n} on ${SUBNET}.0/24 (scripts/testhosts.sh exec ${NAME}1 -- CMD)"
 }
@@ -142,11 +145,25 @@ plug_link() {
   log "$1: plugged in"
 }
 
-loopback_name() {
-  local host="$1" mode="${2:-}"
+kill_host() {
+  local host="$1" pid n=0
   host_index "$host" >/dev/null
-  case "$mode" in on) write_hosts_file "$host" "$(cat "$DIR/count")" 1 ;; off) write_hosts_file "$host" "$(cat "$DIR/count")" 0 ;;
-    *) die "loopback-name $host on|off" ;; esac
+  for pid in $(ip netns pids "$(host_ns "$host")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null && n=$((n + 1)); done
+  log "$host: killed $n process(es)"
+}
+
+loopback_name() {
+  local host="$1" mode="${2:-}" n i
+  host_index "$host" >/dev/null
+  n=$(cat "$DIR/count")
+  case "$mode" in
+    on) { grep -vx "$host" "$DIR/loopback" 2>/dev/null || true; echo "$host"; } > "$DIR/loopback.tmp" ;;
+    off) { grep -vx "$host" "$DIR/loopback" 2>/dev/null || true; } > "$DIR/loopback.tmp" ;;
+    *) die "loopback-name $host on|off" ;;
+  esac
+  mv "$DIR/loopback.tmp" "$DIR/loopback"
+  for i in $(seq 1 "$n"); do write_hosts_file "${NAME}${i}" "$n"; done
+  log "$host resolves to $([ "$mode" = on ] && echo 127.0.1.1 || echo its address) on every host"
 }
 
 list() {
@@ -167,8 +184,9 @@ case "$cmd" in
   cap) [ "$#" = 2 ] || die "usage: cap HOST RATE|off"; cap "$1" "$2" ;;
   cut) [ "$#" = 1 ] || die "usage: cut HOST"; cut_link "$1" ;;
   plug) [ "$#" = 1 ] || die "usage: plug HOST"; plug_link "$1" ;;
+  kill) [ "$#" = 1 ] || die "usage: kill HOST"; kill_host "$1" ;;
   loopback-name) loopback_name "$@" ;;
   list) list ;;
   check) check ;;
-  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|loopback-name HOST on|off|list|check" ;;
+  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|kill HOST|loopback-name HOST on|off|list|check" ;;
 esac

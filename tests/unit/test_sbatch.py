@@ -59,6 +59,16 @@ VARIANTS = {
         requeue=False,
         signal="USR2@300",
     ),
+    "mpi": SbatchSpec(
+        command=("python", "train.py"),
+        nodes=2,
+        ntasks_per_node=2,
+        nodelist="node[1-2]",
+        backend="mpi",
+    ),
+    "horovod": SbatchSpec(
+        command=("python", "hvd_train.py"), nodes=3, backend="horovod", horovod_shim=True, mpi="pmix"
+    ),
 }
 
 
@@ -100,6 +110,10 @@ def test_proxy_variables_are_unset_only_for_multi_task_jobs() -> None:
         ({"exports": {"BAD-NAME": "1"}}, "not a valid variable name"),
         ({"command": ()}, "no command to run"),
         ({"cpus_per_task": 0}, "--cpus-per-task=0"),
+        ({"backend": "nccl"}, "--backend='nccl' is not a backend"),
+        ({"backend": "mpi", "mpi": "none"}, "--mpi=none cannot start the ranks of --backend mpi"),
+        ({"mpi": "pmi 2"}, "is not an MPI plugin name"),
+        ({"nodelist": "node1 node2"}, "cannot contain spaces"),
     ],
 )
 def test_bad_specs(kwargs: dict, expected: str) -> None:

@@ -35,15 +35,35 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def _reason(text: str) -> str:
+    """sbatch's reason on one line, without its ``sbatch: error:`` prefixes.
+
+    Input/Output: ``"sbatch: error: Batch job submission failed: Invalid node name specified"`` ->
+    ``"Batch job submission failed: Invalid node name specified"``.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    wanted = [line for line in lines if "error" in line or "failure" in line] or lines
+    reason = wanted[-1] if wanted else "no reason given"
+    for prefix in ("sbatch: error:", "sbatch:", "allocation failure:", "error:"):
+        if reason.startswith(prefix):
+            reason = reason[len(prefix) :].strip()
+    return reason
+
+
 def submit(script_path: str, cwd: str | None = None) -> str:
-    """``sbatch --parsable SCRIPT`` and return the job id."""
-    proc = _run(
-        ["sbatch", "--parsable", script_path]
-        if cwd is None
-        else ["sbatch", "--parsable", f"--chdir={cwd}", script_path]
-    )
+    """``sbatch --parsable SCRIPT`` and return the job id.
+
+    ``sbatch --test-only`` first: Slurm accepts, and leaves pending forever, a job no node set of its
+    partition can ever run (more nodes than the partition has, unless EnforcePartLimits is set); such a
+    job is refused here with the scheduler's reason and nothing is submitted.
+    """
+    where = [] if cwd is None else [f"--chdir={cwd}"]
+    tried = _run(["sbatch", "--test-only", *where, script_path])
+    if tried.returncode != 0:
+        raise ConfigError(f"sbatch refused the job: {_reason(tried.stderr + tried.stdout)}")
+    proc = _run(["sbatch", "--parsable", *where, script_path])
     if proc.returncode != 0:
-        raise SetupError(f"sbatch refused the job: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise ConfigError(f"sbatch refused the job: {_reason(proc.stderr + proc.stdout)}")
     return proc.stdout.strip().split(";")[0]
 
 

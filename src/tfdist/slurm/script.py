@@ -273,8 +273,9 @@ def render_sbatch(spec: SbatchSpec) -> str:
     launch = ["srun", f"--ntasks-per-node={spec.tasks_per_node}"]
     if spec.mpi_plugin:
         launch.append(f"--mpi={spec.mpi_plugin}")
-    if spec.backend in MPI_BACKENDS:
-        # An MPI rank cannot tell that a peer died (it waits in the all-reduce): a failed task ends the step.
+    if spec.nodes * spec.tasks_per_node > 1:
+        # One failed task ends the step: its peers would otherwise wait for it (an MPI rank in its
+        # all-reduce, a TensorFlow worker for a peer that never joined) until a timeout, or forever.
         launch.append("--kill-on-bad-exit=1")
     if spec.container:
         launch += ["apptainer", "exec"]

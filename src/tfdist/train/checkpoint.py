@@ -89,6 +89,16 @@ class Checkpointer:
             shutil.rmtree(scratch, ignore_errors=True)
         return self.directory
 
+    def latest(self) -> tuple[str | None, int | None]:
+        """The newest checkpoint on disk and its step (``ckpt-12`` -> 12), or ``(None, None)``."""
+        import tensorflow as tf
+
+        path = tf.train.latest_checkpoint(self.directory)
+        if path is None:
+            return None, None
+        number = path.rsplit("-", 1)[-1]
+        return path, int(number) if number.isdigit() else None
+
     def history(self, epochs: int) -> dict[str, list[float]]:
         """The first ``epochs`` epochs of the run's history, as saved with the checkpoints ({} if none)."""
         path = os.path.join(self.directory, HISTORY)

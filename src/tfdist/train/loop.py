@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import context, variables
+from tfdist import context
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError, NonFiniteLossError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
+from tfdist.train import peers
 from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import MetricSet
@@ -257,6 +258,11 @@ class SyncTrainer:
                     break
             self.callbacks.on_train_end()
             self._barrier()
+        except Exception as exc:
+            if peers.is_peer_failure(exc):
+                latest, at = self.checkpointer.latest() if self.checkpointer else (None, None)
+                peers.report(exc, int(self.step_var.numpy()), self.env.cluster_spec, latest, at)
+            raise
         finally:
             self.stop.restore()
         return self._finish(time.monotonic() - started, examples)
@@ -391,10 +397,13 @@ class SyncTrainer:
             self.checkpointer.save(step)
         # A warning on every worker (not a chief-only progress line): it explains each log's exit code.
         saved = "checkpoint written" if self.checkpointer else "no checkpoint_dir, nothing saved"
+        log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
+        # Nobody exits before everybody saved and said so: under `srun --kill-on-bad-exit` the first
+        # non-zero exit ends the other tasks, and the requeue below ends the job.
+        self._barrier()
         # A Slurm job, whether this task reads Slurm's variables or the TF_CONFIG `tfdist run` derived.
         if self.env.is_chief and self.checkpointer and os.environ.get("SLURM_JOB_ID"):
-            _requeue_slurm_job()
-        log.warning("stop requested (%s): %s at step %d; exiting.", signal.Signals(signum).name, saved, step)
+            peers.requeue_slurm_job("the next run resumes from the checkpoint")
         raise SystemExit(128 + signum)
 
     def _finish(self, duration: float, examples: int) -> Any:
@@ -416,24 +425,6 @@ class SyncTrainer:
             self.history.history, {"summary": self.history.summary, "environment": self.env.describe()}
         )
         return self.history
-
-
-def _requeue_slurm_job() -> None:
-    """Ask Slurm to run this job again (it resumes from the checkpoint just written);
-    TFDIST_REQUEUE=0 opts out."""
-    import os
-
-    from tfdist.errors import TfdistError
-    from tfdist.slurm import commands
-
-    job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id or not variables.get("TFDIST_REQUEUE"):
-        return
-    try:
-        commands.requeue(job_id)
-        log.warning("asked Slurm to requeue job %s; the next run resumes from the checkpoint", job_id)
-    except TfdistError as exc:  # e.g. submitted without --requeue: the checkpoint is still there
-        log.warning("could not requeue job %s: %s", job_id, exc)
 
 
 def _sum(outputs: list[Any]) -> Any:

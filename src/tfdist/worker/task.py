@@ -8,10 +8,12 @@ first step: it imports neither TensorFlow nor Keras.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+import socket
+from collections.abc import Callable, Mapping, Sequence
 
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
@@ -78,6 +80,46 @@ def node_gpu_count() -> int:
         return 0
 
 
+def loopback_peers(
+    own_host: str, hosts: Sequence[str], resolve: Callable[[str], str] = socket.gethostbyname
+) -> list[tuple[str, str]]:
+    """The job's OTHER nodes whose names resolve to a loopback address here, with that address.
+
+    A peer that resolves to 127.x here cannot be reached: this task would dial itself. (This node's own
+    name resolving to 127.0.1.1, Debian's default, is harmless: peers resolve it with their own files.)
+
+    Input/Output: ``("node1", ["node1", "node2"], {"node1": "127.0.1.1", "node2": "127.0.1.1"}.get)`` ->
+    ``[("node2", "127.0.1.1")]``.
+    """
+    found = []
+    for host in dict.fromkeys(hosts):
+        if host == own_host:
+            continue
+        try:
+            address = resolve(host)
+        except (OSError, UnicodeError):
+            continue  # unresolvable names fail in TensorFlow with their own clear message
+        if ipaddress.ip_address(address).is_loopback:
+            found.append((host, address))
+    return found
+
+
+def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) -> None:
+    """ConfigError naming the node and the fix when a peer node's name resolves to loopback here."""
+    hosts = [address.rpartition(":")[0] for tasks in env.cluster_spec.values() for address in tasks]
+    own = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if len(set(hosts)) < 2:
+        return
+    bad = loopback_peers(own, hosts)
+    if bad:
+        host, address = bad[0]
+        raise ConfigError(
+            f"node {host!r}, another node of this job, resolves to {address} (loopback) on {own}, so this "
+            f"task cannot reach it. Hint: map {host} to its network address in /etc/hosts on {own} (or fix "
+            "DNS), then resubmit."
+        )
+
+
 def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
     """Replace this process with ``command`` run as a worker of the job (never returns)."""
     from tfdist.env import detect_environment
@@ -91,5 +133,7 @@ def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) 
             "environment that provides it before tfdist run."
         )
     base = dict(os.environ if environ is None else environ)
-    env = plan_task_env(detect_environment(base), base, node_gpu_count())
+    cluster = detect_environment(base)
+    check_peer_addresses(cluster, base)
+    env = plan_task_env(cluster, base, node_gpu_count())
     os.execve(program, list(command), env)

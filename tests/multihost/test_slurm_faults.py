@@ -1,0 +1,124 @@
+"""Preemption and a lost node on a 2-node Slurm job: the job ends, says why, and the requeued job resumes
+to the weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hostcluster import FINAL, Cluster, one_process
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(900)]
+PY = sys.executable
+PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
+TRAIN = ("--epochs", "2", "--steps", "300")
+
+
+def wait_for_checkpoint(ckpt: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(ckpt.glob("ckpt-*.index")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(ckpt.glob("ckpt-*.index")), "training never wrote a checkpoint"
+
+
+def uninterrupted(tmp_path: Path) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """The same training in one process, never stopped."""
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    one_process(PROBE, str(ref), "--checkpoint", str(tmp_path / "ref-ckpt"), *TRAIN)
+    return np.load(ref / "weights-0.npy"), json.loads((ref / "history-0.json").read_text())["history"]
+
+
+def assert_same_run(out: Path, tmp_path: Path, ranks: int) -> None:
+    weights, history = uninterrupted(tmp_path)
+    for rank in range(ranks):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - weights)) <= 1e-5
+    resumed = json.loads((out / "history-0.json").read_text())
+    assert resumed["steps"] == 600
+    for name, values in history.items():
+        if name != "examples_per_sec":  # wall-clock timing
+            assert np.allclose(resumed["history"][name], values, atol=1e-5, rtol=0), name
+
+
+def test_preempted_two_node_job_resumes_exactly(cluster: Cluster, tmp_path: Path) -> None:
+    """USR2 to every task on both nodes -> checkpoint -> requeue -> the run ends as if never stopped."""
+    out, ckpt, run = tmp_path / "out", tmp_path / "ckpt", tmp_path / "run"
+    out.mkdir()
+    job_id = cluster.submit(
+        run,
+        PY,
+        PROBE,
+        str(out),
+        "--checkpoint",
+        str(ckpt),
+        *TRAIN,
+        options=("--nodes", "2", "--ntasks-per-node", "1"),
+    )
+    wait_for_checkpoint(ckpt)
+    # What Slurm does before a time limit or a preemption with --signal=USR2@90: USR2 to every task.
+    signalled = cluster.on("node1", "scancel", "--signal=USR2", job_id)
+    assert signalled.returncode == 0, signalled.stderr
+    job = cluster.wait(job_id, FINAL, 420, restarts=1)
+    log = (run / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-4000:]
+    assert log.count("stop requested (SIGUSR2): checkpoint written at step") == 2  # one per node
+    assert "asked Slurm to requeue job" in log
+    assert_same_run(out, tmp_path, 2)
+
+
+def test_a_lost_node_ends_the_job_names_it_and_the_requeued_job_resumes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Every process of node2 killed (its slurmd too): the task on node1 ends within seconds, names node2
+    and the last checkpoint, requeues the job; once node2 is back the job resumes from that checkpoint."""
+    out, ckpt, run = tmp_path / "out", tmp_path / "ckpt", tmp_path / "run"
+    out.mkdir()
+    timeout_s, margin_s = 10, 30
+    job_id = cluster.submit(
+        run,
+        PY,
+        PROBE,
+        str(out),
+        "--checkpoint",
+        str(ckpt),
+        *TRAIN,
+        options=(
+            "--nodes",
+            "2",
+            "--ntasks-per-node",
+            "1",
+            "--nodelist",
+            "node[1-2]",
+            "--export",
+            f"TFDIST_COLLECTIVE_TIMEOUT={timeout_s}",
+        ),
+    )
+    wait_for_checkpoint(ckpt)
+    try:
+        killed = cluster.hosts_script("kill", "node2")
+        lost_at = time.monotonic()
+        assert killed.returncode == 0, killed.stderr
+        job = cluster.wait(job_id, ("PENDING", "REQUEUED", "COMPLETING", "REQUEUE_HOLD", *FINAL), 120)
+        ended_after = time.monotonic() - lost_at
+        log = (run / f"slurm-{job_id}.out").read_text()
+        assert ended_after <= timeout_s + margin_s, (ended_after, job["JobState"], log[-3000:])
+        report = re.search(
+            r"lost contact with worker 1 \(node2:\d+\) at step \d+ .*last checkpoint (\S+) ", log
+        )
+        assert report, log[-4000:]
+        assert f"asked Slurm to requeue job {job_id}" in log
+    finally:
+        back = cluster.slurm_script("node-start", "node2")
+    assert back.returncode == 0, back.stderr
+    job = cluster.wait(job_id, FINAL, 480, restarts=1)
+    log = (run / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-4000:]
+    resumed_from = re.search(r"resumed from (\S+) at step (\d+)", log)
+    assert resumed_from and resumed_from.group(1) == report.group(1), log[-4000:]
+    print(f"node lost -> job ended in {ended_after:.1f} s; resumed from {resumed_from.group(1)}")
+    assert_same_run(out, tmp_path, 2)

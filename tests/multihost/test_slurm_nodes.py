@@ -1,0 +1,279 @@
+"""Every kind of script as one Slurm job across test hosts, each equal to the same script in one process.
+
+The cluster is real: slurmctld on node1 and one slurmd per host, each host a network namespace with its own
+address and hostname; jobs are submitted from node1 as from a login node. Tasks on different nodes talk over
+the test switch (TensorFlow's gRPC, or MPI started through ``srun --mpi=pmi2``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hostcluster import FINAL, Cluster, one_process
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(900)]
+ROOT = Path(__file__).parent.parent.parent
+HELPERS = ROOT / "tests" / "helpers"
+PY = sys.executable
+
+
+def finished(cluster: Cluster, job_id: str, run_dir: Path, timeout: float = 420) -> str:
+    """Wait for the job; assert it COMPLETED; return its output."""
+    job = cluster.wait(job_id, FINAL, timeout)
+    log = (run_dir / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", log[-4000:]
+    return log
+
+
+def max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)))
+
+
+def nodes_of(cluster: Cluster, job_id: str) -> str:
+    return cluster.job(job_id)["NodeList"]
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_plain_mwms_custom_loop_across_nodes(cluster: Cluster, nodes: int, tmp_path: Path) -> None:
+    """The TensorFlow tutorial's custom loop (no tfdist import), one task per node."""
+    script = str(HELPERS / "plain_mwms.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single))
+    job_id = cluster.submit(
+        tmp_path / "run", PY, script, str(out), options=("--nodes", str(nodes), "--ntasks-per-node", "1")
+    )
+    log = finished(cluster, job_id, tmp_path / "run")
+    assert nodes_of(cluster, job_id) == f"node[1-{nodes}]"
+    assert log.count(f"on {nodes} replicas") == nodes  # every task joined one job spanning the nodes
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(nodes):
+        assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
+
+
+def test_keras_model_fit_across_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    """model.fit / evaluate / predict under MultiWorkerMirroredStrategy (no tfdist import) on 2 hosts."""
+    script = str(HELPERS / "keras_fit.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single), "--plain", "--epochs", "2")
+    job_id = cluster.submit(
+        tmp_path / "run",
+        PY,
+        script,
+        str(out),
+        "--plain",
+        "--epochs",
+        "2",
+        options=("--nodes", "2", "--ntasks-per-node", "1"),
+    )
+    finished(cluster, job_id, tmp_path / "run")
+    assert nodes_of(cluster, job_id) == "node[1-2]"
+    ref = json.loads((single / "rank-0.json").read_text())
+    for rank in range(2):
+        assert (
+            max_diff(np.load(out / f"rank-{rank}.weights.npy"), np.load(single / "rank-0.weights.npy"))
+            <= 1e-5
+        )
+        info = json.loads((out / f"rank-{rank}.json").read_text())
+        for key, values in ref["history"].items():
+            assert np.allclose(info["history"][key], values, atol=1e-5, rtol=0), key
+        for key, value in ref["evaluate"].items():
+            assert abs(info["evaluate"][key] - value) <= 1e-5, key
+        preds = np.load(out / f"rank-{rank}.predictions.npy")
+        assert np.allclose(preds, np.load(single / "rank-0.predictions.npy"), atol=1e-5, rtol=0)
+
+
+def test_mpi_backend_two_tasks_on_each_of_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    """tfdist.strategy() + tfdist.fit, ranks through srun --mpi=pmi2: shared memory inside each node, MPI
+    across them."""
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    probe = str(HELPERS / "fit_probe.py")
+    one_process(probe, str(single))
+    job_id = cluster.submit(
+        tmp_path / "run",
+        PY,
+        probe,
+        str(out),
+        options=("--nodes", "2", "--ntasks-per-node", "2", "--backend", "mpi"),
+    )
+    log = finished(cluster, job_id, tmp_path / "run")
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "srun --ntasks-per-node=2 --mpi=pmi2" in script
+    assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in log
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(4):
+        assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
+
+
+def test_mpi_backend_from_a_hand_written_sbatch(cluster: Cluster, tmp_path: Path) -> None:
+    """What an HPC guide writes: #SBATCH lines, srun --mpi=pmi2 and the script; no tfdist wrapper."""
+    single, out, run = tmp_path / "single", tmp_path / "out", tmp_path / "run"
+    for d in (single, out, run):
+        d.mkdir()
+    probe = str(HELPERS / "fit_probe.py")
+    one_process(probe, str(single))
+    script = run / "train.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2\n"
+        "#SBATCH --ntasks-per-node=2\n"
+        f"#SBATCH --output={run}/slurm-%j.out\n"
+        "export TFDIST_BACKEND=mpi\n"
+        f"srun --mpi=pmi2 {PY} {probe} {out}\n"
+    )
+    proc = cluster.on("node1", "sbatch", "--parsable", str(script))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    log = finished(cluster, job_id, run)
+    assert "local size 2, cross size 2" in log
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(4):
+        assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
+
+
+def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    """`tfdist slurm submit -- tfdist train`: the backend is chosen at submission and said in one line."""
+    # big-gradient: every step all-reduces a 16 MB gradient (and, unlike mnist-cnn, it has no dropout,
+    # whose masks differ between one process and four).
+    train = ("--workload", "big-gradient", "--epochs", "2", "--steps-per-epoch", "6", "--lr", "0.02")
+    proc = cluster.tfdist(
+        "slurm",
+        "submit",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--",
+        PY,
+        "-m",
+        "tfdist",
+        "train",
+        *train,
+        "--batch-size-per-replica",
+        "16",
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("tfdist slurm: backend")]
+    assert len(said) == 1 and said[0].startswith("tfdist slurm: backend mpi: CPU nodes"), proc.stderr
+    job_id = proc.stdout.split()[2].rstrip(";")
+    log = finished(cluster, job_id, tmp_path / "run")
+    assert "4 worker(s)" in log and "local size 2, cross size 2" in log
+    nodes = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    one_process(
+        "-m",
+        "tfdist",
+        "train",
+        *train,
+        "--batch-size-per-replica",
+        "64",
+        "--output-dir",
+        str(tmp_path / "one"),
+    )
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert nodes["summary"]["backend"] == "mpi" and nodes["summary"]["global_batch"] == 64
+    for key in ("loss", "val_loss", "accuracy"):
+        assert np.allclose(nodes["history"][key], one["history"][key], atol=1e-5, rtol=0), key
+
+
+def test_unchanged_horovod_keras_script_across_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    """`import horovod.tensorflow.keras as hvd` as in Horovod's Keras example, 2 nodes x 1 rank."""
+    out, single = tmp_path / "out", tmp_path / "single"
+    script = str(HELPERS / "hvd_keras.py")
+    one_process(script, str(single), "--batch", "64", "--lr-ranks", "2")
+    proc = cluster.tfdist(
+        "slurm",
+        "submit",
+        "--nodes",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--backend",
+        "horovod",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--",
+        PY,
+        script,
+        str(out),
+        "--import",
+        "horovod",
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.split()[2].rstrip(";")
+    finished(cluster, job_id, tmp_path / "run")
+    assert nodes_of(cluster, job_id) == "node[1-2]"
+    ref = np.load(single / "rank0.npz")
+    for rank in range(2):
+        got = np.load(out / f"rank{rank}.npz")
+        assert max(max_diff(got[k], ref[k]) for k in ref.files) <= 1e-5
+    assert np.allclose(
+        json.loads((out / "history-0.json").read_text())["loss"],
+        json.loads((single / "history-0.json").read_text())["loss"],
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            ("--nodes", "4"),
+            "sbatch refused the job: Batch job submission failed: Node count specification invalid",
+        ),
+        (
+            ("--nodelist", "node9"),
+            "sbatch refused the job: Batch job submission failed: Invalid node name specified",
+        ),
+    ],
+)
+def test_a_job_slurm_cannot_run_is_one_line_and_leaves_nothing(
+    cluster: Cluster, options: tuple[str, ...], expected: str, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    proc = cluster.tfdist("slurm", "submit", "--run-dir", str(run), *options, "--", PY, "-c", "pass")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not run.exists()
+
+
+def test_a_peer_name_that_resolves_to_loopback_is_one_line_not_a_hang(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Every node's hosts file carries "127.0.1.1 node2" (an image made on node2): node1 would dial itself.
+    The task on node1 says so in one line and the job ends at once instead of waiting for a timeout."""
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cluster.hosts_script("loopback-name", "node2", "on").returncode == 0
+    try:
+        job_id = cluster.submit(
+            tmp_path / "run",
+            PY,
+            str(HELPERS / "plain_mwms.py"),
+            str(out),
+            options=("--nodes", "2", "--ntasks-per-node", "1", "--nodelist", "node[1-2]"),
+        )
+        job = cluster.wait(job_id, FINAL, 120)
+    finally:
+        cluster.hosts_script("loopback-name", "node2", "off")
+    log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
+    assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("2:"), log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("tfdist run: error:")]
+    assert errors == [
+        "tfdist run: error: node 'node2', another node of this job, resolves to 127.0.1.1 (loopback) on node1, "
+        "so this task cannot reach it. Hint: map node2 to its network address in /etc/hosts on node1 (or fix "
+        "DNS), then resubmit."
+    ]
+    assert "Traceback" not in log and not list(out.iterdir())
