@@ -272,8 +272,8 @@ def test_a_peer_name_that_resolves_to_loopback_is_one_line_not_a_hang(
     assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("2:"), log[-3000:]
     errors = [line for line in log.splitlines() if line.startswith("tfdist run: error:")]
     assert errors == [
-        "tfdist run: error: node 'node2', another node of this job, resolves to 127.0.1.1 (loopback) on node1, "
-        "so this task cannot reach it. Hint: map node2 to its network address in /etc/hosts on node1 (or fix "
-        "DNS), then resubmit."
+        "tfdist run: error: node 'node2', another node of this job, resolves to 127.0.1.1 (loopback) on "
+        "node1, so this task cannot reach it. Hint: map node2 to its network address in /etc/hosts on node1 "
+        "(or fix DNS), then resubmit."
     ]
     assert "Traceback" not in log and not list(out.iterdir())

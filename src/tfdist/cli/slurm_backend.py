@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from tfdist import backends, variables
 from tfdist.errors import ConfigError
-from tfdist.slurm.script import MPI_BACKENDS, SbatchSpec, runs_tfdist_train
+from tfdist.slurm.script import DEFAULT_MPI_PLUGIN, MPI_BACKENDS, SbatchSpec, runs_tfdist_train
 
 #: Seconds `srun --mpi=list` may take (it only reads the plugin directory).
 PLUGIN_LIST_TIMEOUT_S = 20
@@ -51,7 +51,7 @@ def resolve_backend(spec: SbatchSpec, requested: str) -> SbatchSpec:
     source = "--backend" if requested else "TFDIST_BACKEND"
     if name not in ("auto", *backends.NAMES):
         raise ConfigError(f"{source}={name!r} is not a backend; choose auto, {', '.join(backends.NAMES)}.")
-    plugin = spec.mpi or replace(spec, backend="mpi").mpi_plugin
+    plugin = spec.mpi or DEFAULT_MPI_PLUGIN
     if name == "auto":
         # A script that builds MultiWorkerMirroredStrategy itself is one job only through TensorFlow's
         # collectives; `tfdist train` works on every backend, so it gets the fastest.
@@ -75,7 +75,7 @@ def resolve_backend(spec: SbatchSpec, requested: str) -> SbatchSpec:
     shim = name == "horovod" and importlib.util.find_spec("horovod") is None
     chosen = replace(spec, backend=name, horovod_shim=shim)
     if name in MPI_BACKENDS:
-        _check_mpi_ready(chosen, name, chosen.mpi_plugin or plugin, source)
+        _check_mpi_ready(chosen, name, plugin, source)
     if shim:
         sys.stderr.write(
             "tfdist slurm: Horovod is not installed here; in this job `import horovod` gives tfdist's "
