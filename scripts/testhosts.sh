@@ -105,6 +105,10 @@ run_on() {
   [ "$#" -gt 0 ] || die "no command: scripts/testhosts.sh exec $host -- CMD..."
   # nsenter --net, not `ip netns exec`: that remounts /sys, hiding the cgroup mounts slurmd needs. A private
   # mount namespace carries the host's /etc/hosts, a UTS namespace its hostname.
+  # UCX (the mpich wheel's default network module) takes processes with the same kernel boot id for one
+  # machine and would carry "cross-host" MPI traffic through shared memory: on test hosts it must use TCP,
+  # as between real machines. MPICH's own shared memory still serves ranks of one host.
+  export UCX_TLS="${UCX_TLS:-tcp,self}"
   exec nsenter --net="/run/netns/$(host_ns "$host")" \
     unshare --mount --uts --propagation private -- \
     sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \

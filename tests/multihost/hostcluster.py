@@ -7,6 +7,7 @@ starts.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,6 +77,15 @@ class Cluster:
                 return job
             time.sleep(0.5)
         raise AssertionError(f"job {job_id} still {job['JobState']} after {timeout} s: {job}")
+
+    def received_bytes(self, host: str) -> int:
+        """Bytes ``host``'s network interface has received so far (its link to the test switch)."""
+        ns = f"{CLUSTER_ENV['TFDIST_HOSTS_PREFIX']}-{host}"
+        proc = subprocess.run(
+            ["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"], capture_output=True, text=True, timeout=30
+        )
+        assert proc.returncode == 0, proc.stderr
+        return int(json.loads(proc.stdout)[0]["stats64"]["rx"]["bytes"])
 
     def slurm_script(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``scripts/slurm-local.sh ARGS`` for this cluster (e.g. node-stop node2)."""

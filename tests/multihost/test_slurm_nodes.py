@@ -169,8 +169,12 @@ def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, t
     said = [line for line in proc.stderr.splitlines() if line.startswith("tfdist slurm: backend")]
     assert len(said) == 1 and said[0].startswith("tfdist slurm: backend mpi: CPU nodes"), proc.stderr
     job_id = proc.stdout.split()[2].rstrip(";")
+    received_before = cluster.received_bytes("node2")
     log = finished(cluster, job_id, tmp_path / "run")
     assert "4 worker(s)" in log and "local size 2, cross size 2" in log
+    # The cross-node level went over the test switch: at least half of the 16 MB gradient reached node2 at
+    # each of the 12 steps (real machines' traffic, not the shared memory of the one kernel they share).
+    assert cluster.received_bytes("node2") - received_before >= 12 * 8e6
     nodes = json.loads((tmp_path / "out" / "metrics.json").read_text())
     one_process(
         "-m",
@@ -226,24 +230,31 @@ def test_unchanged_horovod_keras_script_across_two_nodes(cluster: Cluster, tmp_p
     )
 
 
+TRAIN_96 = (PY, "-m", "tfdist", "train", "--global-batch-size", "96", "--epochs", "1")
+
+
 @pytest.mark.parametrize(
-    ("options", "expected"),
+    ("options", "command", "expected"),
     [
         (
             ("--nodes", "4"),
-            "sbatch refused the job: Batch job submission failed: Node count specification invalid",
+            (PY, "-c", "pass"),
+            "sbatch refused the job: Requested node configuration is not available",
         ),
+        (("--nodelist", "node9"), (PY, "-c", "pass"), "sbatch refused the job: Invalid node name specified"),
         (
-            ("--nodelist", "node9"),
-            "sbatch refused the job: Batch job submission failed: Invalid node name specified",
+            ("--nodes", "2", "--ntasks-per-node", "5"),
+            TRAIN_96,
+            "--global-batch-size=96 (in the job's command) is not divisible by the 10 replicas of "
+            "--nodes=2 x --ntasks-per-node=5",
         ),
     ],
 )
 def test_a_job_slurm_cannot_run_is_one_line_and_leaves_nothing(
-    cluster: Cluster, options: tuple[str, ...], expected: str, tmp_path: Path
+    cluster: Cluster, options: tuple[str, ...], command: tuple[str, ...], expected: str, tmp_path: Path
 ) -> None:
     run = tmp_path / "run"
-    proc = cluster.tfdist("slurm", "submit", "--run-dir", str(run), *options, "--", PY, "-c", "pass")
+    proc = cluster.tfdist("slurm", "submit", "--run-dir", str(run), *options, "--", *command)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not run.exists()

@@ -33,7 +33,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--image-size", type=integer, default=64, help="folder: images are resized to SIZE x SIZE")
     p.add_argument("--epochs", type=integer, default=5)
-    p.add_argument("--batch-size-per-replica", type=integer, default=32)
+    p.add_argument("--batch-size-per-replica", type=integer, default=None, help="default 32")
+    p.add_argument(
+        "--global-batch-size",
+        type=integer,
+        default=None,
+        help="the job's batch whatever the replica count (each replica gets its share): the same "
+        "training on 1 process or 4 nodes",
+    )
     p.add_argument("--lr", type=number, default=0.05, help="base learning rate (before --lr-scaling)")
     p.add_argument("--optimizer", default="sgd", help="sgd (momentum 0.9) | adam")
     p.add_argument(
@@ -71,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         workload=args.workload,
         dataset=args.dataset,
         epochs=args.epochs,
-        batch_size_per_replica=args.batch_size_per_replica,
+        batch_size_per_replica=32 if args.batch_size_per_replica is None else args.batch_size_per_replica,
+        global_batch_size=args.global_batch_size,
         lr=args.lr,
         optimizer=args.optimizer,
         lr_scaling=args.lr_scaling,
@@ -94,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
     """Validate, then train here or launch ``--workers`` local workers running this same command."""
     from tfdist.workloads.preflight import preflight
 
+    if args.global_batch_size is not None and args.batch_size_per_replica is not None:
+        raise ConfigError(
+            "--global-batch-size and --batch-size-per-replica both given; choose one (the global batch is "
+            "the per-replica batch times the replicas)."
+        )
     config = config_from_args(args)
     preflight(config)
     if args.workers is None and args.backend not in (None, "tf"):
@@ -111,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch.gpus import visible_gpus
 
     gpus = len(visible_gpus(os.environ))
+    if config.global_batch_size and not gpus and config.global_batch_size % args.workers:
+        raise ConfigError(
+            f"--global-batch-size={config.global_batch_size} is not divisible by --workers={args.workers} "
+            "(one replica each on CPU). Hint: a multiple of the worker count."
+        )
     backend = args.backend or _default_backend(gpus, args.workers)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,

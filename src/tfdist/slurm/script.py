@@ -70,6 +70,7 @@ class SbatchSpec:
         self._check_text()
         self._check_resources()
         self._check_backend()
+        self._check_train_batch()
         if not self.command:
             raise ConfigError("no command to run. Hint: tfdist slurm script [options] -- python train.py ...")
 
@@ -126,6 +127,21 @@ class SbatchSpec:
         for name in self.exports:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ConfigError(f"--export {name!r} is not a valid variable name.")
+
+    def _check_train_batch(self) -> None:
+        """A ``tfdist train --global-batch-size G`` job whose replicas do not divide G is refused here,
+        before it waits in the queue only to fail in every task."""
+        batch = train_global_batch(self.command)
+        if batch is None:
+            return
+        replicas = self.nodes * (self.gpus_per_node if self.per_node else self.tasks_per_node)
+        if batch % replicas:
+            per = "--gpus-per-node" if self.per_node else "--ntasks-per-node"
+            raise ConfigError(
+                f"--global-batch-size={batch} (in the job's command) is not divisible by the {replicas} "
+                f"replicas of --nodes={self.nodes} x {per}={replicas // self.nodes}. Hint: a global batch "
+                f"that is a multiple of {replicas}, or another task count."
+            )
 
     def _check_backend(self) -> None:
         if self.backend not in ("tf", *MPI_BACKENDS):
@@ -202,6 +218,25 @@ def runs_tfdist_train(command: tuple[str, ...]) -> bool:
     ):
         return words[3] == "train"
     return False
+
+
+def train_global_batch(command: tuple[str, ...]) -> int | None:
+    """The ``--global-batch-size`` of a ``tfdist train`` command (None: another command, or not given).
+
+    >>> train_global_batch(("tfdist", "train", "--global-batch-size", "96")), train_global_batch(("x",))
+    (96, None)
+    """
+    if not runs_tfdist_train(command):
+        return None
+    for i, word in enumerate(command):
+        value = None
+        if word == "--global-batch-size" and i + 1 < len(command):
+            value = command[i + 1]
+        elif word.startswith("--global-batch-size="):
+            value = word.partition("=")[2]
+        if value is not None:
+            return int(value) if value.isdigit() and int(value) > 0 else None
+    return None
 
 
 def _sbatch_lines(spec: SbatchSpec) -> list[str]:

@@ -22,6 +22,9 @@ class TrainConfig:
     dataset: str = "digits"
     epochs: int = 5
     batch_size_per_replica: int = 32
+    #: The job's batch, fixed whatever the replica count (each replica gets its share); None: the
+    #: per-replica batch times the replicas.
+    global_batch_size: int | None = None
     lr: float = 0.05
     optimizer: str = "sgd"
     lr_scaling: str = "none"
@@ -51,6 +54,8 @@ class TrainConfig:
             raise ConfigError(f"--epochs={self.epochs} must be at least 1.")
         if self.batch_size_per_replica <= 0:
             raise ConfigError(f"--batch-size-per-replica={self.batch_size_per_replica} must be at least 1.")
+        if self.global_batch_size is not None and self.global_batch_size <= 0:
+            raise ConfigError(f"--global-batch-size={self.global_batch_size} must be at least 1.")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"--lr={self.lr} must be a positive, finite number.")
         if self.optimizer not in OPTIMIZERS:

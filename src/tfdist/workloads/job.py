@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.errors import ConfigError
 from tfdist.workloads.config import TrainConfig
 
 
@@ -61,7 +62,14 @@ def prepare(config: TrainConfig) -> Prepared:
             model.compile(optimizer=optimizer, loss="mse", metrics=["mae"])
         else:
             model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    global_batch = config.batch_size_per_replica * tfdist.num_replicas(strategy)
+    replicas = tfdist.num_replicas(strategy)
+    global_batch = config.global_batch_size or config.batch_size_per_replica * replicas
+    if global_batch % replicas:
+        lower = max(replicas, global_batch - global_batch % replicas)
+        raise ConfigError(
+            f"--global-batch-size={global_batch} is not divisible by the {replicas} replicas of this job; "
+            f"use {lower} or {lower + replicas}."
+        )
     steps = config.steps_per_epoch
     if isinstance(data, datasets.StreamDataset):
         train_data: Any = data.dataset_fn(global_batch, config.seed)
@@ -141,8 +149,6 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m tfdist.workloads.job CONFIG.json``."""
-    from tfdist.errors import ConfigError
-
     args = sys.argv[1:] if argv is None else argv
     try:
         if len(args) != 1:
