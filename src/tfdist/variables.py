@@ -82,6 +82,7 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable(
         "TFDIST_PORT", "int", None, "first port of a Slurm job's tasks (default: derived from the job id)"
     ),
+    Variable("TFDIST_RDZV_TOKEN", "str", None, "the secret of a --rdzv rendezvous (the same on every node)"),
     Variable("TFDIST_KERAS_PATCH", "flag", "1", "0 turns off the Keras model.fit fix"),
     Variable("TFDIST_REQUEUE", "flag", "1", "0: a preempted Slurm job is not requeued"),
     Variable("TFDIST_LOG_LEVEL", "str", "INFO", "tfdist's log level (DEBUG, INFO, WARNING)"),

@@ -38,6 +38,25 @@ def register(sub: Any) -> None:
     p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
     p.add_argument("--hostfile", default=None, help="file with one node address per line")
     p.add_argument(
+        "--rdzv",
+        default=None,
+        metavar="HOST:PORT",
+        help="nodes meet here (the same command on every node; HOST's node serves it): ranks by host name",
+    )
+    p.add_argument(
+        "--rdzv-timeout", type=seconds, default=300.0, help="seconds to wait for every node (default 300)"
+    )
+    p.add_argument(
+        "--rdzv-token",
+        default=None,
+        help="the job's secret (or TFDIST_RDZV_TOKEN); default: a token file the serving node writes",
+    )
+    p.add_argument(
+        "--rdzv-token-file",
+        default=None,
+        help="token file on a shared filesystem (default ~/.tfdist/rdzv/HOST_PORT.token)",
+    )
+    p.add_argument(
         "--base-port",
         type=integer,
         default=None,
@@ -118,7 +137,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return LaunchConfig(
         command=command,
         nproc_per_node=nproc,
-        nnodes=args.nnodes,
+        # With --rdzv the nodes are known after the meeting; until then the options are checked as one node's.
+        nnodes=1 if args.rdzv else args.nnodes,
         node_rank=args.node_rank,
         hosts=_hosts(args),
         base_port=args.base_port,
@@ -140,12 +160,50 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def _meet(args: argparse.Namespace, config: Any) -> Any:
+    """``config`` with the nodes, this node's rank and the ports agreed at the ``--rdzv`` endpoint."""
+    from dataclasses import replace
+
+    from tfdist.launch.logs import console_print
+    from tfdist.launch.preflight import preflight
+    from tfdist.launch.rendezvous import RendezvousSpec, job_digest, rendezvous
+
+    if args.hosts or args.hostfile or args.node_rank or args.base_port is not None:
+        raise ConfigError(
+            "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
+            "--base-port (or drop --rdzv)."
+        )
+    spec = RendezvousSpec(args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file)
+    preflight(config)  # a missing script fails here, not after every node waited for this one
+    shared = {
+        "command": list(config.command),
+        "nproc": config.nproc_per_node,
+        "backend": config.backend,
+        "ps": config.ps,
+        "chief": config.chief,
+        "nnodes": args.nnodes,
+    }
+    command = " ".join(config.command)
+    assignment = rendezvous(
+        spec, args.nnodes, config.nproc_per_node, config.tasks_per_node, command, job_digest(shared)
+    )
+    console_print(f"tfdist launch: {assignment.summary()}")
+    return replace(
+        config,
+        nnodes=assignment.nnodes,
+        node_rank=assignment.node_rank,
+        hosts=assignment.addresses,
+        node_ports=assignment.ports,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
     from tfdist.launch import launch
     from tfdist.launch.logs import console_print
 
-    result = launch(config_from_args(args))
+    config = _meet(args, config_from_args(args)) if args.rdzv else config_from_args(args)
+    result = launch(config)
     if result.exit_code == 0:
         console_print(
             f"tfdist launch: all workers finished in {result.duration_s:.1f} s "

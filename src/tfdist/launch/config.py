@@ -30,6 +30,8 @@ class LaunchConfig:
     node_rank: int = 0
     hosts: tuple[str, ...] = ()
     base_port: int | None = None
+    #: Ports per node (in node order, one per task) agreed at a rendezvous; empty: derived from base_port.
+    node_ports: tuple[tuple[int, ...], ...] = ()
     ps: int = 0
     chief: bool = False
     cpu: bool = False
@@ -94,6 +96,8 @@ class LaunchConfig:
             raise ConfigError(
                 f"--node-rank={self.node_rank} must be in 0..{self.nnodes - 1} for --nnodes={self.nnodes}."
             )
+        if self.node_ports and len(self.node_ports) != self.nnodes:
+            raise ConfigError(f"{len(self.node_ports)} port list(s) for --nnodes={self.nnodes}.")
         if self.nnodes > 1 and not self.hosts:
             raise ConfigError(
                 f"--nnodes={self.nnodes} needs the node addresses. Hint: --hosts h1,h2,... or --hostfile "

@@ -81,6 +81,8 @@ def cluster_spec(
             if local_ports is None or len(local_ports) <= slot.position:
                 raise ValueError("single-node launch needs one free port per task")
             address = f"{LOOPBACK}:{local_ports[slot.position]}"
+        elif config.node_ports:  # agreed at a rendezvous: each node's own free ports
+            address = f"{config.hosts[slot.node]}:{config.node_ports[slot.node][slot.position]}"
         else:
             host = config.hosts[slot.node] if config.hosts else LOOPBACK
             address = f"{host}:{(config.base_port or DEFAULT_BASE_PORT) + slot.position}"

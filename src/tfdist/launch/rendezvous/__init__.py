@@ -1,0 +1,181 @@
+"""WHO ARE MY PEERS? One answer, several sources: ``--hosts/--node-rank`` (static), ``--rdzv HOST:PORT``
+(nodes meet at an endpoint, authenticated by a token), a scheduler's variables.
+
+:func:`rendezvous` is the store-based source: the node that ``HOST`` names serves the endpoint, every node
+(that one included) joins it, and all receive the same :class:`Assignment`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+
+from tfdist import variables
+from tfdist.errors import ConfigError
+from tfdist.launch.rendezvous import client
+from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launch.rendezvous.server import RendezvousServer
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RendezvousSpec:
+    """``--rdzv HOST:PORT`` and its options (checked here; the meeting happens in :func:`rendezvous`)."""
+
+    endpoint: str
+    timeout: float = DEFAULT_TIMEOUT_S
+    token: str | None = None
+    token_file: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_endpoint(self.endpoint)
+        if not self.timeout > 0:
+            raise ConfigError(f"--rdzv-timeout={self.timeout} must be positive seconds.")
+
+    @property
+    def host(self) -> str:
+        """The endpoint's host."""
+        return parse_endpoint(self.endpoint)[0]
+
+    @property
+    def port(self) -> int:
+        """The endpoint's port."""
+        return parse_endpoint(self.endpoint)[1]
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> ``(HOST, PORT)``; ConfigError naming the flag otherwise.
+
+    >>> parse_endpoint("node1:29400")
+    ('node1', 29400)
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"--rdzv={text!r} must be HOST:PORT (a port 1-65535), e.g. node1:29400.")
+    return host.strip("[]"), int(port)
+
+
+def job_digest(parts: dict[str, object]) -> str:
+    """What every node of one job must share (command and launch options), hashed."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def default_token_file(host: str, port: int) -> str:
+    """Where the serving node writes the job's token when none is given (a shared home directory)."""
+    return os.path.join(os.path.expanduser("~"), ".tfdist", "rdzv", f"{host}_{port}.token")
+
+
+def serves(host: str) -> bool:
+    """Whether ``host`` names this machine (an address of it can be bound), so this node serves."""
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise ConfigError(
+            f"--rdzv: host {host!r} does not resolve on {socket.gethostname()}. Hint: the endpoint node's "
+            "name as every node resolves it, or its address."
+        ) from None
+    for info in infos:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(info[4][0]), 0))
+                return True
+            except OSError:
+                continue
+    return False
+
+
+def _token(spec: RendezvousSpec, serving: bool, deadline: float) -> str:
+    """The job's secret: --rdzv-token, TFDIST_RDZV_TOKEN, or the token file (written by the serving node
+    with a fresh secret when missing, readable only by its owner; the others wait for it)."""
+    if spec.token:
+        return spec.token
+    from_env = variables.raw("TFDIST_RDZV_TOKEN")
+    if from_env:
+        return from_env
+    path = spec.token_file or default_token_file(spec.host, spec.port)
+    if serving and not os.path.exists(path):
+        _write_secret(path, secrets.token_hex(32))
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise ConfigError(
+                f"no rendezvous token: {path} did not appear within the rendezvous timeout. Hint: give "
+                "--rdzv-token or TFDIST_RDZV_TOKEN on every node, or a --rdzv-token-file on a filesystem "
+                "every node shares."
+            )
+        time.sleep(0.2)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"--rdzv-token-file {path!r} cannot be read: {exc.strerror}.") from None
+    if not token:
+        raise ConfigError(f"--rdzv-token-file {path!r} is empty.")
+    return token
+
+
+def _write_secret(path: str, token: str) -> None:
+    """Create ``path`` readable by its owner only, atomically (a reader never sees half a token)."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    os.replace(tmp, path)
+
+
+def free_ports(count: int) -> tuple[int, ...]:
+    """``count`` ports free on this node now (each bound once by the kernel's choice, then released)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            sockets.append(s)
+        return tuple(s.getsockname()[1] for s in sockets)
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def rendezvous(
+    spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
+) -> Assignment:
+    """Meet the other ``nnodes - 1`` nodes at the endpoint and return this node's assignment."""
+    deadline = time.monotonic() + spec.timeout
+    serving = serves(spec.host)
+    token = _token(spec, serving, deadline) if serving else None
+    if serving:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("0.0.0.0", spec.port))  # every interface: peers reach it by the network address
+            listener.listen(128)
+            RendezvousServer(listener, str(token), nnodes, spec.timeout, spec.endpoint).start()
+        except OSError:
+            # Taken: another job's rendezvous (the join below is told so) or another program.
+            listener.close()
+    request = JoinRequest(
+        name=socket.gethostname(),
+        nproc=nproc,
+        command=command,
+        digest=digest,
+        ports=free_ports(tasks),
+        pid=os.getpid(),
+    )
+    known: list[str] = [token] if token else []
+
+    def secret() -> str:
+        if not known:
+            known.append(_token(spec, False, deadline))
+        return known[0]
+
+    return client.join(spec.host, spec.port, secret, request, max(0.1, deadline - time.monotonic()))
+
+
+__all__ = ["Assignment", "RendezvousSpec", "job_digest", "parse_endpoint", "rendezvous"]

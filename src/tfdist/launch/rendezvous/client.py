@@ -1,0 +1,87 @@
+"""A node's side of the rendezvous: connect (retrying while the server is not up yet), authenticate,
+wait for the assignment."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from tfdist.errors import ConfigError
+from tfdist.launch.rendezvous import protocol
+from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
+
+RETRY_S = 0.2
+
+
+def _read_line(sock: socket.socket, deadline: float) -> bytes:
+    buffer = bytearray()
+    while b"\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        sock.settimeout(min(remaining, 5.0))
+        try:
+            data = sock.recv(protocol.MAX_MESSAGE)
+        except TimeoutError:
+            continue
+        if not data:
+            raise ConnectionResetError
+        buffer += data
+        if len(buffer) > protocol.MAX_MESSAGE:
+            raise ValueError("message too long")
+    return bytes(buffer.split(b"\n", 1)[0])
+
+
+def join(host: str, port: int, token: Callable[[], str], request: JoinRequest, timeout: float) -> Assignment:
+    """This node's assignment from the rendezvous at ``host:port`` (ConfigError with one line otherwise).
+
+    ``token`` is asked for only once the endpoint answered: an unreachable endpoint is reported as such,
+    not as a missing token file (which the serving node writes before it serves)."""
+    endpoint = f"{host}:{port}"
+    deadline = time.monotonic() + timeout
+    join_body = {
+        "name": request.name,
+        "nproc": request.nproc,
+        "command": request.command,
+        "digest": request.digest,
+        "ports": list(request.ports),
+        "pid": request.pid,
+    }
+    answered = False
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(
+                (host, port), timeout=min(5.0, max(0.1, deadline - time.monotonic()))
+            ) as sock:
+                hello = protocol.decode(_read_line(sock, deadline))
+                answered = True
+                if hello.get("hello") != protocol.VERSION or not isinstance(hello.get("nonce"), str):
+                    raise ConfigError(
+                        f"{endpoint} does not speak tfdist's rendezvous protocol. Hint: another --rdzv port."
+                    )
+                message = {"join": join_body, "mac": protocol.mac(token(), hello["nonce"], join_body)}
+                sock.sendall(protocol.encode(message))
+                reply = protocol.decode(_read_line(sock, deadline + 5.0))
+        except socket.gaierror:
+            raise ConfigError(
+                f"--rdzv {endpoint}: host {host!r} does not resolve on {request.name}. Hint: the endpoint "
+                "node's name as this node resolves it, or its address."
+            ) from None
+        except (ConnectionError, TimeoutError, OSError, ValueError):
+            time.sleep(RETRY_S)  # not up yet, or dropped while a flood filled the server: try again
+            continue
+        if "error" in reply:
+            raise ConfigError(str(reply["error"]))
+        if "assignment" in reply:
+            return Assignment.from_dict(reply["assignment"])
+        raise ConfigError(f"{endpoint} sent an answer tfdist does not understand.")
+    if answered:
+        raise ConfigError(
+            f"the rendezvous at {endpoint} gave no assignment within {timeout:.0f} s. Hint: start the same "
+            "command on every node, or raise --rdzv-timeout."
+        )
+    raise ConfigError(
+        f"the rendezvous endpoint {endpoint} did not answer within {timeout:.0f} s. Hint: start tfdist launch "
+        f"on the node that {host} names (it serves the rendezvous), or check the address and port."
+    )

@@ -1,0 +1,201 @@
+"""The rendezvous protocol: messages, authentication and the assignment of ranks. Pure (no sockets).
+
+One JSON object per line, each at most :data:`MAX_MESSAGE` bytes:
+
+1. server -> node: ``{"hello": "tfdist-rdzv/1", "nonce": HEX}``
+2. node -> server: ``{"join": {...}, "mac": HMAC-SHA256(token, nonce + canonical join)}``
+3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``.
+
+The nonce makes a recorded join useless on another connection; the token never crosses the wire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tfdist.errors import ConfigError
+
+VERSION = "tfdist-rdzv/1"
+#: Longest line either side sends (a join with a few hundred ports fits many times over).
+MAX_MESSAGE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """What a node says about itself and the job it belongs to."""
+
+    name: str  # the node's host name (ranks are assigned in the order of these names)
+    nproc: int  # workers on this node (-n)
+    command: str  # the job's command, for the mismatch message
+    digest: str  # SHA-256 of the command and launch options every node must share
+    ports: tuple[int, ...]  # free ports on this node, one per task
+    pid: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JoinRequest:
+        """Parse and check a join sent by a node; ValueError on anything malformed."""
+        try:
+            request = cls(
+                name=str(data["name"]),
+                nproc=int(data["nproc"]),
+                command=str(data["command"])[:300],
+                digest=str(data["digest"]),
+                ports=tuple(int(p) for p in data["ports"]),
+                pid=int(data["pid"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed join: {exc}") from None
+        if not request.name or len(request.name) > 253 or request.nproc < 1:
+            raise ValueError("malformed join: name or nproc")
+        if not all(0 < p < 65536 for p in request.ports) or len(request.ports) > 4096:
+            raise ValueError("malformed join: ports")
+        return request
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The job as every node learns it: its rank and every node's address and ports, in rank order."""
+
+    node_rank: int
+    names: tuple[str, ...]
+    addresses: tuple[str, ...]
+    ports: tuple[tuple[int, ...], ...]
+    nproc: int
+    endpoint: str
+
+    @property
+    def nnodes(self) -> int:
+        """How many nodes formed the job."""
+        return len(self.names)
+
+    def summary(self) -> str:
+        """The job summary every node prints (the same text on each)."""
+        nodes = "; ".join(
+            f"node {i} {name} ({address}) ports {','.join(map(str, ports))}"
+            for i, (name, address, ports) in enumerate(
+                zip(self.names, self.addresses, self.ports, strict=True)
+            )
+        )
+        return (
+            f"job of {self.nnodes} node(s) x {self.nproc} worker(s) formed at {self.endpoint} (node ranks by "
+            f"host name): {nodes}"
+        )
+
+    def to_dict(self, node_rank: int) -> dict[str, Any]:
+        """The assignment sent to the node of ``node_rank``."""
+        data = asdict(self)
+        data["node_rank"] = node_rank
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
+        """The assignment a node received."""
+        return cls(
+            node_rank=int(data["node_rank"]),
+            names=tuple(data["names"]),
+            addresses=tuple(data["addresses"]),
+            ports=tuple(tuple(int(p) for p in ports) for ports in data["ports"]),
+            nproc=int(data["nproc"]),
+            endpoint=str(data["endpoint"]),
+        )
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One protocol line."""
+    return json.dumps(message, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """The object of one line; ValueError when it is not a JSON object or too long."""
+    if len(line) > MAX_MESSAGE:
+        raise ValueError("message too long")
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a protocol message: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError("not a protocol message")
+    return value
+
+
+def mac(token: str, nonce: str, join: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 of the nonce and the canonical join under the job's token."""
+    body = nonce.encode() + json.dumps(join, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify(token: str, nonce: str, message: Mapping[str, Any]) -> JoinRequest:
+    """The join of an authenticated message; ValueError for a wrong token or a malformed join."""
+    join, given = message.get("join"), message.get("mac")
+    if not isinstance(join, dict) or not isinstance(given, str):
+        raise ValueError("not a join")
+    if not hmac.compare_digest(mac(token, nonce, join), given):
+        raise ValueError("wrong token")
+    return JoinRequest.from_dict(join)
+
+
+def mismatch(first: JoinRequest, other: JoinRequest) -> str | None:
+    """Why ``other`` cannot join the job ``first`` started, or None.
+
+    Input/Output: ``-n 2`` first, ``-n 4`` other -> ``"node b was started with -n 4, the job with -n 2 …"``.
+    """
+    if other.nproc != first.nproc:
+        return (
+            f"node {other.name} was started with -n {other.nproc}, but the job at this endpoint runs -n "
+            f"{first.nproc} (node {first.name}). Hint: the same command on every node."
+        )
+    if other.digest != first.digest:
+        return (
+            f"node {other.name} runs `{other.command}`, but the job at this endpoint runs `{first.command}` "
+            f"(node {first.name}). Hint: the same command on every node, or another --rdzv port for another "
+            "job."
+        )
+    return None
+
+
+def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str) -> Assignment:
+    """Ranks for the nodes that arrived (each with the address the server saw it connect from): by host
+    name, then address, so the same nodes get the same ranks whatever order they arrive in.
+
+    The returned assignment has ``node_rank`` 0; each node's own rank is its index in ``names``.
+    """
+    ordered = sorted(requests, key=lambda r: (r[0].name, r[1]))
+    names = [r.name for r, _ in ordered]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(
+            f"two nodes call themselves {twice!r}: each node of a job needs its own host name. Hint: one "
+            "tfdist launch per node."
+        )
+    return Assignment(
+        node_rank=0,
+        names=tuple(names),
+        addresses=tuple(address for _, address in ordered),
+        ports=tuple(r.ports for r, _ in ordered),
+        nproc=ordered[0][0].nproc,
+        endpoint=endpoint,
+    )
+
+
+def loopback_among_remote(assignment: Assignment) -> str | None:
+    """A one-line error when some node is reachable only as loopback while others are remote."""
+    import ipaddress
+
+    loop = [
+        (n, a)
+        for n, a in zip(assignment.names, assignment.addresses, strict=True)
+        if ipaddress.ip_address(a).is_loopback
+    ]
+    if loop and len(loop) != assignment.nnodes:
+        name, address = loop[0]
+        return (
+            f"node {name} reached the rendezvous through {address} (loopback), so the other nodes cannot "
+            f"reach it: the endpoint's name resolves to loopback on {name}. Hint: give --rdzv the endpoint's "
+            f"network address, or map its name to that address in /etc/hosts on {name}."
+        )
+    return None

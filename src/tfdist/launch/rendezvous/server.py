@@ -1,0 +1,220 @@
+"""The rendezvous server: one thread, one selector, bounded in connections, bytes and time.
+
+Written here rather than taken from a coordination service (etcd, torch's TCPStore, Ray's GCS) because the
+job needs only "wait for N authenticated nodes, hand each the same table", none of those is a dependency
+a TensorFlow user has, and a small server can be bounded exactly: at most :data:`MAX_CONNECTIONS` open
+connections (more are closed on accept), :data:`~tfdist.launch.rendezvous.protocol.MAX_MESSAGE` bytes per
+connection, :data:`HANDSHAKE_S` seconds to authenticate, and one thread whatever strangers do.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tfdist._log import get_logger
+from tfdist.errors import ConfigError
+from tfdist.launch.rendezvous import protocol
+from tfdist.launch.rendezvous.protocol import JoinRequest
+
+log = get_logger(__name__)
+
+MAX_CONNECTIONS = 64
+#: Seconds a connection has to send an authenticated join (a stranger holding one open is closed then).
+HANDSHAKE_S = 5.0
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    address: str
+    nonce: str
+    deadline: float
+    buffer: bytearray = field(default_factory=bytearray)
+    request: JoinRequest | None = None
+
+
+class RendezvousServer:
+    """Waits for ``nnodes`` nodes presenting ``token``, then sends each its :class:`Assignment`."""
+
+    def __init__(
+        self, listener: socket.socket, token: str, nnodes: int, timeout: float, endpoint: str
+    ) -> None:
+        self.listener, self.token, self.nnodes, self.endpoint = listener, token, nnodes, endpoint
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.selector = selectors.DefaultSelector()
+        self.conns: dict[int, _Conn] = {}
+        self.joined: dict[str, _Conn] = {}  # by node name
+        self.formed: protocol.Assignment | None = None
+        self.failed: str | None = None
+        self.rejected = 0
+        self._stop = threading.Event()
+        listener.setblocking(False)
+        self.selector.register(listener, selectors.EVENT_READ)
+        self.thread = threading.Thread(target=self._serve, name="tfdist-rendezvous", daemon=True)
+
+    def start(self) -> RendezvousServer:
+        """Serve in a daemon thread (it lives as long as the launcher: later joiners are told the job
+        already formed)."""
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close every connection and the listener."""
+        self._stop.set()
+        self.thread.join(timeout=5)
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for key, _ in self.selector.select(timeout=0.2):
+                    if key.fileobj is self.listener:
+                        self._accept()
+                    elif key.fd in self.conns:  # not closed earlier in this round
+                        self._read(self.conns[key.fd])
+                self._expire()
+        finally:
+            for conn in list(self.conns.values()):
+                self._close(conn)
+            self.selector.unregister(self.listener)
+            self.listener.close()
+
+    def _accept(self) -> None:
+        try:
+            sock, peer = self.listener.accept()
+        except OSError:
+            return
+        if len(self.conns) >= MAX_CONNECTIONS:
+            self.rejected += 1
+            sock.close()  # a flood costs one accept and one close per connection, nothing kept
+            return
+        nonce = os.urandom(16).hex()
+        conn = _Conn(sock, peer[0], nonce, time.monotonic() + HANDSHAKE_S)
+        try:
+            sock.setblocking(False)
+            sock.send(protocol.encode({"hello": protocol.VERSION, "nonce": nonce}))
+        except OSError:
+            sock.close()
+            return
+        self.conns[sock.fileno()] = conn
+        self.selector.register(sock, selectors.EVENT_READ)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(protocol.MAX_MESSAGE + 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        if conn.request is not None:
+            return  # a joined node has nothing more to say; ignore extra bytes
+        conn.buffer += data
+        if b"\n" not in conn.buffer:
+            if len(conn.buffer) > protocol.MAX_MESSAGE:
+                self._close(conn)
+            return
+        line = bytes(conn.buffer.split(b"\n", 1)[0])
+        try:
+            request = protocol.verify(self.token, conn.nonce, protocol.decode(line))
+        except ValueError as exc:
+            self.rejected += 1
+            reason = "its token is not this job's" if "token" in str(exc) else "it did not send a join"
+            self._reply(conn, {"error": f"the rendezvous at {self.endpoint} refused this node: {reason}."})
+            return
+        self._join(conn, request)
+
+    def _join(self, conn: _Conn, request: JoinRequest) -> None:
+        if self.formed is not None:
+            self._reply(
+                conn,
+                {
+                    "error": f"the rendezvous at {self.endpoint} belongs to a job that already formed "
+                    f"({self.formed.nnodes} node(s): {', '.join(self.formed.names)}). Hint: another --rdzv "
+                    "port for another job."
+                },
+            )
+            return
+        if self.failed is not None:
+            self._reply(conn, {"error": self.failed})
+            return
+        first = next(iter(self.joined.values())).request if self.joined else None
+        why = protocol.mismatch(first, request) if first is not None else None
+        if why:
+            self._reply(conn, {"error": why})
+            return
+        old = self.joined.pop(request.name, None)
+        if old is not None:  # the same node again (its launcher retried): the newer connection counts
+            self._close(old)
+        if len(self.joined) >= self.nnodes:
+            self._reply(conn, {"error": f"the job at {self.endpoint} already has its {self.nnodes} node(s)."})
+            return
+        conn.request = request
+        conn.deadline = float("inf")
+        self.joined[request.name] = conn
+        log.debug("node %s joined from %s (%d/%d)", request.name, conn.address, len(self.joined), self.nnodes)
+        if len(self.joined) == self.nnodes:
+            self._form()
+
+    def _form(self) -> None:
+        members = [(c.request, c.address) for c in self.joined.values() if c.request is not None]
+        try:
+            assignment = protocol.assign(members, self.endpoint)
+            problem = protocol.loopback_among_remote(assignment)
+        except ConfigError as exc:
+            problem = str(exc)
+        if problem:
+            self.failed = problem
+            for conn in list(self.joined.values()):
+                self._reply(conn, {"error": problem})
+            self.joined.clear()
+            return
+        self.formed = assignment
+        for conn in list(self.joined.values()):
+            assert conn.request is not None
+            rank = assignment.names.index(conn.request.name)
+            self._reply(conn, {"assignment": assignment.to_dict(rank)})
+        self.joined.clear()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn in [c for c in self.conns.values() if c.deadline < now]:
+            self.rejected += 1
+            self._close(conn)
+        if self.formed is None and self.failed is None and now > self.deadline:
+            arrived = sorted(self.joined)
+            missing = self.nnodes - len(arrived)
+            self.failed = (
+                f"only {len(arrived)} of {self.nnodes} node(s) arrived at the rendezvous {self.endpoint} "
+                f"within {self.timeout:g} s ({', '.join(arrived) or 'none'}); {missing} missing. Hint: start "
+                "the same command on every node, or raise --rdzv-timeout."
+            )
+            for conn in list(self.joined.values()):
+                self._reply(conn, {"error": self.failed})
+            self.joined.clear()
+
+    def _reply(self, conn: _Conn, message: dict[str, object]) -> None:
+        try:
+            conn.sock.setblocking(True)
+            conn.sock.settimeout(2.0)  # a peer that does not read its answer is dropped, not waited for
+            conn.sock.sendall(protocol.encode(message))
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        self.conns.pop(conn.sock.fileno(), None)
+        if conn.request is not None and self.joined.get(conn.request.name) is conn:
+            del self.joined[conn.request.name]  # a joined node that went away is no longer counted
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
