@@ -82,6 +82,6 @@ def join(host: str, port: int, token: Callable[[], str], request: JoinRequest, t
             "command on every node, or raise --rdzv-timeout."
         )
     raise ConfigError(
-        f"the rendezvous endpoint {endpoint} did not answer within {timeout:.0f} s. Hint: start tfdist launch "
-        f"on the node that {host} names (it serves the rendezvous), or check the address and port."
+        f"the rendezvous endpoint {endpoint} did not answer within {timeout:.0f} s. Hint: start tfdist "
+        f"launch on the node that {host} names (it serves the rendezvous), or check the address and port."
     )
