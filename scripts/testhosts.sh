@@ -12,10 +12,10 @@
 #   scripts/testhosts.sh cut HOST            unplug HOST from the switch (packets vanish: no reset, no error)
 #   scripts/testhosts.sh plug HOST           plug it back
 #   scripts/testhosts.sh kill HOST           SIGKILL every process running on HOST (a host that loses power)
-#   scripts/testhosts.sh loopback-name HOST on|off
-#                                            make HOST's name resolve to 127.0.1.1 on every host: the hosts
-#                                            file of an image made on HOST (Debian's "127.0.1.1 HOST" line)
-#                                            copied to every node
+#   scripts/testhosts.sh loopback-name HOST on|self|off
+#                                            on: HOST's name resolves to 127.0.1.1 on every host (the hosts
+#                                            file of an image made on HOST, Debian's "127.0.1.1 HOST" line,
+#                                            copied to every node); self: on HOST only (Debian's default)
 #   scripts/testhosts.sh list                hosts with their addresses
 #   scripts/testhosts.sh check               exit 0 when this machine can make hosts (root, ip, nsenter)
 #
@@ -57,6 +57,7 @@ write_hosts_file() {  # HOST N: the file bound over /etc/hosts on HOST (rewritte
     echo "::1 localhost ip6-localhost ip6-loopback"
     # First match wins: a looped name listed here hides its real address below.
     for looped in $(cat "$DIR/loopback" 2>/dev/null); do echo "127.0.1.1 ${looped}"; done
+    grep -qx "$host" "$DIR/loopback-self" 2>/dev/null && echo "127.0.1.1 ${host}"
     for i in $(seq 1 "$n"); do echo "${SUBNET}.${i} ${NAME}${i}"; done
   } > "$file.tmp"
   # In place (same inode): processes already running on the host see the change through their bind mount.
@@ -157,17 +158,21 @@ kill_host() {
 }
 
 loopback_name() {
-  local host="$1" mode="${2:-}" n i
+  local host="$1" mode="${2:-}" n i list
   host_index "$host" >/dev/null
   n=$(cat "$DIR/count")
+  for list in loopback loopback-self; do
+    { grep -vx "$host" "$DIR/$list" 2>/dev/null || true; } > "$DIR/$list.tmp"
+    mv "$DIR/$list.tmp" "$DIR/$list"
+  done
   case "$mode" in
-    on) { grep -vx "$host" "$DIR/loopback" 2>/dev/null || true; echo "$host"; } > "$DIR/loopback.tmp" ;;
-    off) { grep -vx "$host" "$DIR/loopback" 2>/dev/null || true; } > "$DIR/loopback.tmp" ;;
-    *) die "loopback-name $host on|off" ;;
+    on) echo "$host" >> "$DIR/loopback" ;;
+    self) echo "$host" >> "$DIR/loopback-self" ;;
+    off) ;;
+    *) die "loopback-name $host on|self|off" ;;
   esac
-  mv "$DIR/loopback.tmp" "$DIR/loopback"
   for i in $(seq 1 "$n"); do write_hosts_file "${NAME}${i}" "$n"; done
-  log "$host resolves to $([ "$mode" = on ] && echo 127.0.1.1 || echo its address) on every host"
+  log "$host resolves to $([ "$mode" = off ] && echo its address || echo "127.0.1.1 ($mode)")"
 }
 
 list() {

@@ -160,6 +160,16 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def _check_rdzv_flags(args: argparse.Namespace) -> None:
+    if args.hosts or args.hostfile or args.node_rank or args.base_port is not None:
+        raise ConfigError(
+            "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
+            "--base-port (or drop --rdzv)."
+        )
+    if args.nnodes < 1:
+        raise ConfigError(f"--nnodes={args.nnodes} must be at least 1.")
+
+
 def _meet(args: argparse.Namespace, config: Any) -> Any:
     """``config`` with the nodes, this node's rank and the ports agreed at the ``--rdzv`` endpoint."""
     from dataclasses import replace
@@ -168,11 +178,6 @@ def _meet(args: argparse.Namespace, config: Any) -> Any:
     from tfdist.launch.preflight import preflight
     from tfdist.launch.rendezvous import RendezvousSpec, job_digest, rendezvous
 
-    if args.hosts or args.hostfile or args.node_rank or args.base_port is not None:
-        raise ConfigError(
-            "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
-            "--base-port (or drop --rdzv)."
-        )
     spec = RendezvousSpec(args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file)
     preflight(config)  # a missing script fails here, not after every node waited for this one
     shared = {
@@ -202,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch import launch
     from tfdist.launch.logs import console_print
 
+    if args.rdzv:
+        _check_rdzv_flags(args)
     config = _meet(args, config_from_args(args)) if args.rdzv else config_from_args(args)
     result = launch(config)
     if result.exit_code == 0:

@@ -1,0 +1,282 @@
+"""`tfdist launch --nnodes N --rdzv node1:PORT`: the same command on every test host forms one job.
+
+Each host is a network namespace with its own address and name; scripts run as written (no tfdist import)
+and their weights are compared with the same script in one process. The rendezvous also faces strangers:
+garbage, a wrong token, a half-sent message held open and 200 idle connections, while a job forms.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
+HELPERS = Path(__file__).parent.parent / "helpers"
+PY = sys.executable
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
+    "TFDIST_HOSTS_PREFIX": "tfdr",
+    "TFDIST_HOSTS_SUBNET": "10.82.0",
+    "TFDIST_RDZV_TOKEN": "test-secret-0f3a",
+}
+_ports = itertools.count(29500)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[None]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test hosts: {reason}")
+    made = subprocess.run([HOSTS_SCRIPT, "up", "3"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    yield
+    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+
+
+def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`tfdist launch ARGS` started on a test host (its output collected)."""
+    return subprocess.Popen(
+        [HOSTS_SCRIPT, "exec", host, "--", PY, "-m", "tfdist", "launch", *args],
+        env=env or ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
+    results = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate(timeout=30)
+        results.append((proc.returncode, out))
+    return results
+
+
+def on_every_host(
+    nodes: int, tmp_path: Path, *launch_args: str, rdzv_timeout: str = "120"
+) -> list[tuple[int, str]]:
+    endpoint = f"node1:{next(_ports)}"
+    procs = [
+        launch_on(
+            f"node{i}",
+            "--nnodes",
+            str(nodes),
+            "--rdzv",
+            endpoint,
+            "--rdzv-timeout",
+            rdzv_timeout,
+            "--cpu",
+            "--log-dir",
+            str(tmp_path / f"run-node{i}"),
+            *launch_args,
+        )
+        for i in range(nodes, 0, -1)  # the endpoint's node last: the others wait for it
+    ]
+    return finish(procs)[::-1]
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_plain_mwms_script_forms_one_job_across_hosts(hosts: None, nodes: int, tmp_path: Path) -> None:
+    script = str(HELPERS / "plain_mwms.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single))
+    results = on_every_host(nodes, tmp_path, "-n", "1", script, str(out))
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    summaries = {line for _, output in results for line in output.splitlines() if "formed at" in line}
+    assert len(summaries) == 1  # every node printed the same job summary
+    summary = summaries.pop()
+    assert f"job of {nodes} node(s) x 1 worker(s)" in summary and "node 0 node1 (10.82.0.1)" in summary
+    assert all(f"on {nodes} replicas" in output for _, output in results)
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(nodes):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def test_keras_model_fit_two_workers_on_each_of_two_hosts(hosts: None, tmp_path: Path) -> None:
+    script = str(HELPERS / "keras_fit.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single), "--plain", "--epochs", "2")
+    results = on_every_host(2, tmp_path, "-n", "2", script, str(out), "--plain", "--epochs", "2")
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    ref = json.loads((single / "rank-0.json").read_text())
+    for rank in range(4):
+        weights = np.load(out / f"rank-{rank}.weights.npy")
+        assert np.max(np.abs(weights - np.load(single / "rank-0.weights.npy"))) <= 1e-5
+        history = json.loads((out / f"rank-{rank}.json").read_text())["history"]
+        for key, values in ref["history"].items():
+            assert np.allclose(history[key], values, atol=1e-5, rtol=0), key
+
+
+def test_tfdist_fit_on_the_tf_backend_across_hosts(hosts: None, tmp_path: Path) -> None:
+    probe = str(HELPERS / "fit_probe.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(probe, str(single))
+    results = on_every_host(2, tmp_path, "-n", "2", probe, str(out))
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(4):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def _bad(host: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    [(code, output)] = finish([launch_on(host, "--cpu", *args, env=env)], timeout=120)
+    return code, output
+
+
+def test_a_node_that_never_arrives_stops_the_others_with_one_line(hosts: None, tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, output = _bad(
+        "node1", "--nnodes", "3", "--rdzv", f"node1:{next(_ports)}", "--rdzv-timeout", "4", "-n", "1",
+        str(HELPERS / "plain_mwms.py"), str(tmp_path),
+    )  # fmt: skip
+    assert code == 2 and output.count("\n") == 1, output
+    assert "only 1 of 3 node(s) arrived at the rendezvous" in output and "(node1); 2 missing" in output
+    assert time.monotonic() - started < 30 and not list(tmp_path.iterdir())
+
+
+def test_a_mismatched_node_is_told_why(hosts: None, tmp_path: Path) -> None:
+    script = str(HELPERS / "plain_mwms.py")
+    endpoint = f"node1:{next(_ports)}"
+    first = launch_on("node1", "--cpu", "--nnodes", "2", "--rdzv", endpoint, "--rdzv-timeout", "8", "-n", "1",
+                      script, str(tmp_path))  # fmt: skip
+    time.sleep(1.5)
+    code, output = _bad("node2", "--nnodes", "2", "--rdzv", endpoint, "-n", "2", script, str(tmp_path))
+    assert code == 2 and output.count("\n") == 1, output
+    assert "node node2 was started with -n 2, but the job at this endpoint runs -n 1 (node node1)" in output
+    other = str(HELPERS / "keras_fit.py")
+    code, output = _bad("node3", "--nnodes", "2", "--rdzv", endpoint, "-n", "1", other, str(tmp_path))
+    assert code == 2 and f"node node3 runs `{other} {tmp_path}`, but the job at this endpoint runs" in output
+    assert finish([first])[0][0] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--nnodes", "2", "--rdzv", "node1:1", "--rdzv-timeout", "3"), "did not answer within 3 s"),
+        (("--nnodes", "2", "--rdzv", "nodeX:29400"), "host 'nodeX' does not resolve on node2"),
+        (("--nnodes", "0", "--rdzv", "node1:29400"), "--nnodes=0 must be at least 1"),
+        (("--nnodes", "2", "--rdzv", "node1"), "--rdzv='node1' must be HOST:PORT"),
+        (("--nnodes", "2", "--rdzv", "node1:29400", "--hosts", "node1,node2"), "--rdzv assigns node ranks"),
+    ],
+)
+def test_bad_rendezvous_inputs_are_one_line(
+    hosts: None, args: tuple[str, ...], expected: str, tmp_path: Path
+) -> None:
+    code, output = _bad("node2", *args, "-n", "1", str(HELPERS / "plain_mwms.py"), str(tmp_path))
+    assert code == 2 and output.count("\n") == 1 and expected in output, output
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_endpoint_name_that_resolves_to_loopback_on_its_own_node(hosts: None, tmp_path: Path) -> None:
+    """Debian's "127.0.1.1 node1" on node1 only: node1 would advertise loopback to its peers."""
+    subprocess.run([HOSTS_SCRIPT, "loopback-name", "node1", "self"], env=ENV, check=True, timeout=30)
+    try:
+        results = on_every_host(2, tmp_path, "-n", "1", str(HELPERS / "plain_mwms.py"), str(tmp_path / "o"))
+    finally:
+        subprocess.run([HOSTS_SCRIPT, "loopback-name", "node1", "off"], env=ENV, check=True, timeout=30)
+    for code, output in results:
+        assert code == 2 and output.count("\n") == 1, output
+        assert re.search(r"node node1 reached the rendezvous through 127\.[\d.]+ \(loopback\)", output), (
+            output
+        )
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether a socket listens on ``port`` in the network namespace of process ``pid`` (psutil reads only
+    the caller's namespace)."""
+    with open(f"/proc/{pid}/net/tcp", encoding="ascii") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return any(int(row[1].split(":")[1], 16) == port and row[3] == "0A" for row in rows)
+
+
+def _rogues(port: int) -> str:
+    """From node3's namespace: 200 idle connections, garbage, a wrong token, half a join held open."""
+    code = f"""
+import hashlib, hmac, json, socket, sys, time
+g = socket.create_connection(("node1", {port}), timeout=5); g.sendall(b"\\x00\\xff garbage\\n" * 10)
+w = socket.create_connection(("node1", {port}), timeout=5)
+nonce = json.loads(w.makefile().readline())["nonce"]
+join = {{"name": "mallory", "nproc": 1, "command": "x", "digest": "0", "ports": [1], "pid": 1}}
+mac = hmac.new(b"wrong", nonce.encode() + json.dumps(join, sort_keys=True, separators=(",", ":")).encode(),
+               hashlib.sha256).hexdigest()
+w.sendall(json.dumps({{"join": join, "mac": mac}}).encode() + b"\\n")
+print("wrong token:", w.makefile().readline().strip(), flush=True)
+h = socket.create_connection(("node1", {port}), timeout=5); h.sendall(b'{{"join": {{"name": "half')
+held = []
+for _ in range(200):
+    try:
+        held.append(socket.create_connection(("node1", {port}), timeout=2))
+    except OSError:
+        pass
+print("rogues ready", len(held), flush=True)
+time.sleep(40)
+"""
+    return code
+
+
+def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path: Path) -> None:
+    script = str(HELPERS / "plain_mwms.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single))
+    port = next(_ports)
+    common = ("--nnodes", "2", "--rdzv", f"node1:{port}", "--rdzv-timeout", "120", "--cpu", "-n", "1")
+    server = launch_on("node1", *common, "--log-dir", str(tmp_path / "r1"), script, str(out))
+    launcher = psutil.Process(server.pid)  # testhosts.sh execs into the launcher: this is its process
+    deadline = time.monotonic() + 60
+    while not listening(server.pid, port):
+        assert time.monotonic() < deadline and server.poll() is None
+        time.sleep(0.2)
+    threads, rss = launcher.num_threads(), launcher.memory_info().rss
+    rogue = subprocess.Popen(
+        [HOSTS_SCRIPT, "exec", "node3", "--", PY, "-c", _rogues(port)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert rogue.stdout is not None
+        said = [rogue.stdout.readline(), rogue.stdout.readline()]
+        assert "refused this node: its token is not this job's" in said[0], said
+        assert said[1].startswith("rogues ready 200"), said
+        peak_threads, peak_rss = launcher.num_threads(), launcher.memory_info().rss
+        second = launch_on("node2", *common, "--log-dir", str(tmp_path / "r2"), script, str(out))
+        results = finish([server, second])
+    finally:
+        rogue.kill()
+        rogue.wait(timeout=30)
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(2):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    grew = (peak_rss - rss) / 2**20
+    print(f"rendezvous process: {threads} -> {peak_threads} threads, RSS {rss / 2**20:.1f} MiB + {grew:.2f}")
+    assert peak_threads == threads and peak_rss - rss < 16 * 2**20
