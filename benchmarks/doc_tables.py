@@ -1,6 +1,8 @@
-"""Print README's benchmark tables (markdown) from the committed results, so the README quotes the JSON.
+"""The benchmark tables of docs/guides/benchmarking.md (markdown), from the committed results, so the page
+quotes the JSON.
 
-python benchmarks/readme_tables.py   # reads benchmarks/results/bench/results.json and scaling_model.json
+python benchmarks/doc_tables.py   # print them (bench/results.json and scaling_model.json)
+python docs/hooks.py --write      # rewrite them, and the other generated blocks, in the docs sources
 """
 
 from __future__ import annotations
@@ -51,10 +53,16 @@ def model_table(model: dict) -> str:
     return "\n".join(lines)
 
 
+def tables() -> dict[str, str]:
+    """Each generated table of the benchmarking page by the name of its block."""
+    return {
+        "bench": bench_table(json.loads((RESULTS / "bench" / "results.json").read_text())),
+        "scaling-model": model_table(json.loads((RESULTS / "scaling_model.json").read_text())),
+    }
+
+
 def main() -> None:
-    print(bench_table(json.loads((RESULTS / "bench" / "results.json").read_text())))
-    print()
-    print(model_table(json.loads((RESULTS / "scaling_model.json").read_text())))
+    print("\n\n".join(tables().values()))
 
 
 if __name__ == "__main__":
