@@ -70,7 +70,8 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
         if not actions:
             continue
         rows += ["", f"**{group.title[0].upper() + group.title[1:]}**", ""]
-        rows += ["| Option | Default | Meaning |", "|---|---|---|"]
+        first = "Argument" if all(not a.option_strings for a in actions) else "Option"
+        rows += [f"| {first} | Default | Meaning |", "|---|---|---|"]
         for action in actions:
             meaning = action.help or ""
             if action.choices and action.option_strings and action.nargs != 0:
@@ -83,7 +84,8 @@ def _command(parser: argparse.ArgumentParser, name: str, summary: str | None, le
     lines = [f"{'#' * level} `{name}`", ""]
     if summary:
         lines += [html.escape(summary[0].upper() + summary[1:]) + ".", ""]
-    if parser.description and parser.description != summary:
+    # A description that only repeats the usage line ("tfdist launch [options] SCRIPT.py ...") adds nothing.
+    if parser.description and parser.description != summary and not parser.description.startswith("tfdist "):
         lines += [html.escape(parser.description), ""]
     lines += ["```text", parser.format_usage().strip(), "```"]
     lines += _options_table(parser)
