@@ -1,8 +1,8 @@
 """Every ``TFDIST_*`` environment variable tfdist reads: name, type, default, meaning, who sets and reads it.
 
 Code reads these variables only through :func:`get` (a test checks that every ``TFDIST_*`` name in the
-source is declared here, and that README's table is :func:`markdown_table`). Light on purpose: the worker
-bootstrap imports it before the user's code.
+source is declared here, and that the docs' table, docs/reference/environment.md, is :func:`markdown_table`).
+Light on purpose: the worker bootstrap imports it before the user's code.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def is_set(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def markdown_table() -> str:
-    """README's table of variables (a test keeps the README equal to this)."""
+    """The docs' table of variables (a test keeps docs/reference/environment.md equal to this)."""
     rows = ["| Variable | Type | Default | Set by | Meaning |", "|---|---|---|---|---|"]
     for v in VARIABLES.values():
         default = f"`{v.default}`" if v.default is not None else "—"
