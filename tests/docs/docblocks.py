@@ -2,7 +2,7 @@
 
 A ``bash`` or ``python`` block either runs or says why not, in an HTML comment on the line before it:
 
-    <!-- example: slow -->          run in the second tier (it trains)
+    <!-- example: slow -->          run in the second tier (it trains longer, or repeats a first-tier example)
     <!-- example: exit N -->        run; it must exit with code N
     <!-- example: file NAME -->     not run: its text is the file NAME in every example's directory
     <!-- example: skip REASON -->   not run here, for REASON (a GPU, a cluster, root)

@@ -39,11 +39,22 @@ def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path_factory.mktemp("site")
-    result = _build(ROOT / "mkdocs.yml", out)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
+    return _build(ROOT / "mkdocs.yml", out), out
+
+
+@pytest.fixture(scope="module")
+def site(build: tuple[subprocess.CompletedProcess[str], Path]) -> Path:
+    result, out = build
+    if result.returncode != 0:
+        pytest.fail("the docs do not build: see test_mkdocs_build_strict_passes", pytrace=False)
     return out
+
+
+def test_mkdocs_build_strict_passes(build: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, _ = build
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
 
 
 def test_every_page_of_the_nav_is_built(site: Path) -> None:
