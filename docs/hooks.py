@@ -24,6 +24,8 @@ from typing import Any
 PLACEHOLDER = "<!-- tfdist:cli -->"
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
+#: reST roles in docstrings (":func:`strategy`"): the code span stays, the role goes.
+ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|exc|obj|const):(?=<code>)")
 BLOCK = re.compile(
     r"(<!-- generated:(?P<name>[\w-]+):begin -->\n\n)(?P<body>.*?)(\n\n<!-- generated:(?P=name):end -->)",
     re.S,
@@ -151,6 +153,11 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     if PLACEHOLDER in markdown:
         markdown = markdown.replace(PLACEHOLDER, cli_reference())
     return markdown
+
+
+def on_page_content(html_text: str, **_: Any) -> str:
+    """Docstrings carry reST roles for readers of the source; the rendered page shows the code alone."""
+    return ROLE.sub("", html_text)
 
 
 def main(argv: list[str]) -> int:
