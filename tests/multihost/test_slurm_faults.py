@@ -26,6 +26,15 @@ def wait_for_checkpoint(ckpt: Path, timeout: float = 240) -> None:
     assert list(ckpt.glob("ckpt-*.index")), "training never wrote a checkpoint"
 
 
+def eligible_now(cluster: Cluster, job_id: str) -> None:
+    """Slurm holds a requeued job back for a while (its BeginTime); the tests need not wait for that."""
+    deadline = time.monotonic() + 120
+    while cluster.job(job_id)["JobState"] not in ("PENDING", *FINAL):
+        assert time.monotonic() < deadline, cluster.job(job_id)
+        time.sleep(0.3)
+    cluster.on("node1", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
+
+
 def uninterrupted(tmp_path: Path) -> tuple[np.ndarray, dict[str, list[float]]]:
     """The same training in one process, never stopped."""
     ref = tmp_path / "reference"
@@ -45,6 +54,7 @@ def assert_same_run(out: Path, tmp_path: Path, ranks: int) -> None:
             assert np.allclose(resumed["history"][name], values, atol=1e-5, rtol=0), name
 
 
+@pytest.mark.slow  # preemption on one node runs in the first tier (tests/slurm)
 def test_preempted_two_node_job_resumes_exactly(cluster: Cluster, tmp_path: Path) -> None:
     """USR2 to every task on both nodes -> checkpoint -> requeue -> the run ends as if never stopped."""
     out, ckpt, run = tmp_path / "out", tmp_path / "ckpt", tmp_path / "run"
@@ -63,6 +73,7 @@ def test_preempted_two_node_job_resumes_exactly(cluster: Cluster, tmp_path: Path
     # What Slurm does before a time limit or a preemption with --signal=USR2@90: USR2 to every task.
     signalled = cluster.on("node1", "scancel", "--signal=USR2", job_id)
     assert signalled.returncode == 0, signalled.stderr
+    eligible_now(cluster, job_id)
     job = cluster.wait(job_id, FINAL, 420, restarts=1)
     log = (run / f"slurm-{job_id}.out").read_text()
     assert job["JobState"] == "COMPLETED", log[-4000:]
@@ -115,6 +126,7 @@ def test_a_lost_node_ends_the_job_names_it_and_the_requeued_job_resumes(
     finally:
         back = cluster.slurm_script("node-start", "node2")
     assert back.returncode == 0, back.stderr
+    eligible_now(cluster, job_id)
     job = cluster.wait(job_id, FINAL, 480, restarts=1)
     log = (run / f"slurm-{job_id}.out").read_text()
     assert job["JobState"] == "COMPLETED", log[-4000:]

@@ -37,7 +37,7 @@ def nodes_of(cluster: Cluster, job_id: str) -> str:
     return cluster.job(job_id)["NodeList"]
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
+@pytest.mark.parametrize("nodes", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_plain_mwms_custom_loop_across_nodes(cluster: Cluster, nodes: int, tmp_path: Path) -> None:
     """The TensorFlow tutorial's custom loop (no tfdist import), one task per node."""
     script = str(HELPERS / "plain_mwms.py")
@@ -280,7 +280,7 @@ def test_a_peer_name_that_resolves_to_loopback_is_one_line_not_a_hang(
     finally:
         cluster.hosts_script("loopback-name", "node2", "off")
     log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
-    assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("2:"), log[-3000:]
+    assert job["JobState"] == "FAILED", log[-3000:]
     errors = [line for line in log.splitlines() if line.startswith("tfdist run: error:")]
     assert errors == [
         "tfdist run: error: node 'node2', another node of this job, resolves to 127.0.1.1 (loopback) on "

@@ -32,6 +32,7 @@ def bench(out: Path, *args: str, timeout: float = 500) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow  # a bench grid: the second tier
 def test_scaling_grid_over_both_backends_and_the_references(tmp_path: Path) -> None:
     out = tmp_path / "grid"
     proc = bench(

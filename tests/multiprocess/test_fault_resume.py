@@ -58,8 +58,18 @@ def checkpoint_values(path: Path) -> dict[str, np.ndarray]:
     return {k: reader.get_tensor(k) for k, d in reader.get_variable_to_dtype_map().items() if d.is_floating}
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
-@pytest.mark.parametrize("workload", ["regression", "mnist-cnn", "big-gradient"])
+# The whole matrix is the second tier (./dev test --all); one case per backend runs in the first.
+@pytest.mark.parametrize(
+    ("workload", "backend"),
+    [
+        ("regression", "tf"),
+        pytest.param("regression", "mpi", marks=pytest.mark.slow),
+        pytest.param("mnist-cnn", "tf", marks=pytest.mark.slow),
+        pytest.param("mnist-cnn", "mpi", marks=pytest.mark.slow),
+        pytest.param("big-gradient", "tf", marks=pytest.mark.slow),
+        ("big-gradient", "mpi"),
+    ],
+)
 def test_kill_9_at_a_random_step_resumes_exactly(workload: str, backend: str, tmp_path: Path) -> None:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     reference, faulty = tmp_path / "reference", tmp_path / "faulty"

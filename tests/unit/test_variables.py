@@ -48,9 +48,10 @@ def test_the_direct_read_pattern_catches_what_it_should() -> None:
     assert not DIRECT_READ.search('variables.get("TFDIST_X", environ)')
 
 
-def test_readme_table_is_generated_from_the_registry() -> None:
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("<!-- variables:begin -->\n", 1)[1].split("\n<!-- variables:end -->", 1)[0]
+def test_the_docs_table_is_generated_from_the_registry() -> None:
+    page = (ROOT / "docs" / "reference" / "environment.md").read_text()
+    begin, end = "<!-- generated:variables:begin -->\n\n", "\n\n<!-- generated:variables:end -->"
+    table = page.split(begin, 1)[1].split(end, 1)[0]
     assert table == variables.markdown_table()
 
 

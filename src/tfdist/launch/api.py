@@ -15,13 +15,14 @@ from typing import Any
 
 from tfdist import variables
 from tfdist.errors import ConfigError, WorkerFailedError
+from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.join import JoinCheck
 from tfdist.launch.logs import console_print, error_lines, read_error_record
-from tfdist.launch.plan import plan_mpi, plan_workers
+from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Outcome, Stop, decide
-from tfdist.launch.preflight import preflight
+from tfdist.launch.preflight import mpi_flavour, preflight
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
@@ -288,6 +289,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
             if mpiexec:
                 specs = plan_mpi(
                     config,
+                    proxy=_hydra_proxy(config, mpiexec, flavour),
                     mpiexec=mpiexec,
                     cores=cores,
                     run_dir=run_dir,
@@ -338,6 +340,20 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
             attempt += 1
     finally:
         signals.restore()
+
+
+def _hydra_proxy(config: LaunchConfig, mpiexec: str, flavour: str) -> tuple[str, ...]:
+    """This node's Hydra proxy command when MPI ranks span several nodes (``()`` on one node)."""
+    if config.nnodes == 1:
+        return ()
+    if (flavour if flavour != "unknown" else mpi_flavour(mpiexec)) != "hydra":
+        raise ConfigError(
+            f"--backend {config.backend} on several nodes starts ranks through MPICH's Hydra, but {mpiexec} "
+            f"is not Hydra. Hint: pip install 'tfdist[mpi]' (the mpich wheel), or start the job with "
+            "mpirun/srun yourself."
+        )
+    control = f"{config.hosts[0]}:{mpi_control_port(config)}"
+    return hydra.proxy_argv(mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
 
 
 def _console_names(config: LaunchConfig) -> set[str] | None:

@@ -83,10 +83,11 @@ class LaunchConfig:
                 f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a "
                 "worker."
             )
-        if self.backend != "tf" and self.nnodes > 1:
+        if self.backend != "tf" and self.nnodes > 1 and self.max_restarts:
             raise ConfigError(
-                f"--backend {self.backend} runs on one node; for several nodes start the job with mpirun "
-                "or srun --mpi=pmix."
+                f"--max-restarts with --backend {self.backend} on several nodes is not supported: every "
+                "node's launcher would restart on its own. Hint: restart the command on every node "
+                "(checkpoints resume), or use --backend tf."
             )
 
     def _check_nodes(self) -> None:

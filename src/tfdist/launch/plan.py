@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tfdist.errors import ConfigError
+from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
 from tfdist.worker import with_bootstrap
 
@@ -274,15 +275,20 @@ def plan_mpi(
     flavour: str = "unknown",
     cpu_ids: Sequence[int] = (),
     visible_gpus: Sequence[str] = (),
+    proxy: Sequence[str] = (),
 ) -> list[WorkerSpec]:
-    """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend)."""
+    """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend).
+
+    On several nodes (:mod:`tfdist.launch.hydra`): node 0 runs the launcher for every node's ranks, and
+    every node runs ``proxy``, the Hydra proxy that starts its own ranks.
+    """
     attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
     env = {**MPI_YIELD_ENV, **base_env, **config.extra_env}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(
         {
             "TFDIST_BACKEND": config.backend,
-            "TFDIST_WORLD_SIZE": str(config.nproc_per_node),
+            "TFDIST_WORLD_SIZE": str(config.nproc_per_node * config.nnodes),
             "TFDIST_RUN_DIR": run_dir,
             "TFDIST_ATTEMPT_DIR": attempt_dir,
             "TFDIST_RESTART_COUNT": str(attempt),
@@ -298,14 +304,36 @@ def plan_mpi(
     program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
     bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
+    nodes = hydra.manual_args(config.hosts, config.nproc_per_node) if config.nnodes > 1 else ()
     argv = (
         mpiexec,
+        *nodes,
         *bind_args,
         *MPI_RANK_PREFIX.get(flavour, ()),
         "-n",
-        str(config.nproc_per_node),
+        str(config.nproc_per_node * config.nnodes),
         *program,
     )
-    return [
-        WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), os.path.join(attempt_dir, "mpi.log"))
-    ]
+    if config.nnodes == 1:
+        log_path = os.path.join(attempt_dir, "mpi.log")
+        return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path)]
+    env.update(hydra.control_env(mpi_control_port(config)))
+    rank = config.node_rank
+    own = WorkerSpec(
+        TaskSlot("proxy", rank, rank, 1),
+        tuple(proxy),
+        dict(base_env),
+        os.path.join(attempt_dir, f"proxy{rank}.log"),
+    )
+    if rank != 0:
+        return [own]
+    log_path = os.path.join(attempt_dir, "mpi.log")
+    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path), own]
+
+
+def mpi_control_port(config: LaunchConfig) -> int:
+    """The port node 0's MPI launcher serves the proxies on: the first port agreed at the rendezvous, else
+    ``--base-port`` (default 29400)."""
+    if config.node_ports:
+        return config.node_ports[0][0]
+    return config.base_port or DEFAULT_BASE_PORT

@@ -1,0 +1,89 @@
+"""MPI ranks on several hosts without ssh or a scheduler: Hydra's ``manual`` launcher.
+
+The first node runs ``mpiexec -launcher manual`` (MPICH's Hydra): it serves the job's process management
+(PMI) on an agreed control port and waits for one proxy per host. Every node, the first included, starts
+its own ``hydra_pmi_proxy``, which connects to that port and starts the node's ranks. Hydra keeps doing
+what it does under ssh: forwarding output, numbering ranks, aborting every rank when one fails. tfdist
+only replaces ssh by "the same command on every node", which a cluster without a scheduler has, while
+passwordless ssh between nodes is not a given.
+
+The proxy's command line is Hydra's own: each node asks its local ``mpiexec`` to print it (a dry run that
+starts nothing) and points it at the first node's control port, so no flag is written here by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import time
+from collections.abc import Sequence
+
+from tfdist.errors import SetupError
+
+_LAUNCH = "HYDRA_LAUNCH: "
+_END = "HYDRA_LAUNCH_END"
+DRY_RUN_TIMEOUT_S = 20.0
+
+
+def manual_args(hosts: Sequence[str], ppn: int) -> tuple[str, ...]:
+    """``mpiexec`` options for ``ppn`` ranks on each of ``hosts`` started by manual proxies.
+
+    >>> manual_args(["10.0.0.1", "10.0.0.2"], 2)
+    ('-launcher', 'manual', '-hosts', '10.0.0.1,10.0.0.2', '-ppn', '2')
+    """
+    return ("-launcher", "manual", "-hosts", ",".join(hosts), "-ppn", str(ppn))
+
+
+def control_env(port: int) -> dict[str, str]:
+    """Pins the first node's ``mpiexec`` to the agreed control port."""
+    return {"MPIEXEC_PORT_RANGE": f"{port}:{port}"}
+
+
+def proxy_line(lines: Sequence[str], proxy_id: int, control: str) -> tuple[str, ...]:
+    """The proxy command for ``proxy_id`` from a dry run's output, pointed at ``control`` (HOST:PORT).
+
+    Input/Output: ``["HYDRA_LAUNCH: /bin/hydra_pmi_proxy --control-port 10.0.0.9:1 --proxy-id 1"]``, 1,
+    ``"10.0.0.1:29400"`` -> ``("/bin/hydra_pmi_proxy", "--control-port", "10.0.0.1:29400", "--proxy-id",
+    "1")``.
+    """
+    for line in lines:
+        if not line.startswith(_LAUNCH):
+            continue
+        argv = line[len(_LAUNCH) :].split()
+        if "--proxy-id" in argv and argv[argv.index("--proxy-id") + 1] == str(proxy_id):
+            if "--control-port" not in argv:
+                break
+            argv[argv.index("--control-port") + 1] = control
+            return tuple(argv)
+    raise SetupError(
+        f"Hydra's mpiexec printed no launch line for proxy {proxy_id}: {' | '.join(lines)[:300]}"
+    )
+
+
+def proxy_argv(mpiexec: str, hosts: Sequence[str], ppn: int, proxy_id: int, control: str) -> tuple[str, ...]:
+    """This node's ``hydra_pmi_proxy`` command (its local Hydra prints it; the dry run is then stopped)."""
+    proc = subprocess.Popen(
+        [mpiexec, *manual_args(hosts, ppn), "-n", str(ppn * len(hosts)), "true"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    output = b""
+    deadline = time.monotonic() + DRY_RUN_TIMEOUT_S
+    try:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()  # raw reads: a buffered reader would hide lines from select()
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while _END.encode() not in output and time.monotonic() < deadline:
+                if selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    output += chunk
+    finally:
+        proc.kill()  # it waits for proxies that this dry run never starts
+        proc.wait(timeout=10)
+    lines = [line.strip() for line in output.decode(errors="replace").splitlines()]
+    return proxy_line(lines, proxy_id, control)
