@@ -13,9 +13,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import psutil
@@ -46,25 +48,37 @@ def hosts() -> Iterator[None]:
 
 
 def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`tfdist launch ARGS` started on a test host (its output collected)."""
-    return subprocess.Popen(
+    """`tfdist launch ARGS` started on a test host; its output goes to a file (a pipe nobody reads while
+    another node's launcher is awaited would fill and stall the job)."""
+    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
+    proc = subprocess.Popen(
         [HOSTS_SCRIPT, "exec", host, "--", PY, "-m", "tfdist", "launch", *args],
         env=env or ENV,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    OUTPUTS[proc.pid] = output
+    return proc
+
+
+OUTPUTS: dict[int, IO[str]] = {}
 
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
+    """Each launcher's exit code and output (killed after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
     results = []
     for proc in procs:
         try:
-            out, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, _ = proc.communicate(timeout=30)
-        results.append((proc.returncode, out))
+            proc.wait(timeout=30)
+        output = OUTPUTS.pop(proc.pid)
+        output.seek(0)
+        results.append((proc.returncode, output.read()))
+        output.close()
     return results
 
 
@@ -141,6 +155,34 @@ def test_tfdist_fit_on_the_tf_backend_across_hosts(hosts: None, tmp_path: Path) 
     reference = np.load(single / "weights-0.npy")
     for rank in range(4):
         assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def test_tfdist_fit_on_the_mpi_backend_two_ranks_on_each_of_two_hosts(hosts: None, tmp_path: Path) -> None:
+    """No ssh, no scheduler: Hydra's proxies started by tfdist on every host; both reduce levels run."""
+    probe = str(HELPERS / "fit_probe.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(probe, str(single))
+    received = _received("node2")
+    results = on_every_host(2, tmp_path, "--backend", "mpi", "-n", "2", probe, str(out))
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in results[0][1]
+    assert _received("node2") - received > 30_000  # the ranks of node2 talked over the switch
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(4):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def _received(host: str) -> int:
+    proc = subprocess.run(
+        ["ip", "-n", f"tfdr-{host}", "-s", "-j", "link", "show", "eth0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return int(json.loads(proc.stdout)[0]["stats64"]["rx"]["bytes"])
 
 
 def _bad(host: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -353,7 +353,9 @@ def _hydra_proxy(config: LaunchConfig, mpiexec: str, flavour: str) -> tuple[str,
             "mpirun/srun yourself."
         )
     control = f"{config.hosts[0]}:{mpi_control_port(config)}"
-    return hydra.proxy_argv(mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
+    proxy = hydra.proxy_argv(mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
+    wait = str(config.timeout or hydra.CONNECT_TIMEOUT_S)
+    return (config.python, "-m", "tfdist.launch.hydra_proxy", wait, "--", *proxy)
 
 
 def _console_names(config: LaunchConfig) -> set[str] | None:

@@ -24,6 +24,8 @@ from tfdist.errors import SetupError
 _LAUNCH = "HYDRA_LAUNCH: "
 _END = "HYDRA_LAUNCH_END"
 DRY_RUN_TIMEOUT_S = 20.0
+#: How long a node's proxy keeps trying to reach the first node's mpiexec (nodes start in any order).
+CONNECT_TIMEOUT_S = 300.0
 
 
 def manual_args(hosts: Sequence[str], ppn: int) -> tuple[str, ...]:
