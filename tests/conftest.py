@@ -53,3 +53,17 @@ def python() -> str:
 def helpers() -> Path:
     """Directory of small worker scripts used by the multi-process tests."""
     return HELPERS
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how many tests ran on test hosts: they skip (with the reason) where namespaces cannot be made."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "multihost" in getattr(report, "keywords", {}) and report.when in ("call", "setup"):
+                if outcome == "passed" and report.when != "call":
+                    continue
+                counts[outcome] = counts.get(outcome, 0) + 1
+    if counts:
+        summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+        terminalreporter.write_line(f"multi-host tests (test hosts): {summary}")
