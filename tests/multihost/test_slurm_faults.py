@@ -26,6 +26,18 @@ def wait_for_checkpoint(ckpt: Path, timeout: float = 240) -> None:
     assert list(ckpt.glob("ckpt-*.index")), "training never wrote a checkpoint"
 
 
+def wait_node(cluster: Cluster, node: str, states: tuple[str, ...], timeout: float) -> None:
+    """Wait until Slurm reports ``node`` in one of ``states`` (``down*`` counts as down)."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = cluster.on("node1", "sinfo", "-h", "-n", node, "-o", "%t").stdout.strip()
+        if state.rstrip("*~#") in states:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} still {state!r} after {timeout} s, not one of {states}")
+
+
 def eligible_now(cluster: Cluster, job_id: str) -> None:
     """Slurm holds a requeued job back for a while (its BeginTime); the tests need not wait for that."""
     deadline = time.monotonic() + 120
@@ -123,9 +135,12 @@ def test_a_lost_node_ends_the_job_names_it_and_the_requeued_job_resumes(
         )
         assert report, log[-4000:]
         assert f"asked Slurm to requeue job {job_id}" in log
+        # As on a real cluster: Slurm declares the silent node DOWN (SlurmdTimeout), then it is repaired.
+        wait_node(cluster, "node2", ("down",), 120)
     finally:
         back = cluster.slurm_script("node-start", "node2")
     assert back.returncode == 0, back.stderr
+    wait_node(cluster, "node2", ("idle", "mix", "alloc"), 120)
     eligible_now(cluster, job_id)
     job = cluster.wait(job_id, FINAL, 480, restarts=1)
     log = (run / f"slurm-{job_id}.out").read_text()
