@@ -107,7 +107,7 @@ def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
     ("argv", "expected"),
     [
         (["--backend", "mpi", "--ps", "1", "-n", "2"], "cannot run parameter servers"),
-        (["--backend", "mpi", "--nnodes", "2", "--hosts", "a,b", "-n", "2"], "runs on one node"),
+        (["--backend", "mpi", "--nnodes", "2", "--hosts", "nosuchnode1,b", "-n", "2"], "does not resolve on"),
         (["--backend", "horovod", "--chief", "-n", "2"], "cannot run parameter servers or a chief"),
     ],
 )

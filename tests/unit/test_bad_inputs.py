@@ -85,7 +85,16 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["launch", "--gpus-per-worker", "2", "{script}"], {}, "invalid choice"),
     (["launch", "--backend", "gloo", "{script}"], {}, "--backend='gloo'"),
     (["launch", "--backend", "mpi", "--ps", "1", "{script}"], {}, "cannot run parameter servers"),
-    (["launch", "--backend", "mpi", "--nnodes", "2", "--hosts", "a,b", "{script}"], {}, "runs on one node"),
+    (
+        ["launch", "--backend", "mpi", "--nnodes", "2", "--hosts", "nosuchnode1,b", "{script}"],
+        {},
+        "--hosts: 'nosuchnode1' does not resolve on",
+    ),
+    (
+        ["launch", "--backend", "mpi", "--nnodes", "2", "--max-restarts", "1", "--hosts", "a,b", "{script}"],
+        {},
+        "--max-restarts with --backend mpi on several nodes is not supported",
+    ),
     (["launch", "--bind-to", "socket", "{script}"], {}, "invalid choice"),
     (["launch", "--bind-to", "core", "--ps", "1", "{script}"], {}, "--bind-to core"),
     (["launch", "--log-dir", "afile", "{script}"], {}, "--log-dir 'afile' is a file"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -72,11 +73,25 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
         else:
             check_script(config.command[0])
             check_python_script(config.command[0])
+    if config.nnodes > 1:
+        check_hosts_resolve(config.hosts)
     if config.backend == "tf":
         return Machine()
     shim = config.backend == "horovod" and importlib.util.find_spec("horovod") is None
     mpiexec = find_mpiexec()
     return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", shim)
+
+
+def check_hosts_resolve(hosts: tuple[str, ...]) -> None:
+    """Every node name resolves here (else the job would wait for a node nobody can reach)."""
+    for host in hosts:
+        try:
+            socket.getaddrinfo(host, None)
+        except (socket.gaierror, UnicodeError):
+            raise ConfigError(
+                f"--hosts: {host!r} does not resolve on {socket.gethostname()}. Hint: the nodes' names as "
+                "this node resolves them (DNS or /etc/hosts), or their addresses."
+            ) from None
 
 
 def check_script(script: str) -> None:
