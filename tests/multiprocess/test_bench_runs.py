@@ -86,6 +86,7 @@ def test_slow_input_pipeline_is_named_input_bound(tmp_path: Path) -> None:
     assert "bottleneck: input" in proc.stdout
 
 
+@pytest.mark.slow  # the diagnosis itself is in the first tier (input-bound case)
 def test_tiny_model_with_large_gradients_is_named_communication_bound(tmp_path: Path) -> None:
     proc = bench(
         tmp_path / "comm",

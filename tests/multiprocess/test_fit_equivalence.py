@@ -144,7 +144,11 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
     assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
 
 
-@pytest.mark.parametrize("data", ["arrays", "dataset", "fn"])
+# Arrays in the first tier; a dataset and a dataset_fn in the second (./dev test --all).
+@pytest.mark.parametrize(
+    "data",
+    ["arrays", pytest.param("dataset", marks=pytest.mark.slow), pytest.param("fn", marks=pytest.mark.slow)],
+)
 def test_parameter_server_fit_reaches_the_single_process_loss_band(data: str, tmp_path: Path) -> None:
     args = ["--epochs", "3", "--steps", "12"]
     run_probe(tmp_path / "single", None, None, *args)
