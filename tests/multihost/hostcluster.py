@@ -79,13 +79,8 @@ class Cluster:
         raise AssertionError(f"job {job_id} still {job['JobState']} after {timeout} s: {job}")
 
     def received_bytes(self, host: str) -> int:
-        """Bytes ``host``'s network interface has received so far (its link to the test switch)."""
-        ns = f"{CLUSTER_ENV['TFDIST_HOSTS_PREFIX']}-{host}"
-        proc = subprocess.run(
-            ["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"], capture_output=True, text=True, timeout=30
-        )
-        assert proc.returncode == 0, proc.stderr
-        return int(json.loads(proc.stdout)[0]["stats64"]["rx"]["bytes"])
+        """Bytes ``host``'s link to the test switch has received so far."""
+        return received_bytes(CLUSTER_ENV["TFDIST_HOSTS_PREFIX"], host)
 
     def slurm_script(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``scripts/slurm-local.sh ARGS`` for this cluster (e.g. node-stop node2)."""
@@ -105,6 +100,18 @@ def one_process(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess
     proc = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def received_bytes(prefix: str, host: str) -> int:
+    """Bytes the test host ``host`` (of the hosts named ``prefix``) has received on its link so far."""
+    proc = subprocess.run(
+        ["ip", "-n", f"{prefix}-{host}", "-s", "-j", "link", "show", "eth0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return int(json.loads(proc.stdout)[0]["stats64"]["rx"]["bytes"])
 
 
 def unavailable_reason() -> str | None:

@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 import psutil
 import pytest
-from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, one_process, received_bytes, unavailable_reason
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
@@ -164,25 +164,15 @@ def test_tfdist_fit_on_the_mpi_backend_two_ranks_on_each_of_two_hosts(hosts: Non
     single.mkdir()
     out.mkdir()
     one_process(probe, str(single))
-    received = _received("node2")
+    received = received_bytes("tfdr", "node2")
     results = on_every_host(2, tmp_path, "--backend", "mpi", "-n", "2", probe, str(out))
     for code, output in results:
         assert code == 0, output[-3000:]
     assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in results[0][1]
-    assert _received("node2") - received > 30_000  # the ranks of node2 talked over the switch
+    assert received_bytes("tfdr", "node2") - received > 30_000  # the ranks of node2 talked over the switch
     reference = np.load(single / "weights-0.npy")
     for rank in range(4):
         assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
-
-
-def _received(host: str) -> int:
-    proc = subprocess.run(
-        ["ip", "-n", f"tfdr-{host}", "-s", "-j", "link", "show", "eth0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return int(json.loads(proc.stdout)[0]["stats64"]["rx"]["bytes"])
 
 
 def _bad(host: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +21,7 @@ from tfdist.launch.join import JoinCheck
 from tfdist.launch.logs import console_print, error_lines, read_error_record
 from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Outcome, Stop, decide
+from tfdist.launch.ports import free_ports
 from tfdist.launch.preflight import mpi_flavour, preflight
 from tfdist.launch.workers import Worker, WorkerGroup
 
@@ -80,20 +80,6 @@ class _Signals:
 def new_run_id() -> str:
     """Sortable and unique: ``20261121-101500-3fa2``."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free on loopback, all held at once so they are distinct."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def exit_code_of(returncode: int) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from tfdist import variables
 from tfdist.errors import ConfigError
+from tfdist.launch.ports import free_ports
 from tfdist.launch.rendezvous import client
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
 from tfdist.launch.rendezvous.server import RendezvousServer
@@ -129,20 +130,6 @@ def _write_secret(path: str, token: str) -> None:
     os.replace(tmp, path)
 
 
-def free_ports(count: int) -> tuple[int, ...]:
-    """``count`` ports free on this node now (each bound once by the kernel's choice, then released)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("", 0))
-            sockets.append(s)
-        return tuple(s.getsockname()[1] for s in sockets)
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def rendezvous(
     spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
 ) -> Assignment:
@@ -165,7 +152,7 @@ def rendezvous(
         nproc=nproc,
         command=command,
         digest=digest,
-        ports=free_ports(tasks),
+        ports=tuple(free_ports(tasks, host="")),  # every interface: peers reach them remotely
         pid=os.getpid(),
     )
     known: list[str] = [token] if token else []
