@@ -113,6 +113,13 @@ VARIABLES: dict[str, Variable] = _declare(
         "1: `import horovod` gets tfdist's Horovod API (--backend horovod without Horovod)",
         "launcher",
     ),
+    Variable(
+        "TFDIST_K8S_SERVICE",
+        "str",
+        None,
+        "the headless Service through which a Kubernetes job's pods reach each other (in the manifest)",
+        "launcher",
+    ),
 )
 
 

@@ -3,7 +3,8 @@
 Priority, stated once: an explicit ``TF_CONFIG`` beats Slurm (a user or the tfdist launcher wrote it on
 purpose, possibly inside a Slurm allocation), Slurm beats MPI (``srun --mpi=pmix`` sets both, and Slurm
 also knows the nodes), MPI beats TPU (a TPU variable can leak into a job's environment, a process manager's
-rank variables cannot), and Local always detects, so it is last.
+rank variables cannot), and Local always detects, so it is last. Kubernetes (a pod of a tfdist manifest)
+comes after Slurm and before MPI: its marker, TFDIST_K8S_SERVICE, is written by tfdist into the pod only.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from collections.abc import Mapping
 
 from tfdist.env.base import ClusterEnvironment
+from tfdist.env.kubernetes import KubernetesEnvironment
 from tfdist.env.local import LocalEnvironment
 from tfdist.env.mpi import MPIEnvironment
 from tfdist.env.slurm import SlurmEnvironment
@@ -21,6 +23,7 @@ from tfdist.env.tpu import TPUEnvironment
 ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
     TFConfigEnvironment,
     SlurmEnvironment,
+    KubernetesEnvironment,
     MPIEnvironment,
     TPUEnvironment,
     LocalEnvironment,
@@ -44,6 +47,7 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvir
 __all__ = [
     "ENVIRONMENTS",
     "ClusterEnvironment",
+    "KubernetesEnvironment",
     "LocalEnvironment",
     "MPIEnvironment",
     "SlurmEnvironment",
