@@ -57,6 +57,10 @@ class Synchroniser(Protocol):
         """Return once every process got here."""
         ...
 
+    def agree(self, flag: bool) -> bool:
+        """True on every process when any process passed True (a stop one worker's callback asked for)."""
+        ...
+
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every process's array concatenated along the first axis, in process order."""
         ...
@@ -116,3 +120,13 @@ class ProcessLevel:
     def reduce_totals(self, totals: Any) -> Any:
         """Already summed over the ranks, with the gradients."""
         return totals
+
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """Every process's array concatenated along the first axis, in process order."""
+        raise NotImplementedError
+
+    def agree(self, flag: bool) -> bool:
+        """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""
+        if self.size == 1:
+            return flag
+        return bool(self.allgather(np.array([float(flag)], np.float32)).sum() > 0)

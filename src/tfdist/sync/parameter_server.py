@@ -50,6 +50,10 @@ class ParameterServer:
         """Only the chief runs the user's code: its array is everything."""
         return array
 
+    def agree(self, flag: bool) -> bool:
+        """Only the chief runs the user's callbacks: its answer is the job's."""
+        return flag
+
     def broadcast_weights(self, model: Any) -> None:
         """Nothing: the variables live on the parameter servers."""
         del model

@@ -53,6 +53,15 @@ class TfCollectives:
         if self.world_size > 1:
             np.asarray(self._reduce(np.zeros(self._width, np.float32)))
 
+    def agree(self, flag: bool) -> bool:
+        """Whether any worker passed True: one all-reduce of the totals' width (its traced function is
+        reused), nothing to ask in a one-worker job."""
+        if self.world_size == 1:
+            return flag
+        vector = np.zeros(self._width, np.float32)
+        vector[0] = float(flag)
+        return bool(np.asarray(self._reduce(vector))[0] > 0)
+
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """The strategy gathers inside the step (``strategy.gather``); across processes there is nothing."""
         return array
