@@ -8,7 +8,7 @@ from typing import Any
 
 from tfdist.cli.argtypes import integer, seconds
 from tfdist.errors import ConfigError
-from tfdist.launch.config import BIND_CHOICES
+from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
 
 def register(sub: Any) -> None:
@@ -29,9 +29,23 @@ def register(sub: Any) -> None:
     p.add_argument("--cpu", action="store_true", help="CPU workers with an equal share of the cores each")
     p.add_argument(
         "--gpus-per-worker",
-        default="1",
-        choices=("1", "all"),
-        help="1 GPU per worker, or all for one worker driving every GPU",
+        default=None,
+        metavar="1|all|G",
+        help="1 GPU per worker, or all for one worker driving every GPU; with --ray: G GPUs (default 0)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="ADDRESS",
+        help="workers placed by Ray, -n in all: HOST:PORT of the head, or auto (RAY_ADDRESS, this machine's)",
+    )
+    p.add_argument(
+        "--ray-strategy",
+        choices=RAY_STRATEGY_CHOICES,
+        default="spread",
+        help="with --ray: spread the workers over the nodes (default), pack them, or strict-spread",
     )
     p.add_argument("--nnodes", type=integer, default=1, help="number of nodes (run the same command on each)")
     p.add_argument("--node-rank", type=integer, default=0, help="index of this node, 0..nnodes-1")
@@ -131,8 +145,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from tfdist.launch.gpus import visible_gpus
 
     nproc = args.nproc_per_node
+    gpus = args.gpus_per_worker or "1"
     if nproc is None:
-        nproc = 1 if args.cpu or args.gpus_per_worker == "all" else max(1, len(visible_gpus(os.environ)))
+        nproc = 1 if args.cpu or gpus == "all" or args.ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
     return LaunchConfig(
         command=command,
@@ -145,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         ps=args.ps,
         chief=args.chief,
         cpu=args.cpu,
-        gpus_per_worker=args.gpus_per_worker,
+        gpus_per_worker="1" if args.ray else gpus,
         log_dir=args.log_dir,
         prefix=not args.no_prefix,
         quiet_workers=args.quiet_workers,
@@ -157,7 +172,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend=args.backend,
         bind=args.bind_to,
         strict=args.strict,
+        **_ray_options(args),
     )
+
+
+def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--ray [ADDRESS]``, ``--ray-strategy`` and, with --ray, ``--gpus-per-worker G`` (a number)."""
+    if args.ray is None:
+        return {}
+    text = args.gpus_per_worker or "0"
+    try:
+        gpus = 0.0 if args.cpu else float(text)
+    except ValueError:
+        raise ConfigError(
+            f"--gpus-per-worker={text!r}: with --ray it is the number of GPUs per worker (e.g. 1)."
+        ) from None
+    return {"ray": args.ray, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
 def _check_rdzv_flags(args: argparse.Namespace) -> None:

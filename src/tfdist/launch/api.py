@@ -264,6 +264,7 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
         )
         config = replace(config, backend="mpi")
         base_env = {**os.environ, "TFDIST_HOROVOD_SHIM": "1"}
+    placement = _ray_placement(config)  # before our signal handlers: ray.init must not replace them
     signals = _Signals()
     signals.install()
     started = time.monotonic()
@@ -272,7 +273,9 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
     attempt, budget = 0, Budget()
     try:
         while True:
-            if mpiexec:
+            if placement is not None:
+                specs = placement.plan(config, run_dir=run_dir, attempt=attempt, base_env=base_env)
+            elif mpiexec:
                 specs = plan_mpi(
                     config,
                     proxy=_hydra_proxy(config, mpiexec, flavour),
@@ -296,7 +299,10 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
                     base_env=base_env,
                     cpu_ids=cpu_ids,
                 )
-            group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
+            if placement is not None:
+                group = placement.group(specs, config, _console_names(config))
+            else:
+                group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
             outcome, failure = _Attempt(group, config, deadline, signals).run()
             if failure is not None:
                 failures.append(failure)
@@ -326,6 +332,17 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
             attempt += 1
     finally:
         signals.restore()
+        if placement is not None:
+            placement.close()
+
+
+def _ray_placement(config: LaunchConfig) -> Any:
+    """With ``--ray``: the Ray placement group holding one bundle per worker (Ray imported only then)."""
+    if config.ray is None:
+        return None
+    from tfdist.launch.ray_placement import RayPlacement
+
+    return RayPlacement.open(config)
 
 
 def _hydra_proxy(config: LaunchConfig, mpiexec: str, flavour: str) -> tuple[str, ...]:

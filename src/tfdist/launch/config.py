@@ -16,6 +16,8 @@ BACKENDS = backends.NAMES
 #: ``auto``: one core set per worker when CPU workers fit the cores; ``core``: always (error if they do
 #: not fit); ``none``: let the kernel schedule.
 BIND_CHOICES = ("auto", "core", "none")
+#: ``--ray-strategy``: how Ray spreads the workers' bundles over its nodes (see tfdist.launch.ray_plan).
+RAY_STRATEGY_CHOICES = ("pack", "spread", "strict-spread")
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,19 @@ class LaunchConfig:
     strict: bool = False  # a worker whose strategy does not span the job stops the job (else: a warning)
     extra_env: dict[str, str] = field(default_factory=dict)
     python: str = sys.executable
+    #: Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``): the ``nproc_per_node`` workers are
+    #: placed by Ray, one placement-group bundle of ``ray_cpus`` CPUs and ``ray_gpus`` GPUs each.
+    ray: str | None = None
+    ray_strategy: str = "spread"
+    ray_cpus: float = 1.0
+    ray_gpus: float = 0.0
 
     def __post_init__(self) -> None:
         self._check_counts()
         self._check_nodes()
         self._check_times()
         self._check_command()
+        self._check_ray()
 
     def _check_counts(self) -> None:
         if self.nproc_per_node < 1:
@@ -149,6 +158,39 @@ class LaunchConfig:
             return
         if self.command[0] == "-m" and (len(self.command) < 2 or not self.command[1]):
             raise ConfigError("-m needs a module name. Hint: tfdist launch -n 2 -m package.module.")
+
+    def _check_ray(self) -> None:
+        if self.ray is None:
+            return
+        from tfdist.launch.ray_plan import check_address  # ray_plan builds on this module
+
+        check_address(self.ray)
+        if self.ray_strategy not in RAY_STRATEGY_CHOICES:
+            raise ConfigError(
+                f"--ray-strategy={self.ray_strategy!r} is not one of {', '.join(RAY_STRATEGY_CHOICES)}."
+            )
+        if not (math.isfinite(self.ray_gpus) and self.ray_gpus >= 0):
+            raise ConfigError(f"--gpus-per-worker={self.ray_gpus:g} must be 0 or more GPUs with --ray.")
+        if not (math.isfinite(self.ray_cpus) and self.ray_cpus > 0):
+            raise ConfigError(f"{self.ray_cpus:g} CPUs per Ray worker: it must be more than 0.")
+        clashes = [
+            flag
+            for flag, used in (
+                ("--nnodes", self.nnodes > 1),
+                ("--hosts", bool(self.hosts)),
+                ("--base-port", self.base_port is not None),
+                ("--ps", self.ps > 0),
+                ("--chief", self.chief),
+                (f"--backend {self.backend}", self.backend != "tf"),
+            )
+            if used
+        ]
+        if clashes:
+            raise ConfigError(
+                f"--ray places -n workers on the Ray cluster's nodes itself; {', '.join(clashes)} cannot be "
+                "combined with it (MPI backends and parameter servers on Ray are not supported). Hint: "
+                "tfdist launch --ray ADDRESS -n N train.py."
+            )
 
     @property
     def tasks_per_node(self) -> int:

@@ -1,0 +1,189 @@
+"""Workers placed by Ray: bundles, whether the cluster can hold them, and each worker's environment. Pure.
+
+``tfdist launch --ray`` keeps the launcher's semantics and changes only where the processes run: one
+placement-group bundle per worker, a process started on the bundle's node, with that node's address and a
+port free there in ``TF_CONFIG``. Nothing here imports Ray; :mod:`tfdist.launch.ray_placement` asks Ray
+and passes the answers in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from tfdist.errors import ConfigError
+from tfdist.launch.config import LaunchConfig
+from tfdist.launch.plan import TaskSlot, WorkerSpec, plan_workers
+
+#: ``--ray-strategy`` values and the placement-group strategy Ray calls them.
+RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict-spread": "STRICT_SPREAD"}
+RAY_INSTALL_HINT = "Hint: pip install 'tfdist[ray]' (Ray 2.60), then start or join a cluster with ray start."
+#: Variables of the launching shell that reach the workers on the Ray nodes; everything else comes from the
+#: node itself, as Ray started it (its PATH, its Python, the GPUs Ray gives the bundle).
+FORWARDED_PREFIXES = ("TFDIST_", "TF_", "KERAS_", "NCCL_", "XLA_FLAGS", "PYTHONHASHSEED")
+_NOT_FORWARDED = ("TF_CONFIG",)
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """One alive Ray node: its address and the CPUs and GPUs it has in all."""
+
+    address: str
+    cpus: float
+    gpus: float
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where Ray put one worker: the node's address, a port free there, and the node's identity."""
+
+    address: str
+    port: int
+    node_id: str
+
+
+def bundle(config: LaunchConfig) -> dict[str, float]:
+    """The resources of one worker's bundle.
+
+    Input/Output: ``ray_cpus=1, ray_gpus=0`` -> ``{"CPU": 1.0}``;
+    ``ray_gpus=1`` -> ``{"CPU": 1.0, "GPU": 1.0}``.
+    """
+    out = {"CPU": float(config.ray_cpus)}
+    if config.ray_gpus:
+        out["GPU"] = float(config.ray_gpus)
+    return out
+
+
+def _fits(node: NodeResources, need: Mapping[str, float]) -> int:
+    """How many bundles ``need`` fit on ``node`` at once."""
+    counts = []
+    for name, have in (("CPU", node.cpus), ("GPU", node.gpus)):
+        amount = need.get(name, 0.0)
+        if amount:
+            counts.append(int(have // amount + 1e-9))
+    return min(counts) if counts else 1 << 30
+
+
+def shortfall(config: LaunchConfig, nodes: Sequence[NodeResources], address: str) -> str | None:
+    """Why the cluster can never hold the job's bundles (one line), or None when it can.
+
+    Checked against what the nodes have in all, before a placement group exists, so a job that cannot be
+    placed never waits in "pending". Input/Output: ``-n 5`` of ``{"CPU": 1}`` on two 2-CPU nodes ->
+    ``"-n 5 workers need 5 CPU (1 per worker) but the Ray cluster at ... has 4 CPU on 2 node(s). ..."``.
+    """
+    n, need = config.nproc_per_node, bundle(config)
+    where = f"the Ray cluster at {address}"
+    for name, per in need.items():
+        total = sum(node.cpus if name == "CPU" else node.gpus for node in nodes)
+        if per * n > total + 1e-9:
+            return (
+                f"-n {n} workers need {per * n:g} {name} ({per:g} per worker) but {where} has {total:g} "
+                f"{name} on {len(nodes)} node(s). Hint: fewer workers, "
+                + ("--gpus-per-worker 0 (CPU workers), " if name == "GPU" else "")
+                + "or more nodes (ray start --address=... on another machine)."
+            )
+    fits = [_fits(node, need) for node in nodes]
+    if config.ray_strategy == "strict-spread":
+        hosts = sum(1 for f in fits if f >= 1)
+        if hosts < n:
+            return (
+                f"--ray-strategy strict-spread puts each of the -n {n} workers on its own node but only "
+                f"{hosts} node(s) of {where} can hold a worker's {_text(need)}. Hint: --ray-strategy spread."
+            )
+    elif sum(fits) < n:
+        return (
+            f"-n {n} workers of {_text(need)} each do not fit on the nodes of {where}: at most {sum(fits)} "
+            "fit (a worker's bundle must fit on one node). Hint: fewer workers or smaller bundles."
+        )
+    return None
+
+
+def _text(need: Mapping[str, float]) -> str:
+    return " + ".join(f"{amount:g} {name}" for name, amount in need.items())
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The launching shell's variables that every worker gets (:data:`FORWARDED_PREFIXES`).
+
+    Input/Output: ``{"TFDIST_KERAS_PATCH": "0", "TF_CONFIG": "{...}", "HOME": "/root"}`` ->
+    ``{"TFDIST_KERAS_PATCH": "0"}``.
+    """
+    return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) and k not in _NOT_FORWARDED}
+
+
+def plan_ray_workers(
+    config: LaunchConfig,
+    placements: Sequence[Placement],
+    *,
+    run_dir: str,
+    attempt: int,
+    base_env: Mapping[str, str],
+) -> list[WorkerSpec]:
+    """Every worker of one attempt: the launcher's environment for one worker, placed in the Ray job.
+
+    Each worker is planned as the launcher plans a one-worker node (threads for its bundle's CPUs, the
+    bootstrap, heartbeat, collective timeout), then given its place in the whole job: ``TF_CONFIG`` with
+    every worker's node address and port, its rank, and its rank among the workers on its node.
+    """
+    world = len(placements)
+    cluster = {"worker": [f"{_host(p.address)}:{p.port}" for p in placements]}
+    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
+    one = replace(
+        config,
+        nproc_per_node=1,
+        ray=None,
+        bind="none",  # the node's cores are Ray's to share out; its CPU bundle is the worker's share
+        gpus_per_worker="all",  # leave CUDA_VISIBLE_DEVICES as Ray set it for the bundle's GPUs
+    )
+    specs: list[WorkerSpec] = []
+    for index, place in enumerate(placements):
+        local = [i for i, p in enumerate(placements) if p.node_id == place.node_id]
+        (alone,) = plan_workers(
+            one,
+            local_ports=[place.port],
+            visible_gpus=(),
+            cores=max(1, int(config.ray_cpus)),
+            run_dir=run_dir,
+            attempt=attempt,
+            base_env=base_env,
+        )
+        env = dict(alone.env)
+        env.update(
+            {
+                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+                "TFDIST_RANK": str(index),
+                "TFDIST_WORLD_SIZE": str(world),
+                "TFDIST_LOCAL_RANK": str(local.index(index)),
+                "TFDIST_LOCAL_WORLD_SIZE": str(len(local)),
+                "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"worker{index}.heartbeat"),
+            }
+        )
+        if config.ray_gpus <= 1:
+            env.pop("TFDIST_GPUS_PER_WORKER", None)
+        slot = TaskSlot("worker", index, index, 0)
+        specs.append(WorkerSpec(slot, alone.argv, env, os.path.join(attempt_dir, f"worker{index}.log"), ()))
+    return specs
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address  # IPv6 in brackets, as TF_CONFIG wants
+
+
+def check_address(address: str) -> str:
+    """``--ray ADDRESS``: ``auto`` (RAY_ADDRESS or this machine's cluster), ``HOST:PORT`` or
+    ``ray://HOST:PORT``.
+
+    Input/Output: ``"10.0.0.1:6379"`` -> same; ``"train.py"`` -> ConfigError naming the form.
+    """
+    text = address.strip()
+    if text == "auto" or text.startswith("ray://"):
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(
+            f"--ray {address!r} is not a Ray address. Hint: --ray HOST:PORT (the head's GCS address, "
+            "as ray start --head prints it), --ray auto, or --ray with no value before another option."
+        )
+    return text
