@@ -24,6 +24,7 @@ def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
     from tfdist.cli import bench as bench_cmd
     from tfdist.cli import env as env_cmd
+    from tfdist.cli import k8s as k8s_cmd
     from tfdist.cli import launch as launch_cmd
     from tfdist.cli import run as run_cmd
     from tfdist.cli import slurm as slurm_cmd
@@ -43,6 +44,7 @@ def build_parser() -> Parser:
     run_cmd.register(sub)
     train_cmd.register(sub)
     slurm_cmd.register(sub)
+    k8s_cmd.register(sub)
     bench_cmd.register(sub)
     return parser
 
