@@ -107,7 +107,38 @@ def install() -> bool:
 
     patch_trainer(importlib.import_module(TARGET))
     callbacks.patch_callback_list(importlib.import_module(callbacks.TARGET))
+    patch_variable_numbers(importlib.import_module(VARIABLES))
     return is_installed()
+
+
+#: The Keras module whose Variable learns ``float()`` / ``int()`` of a distributed value.
+VARIABLES = "keras.src.backend.common.variables"
+
+
+def patch_variable_numbers(module: Any) -> None:
+    """``float(model.optimizer.learning_rate)`` under MultiWorkerMirroredStrategy (once).
+
+    Keras' ``Variable.__float__`` is ``float(self.value)``, and under a mirrored strategy ``self.value`` is
+    a MirroredVariable, which has no ``__float__`` ("float() argument must be ... not
+    'MirroredVariable'"): every per-step schedule or logger that reads the rate fails there. Reading it
+    through NumPy (``__array__``, which a MirroredVariable has: this replica's value) works for every value.
+    """
+    import numpy as np
+
+    cls = module.Variable
+    if getattr(cls.__float__, "__wrapped__", None):
+        return
+    original_float, original_int = cls.__float__, cls.__int__
+
+    def __float__(self: Any) -> float:
+        return float(np.asarray(self))
+
+    def __int__(self: Any) -> int:
+        return int(np.asarray(self))
+
+    __float__.__wrapped__ = original_float  # type: ignore[attr-defined]
+    __int__.__wrapped__ = original_int  # type: ignore[attr-defined]
+    cls.__float__, cls.__int__ = __float__, __int__
 
 
 def patch_trainer(trainer: Any) -> None:

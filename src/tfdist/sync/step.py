@@ -41,19 +41,21 @@ def per_example_loss(loss_fn: Callable[[Any, Any], Any], y: Any, pred: Any, w: A
     return tf.reduce_mean(values, axis=-1)
 
 
-def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, stop: Any) -> Any:
+def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, s: Any, stop: Any) -> Any:
     """The vector every backend reduces each step: [loss sum, metric state…, example count, stop votes].
 
-    ``metrics`` is a :class:`tfdist.train.metrics.MetricSet`. The example count leaves out zero-weight
-    padding, and the loss is reported as Keras does: sum of weighted per-example losses / examples.
+    ``metrics`` is a :class:`tfdist.train.metrics.MetricSet`; ``s`` the rows' loss shares (0 on padding,
+    see :mod:`tfdist.train.data`). The example count leaves out the padding, not the examples a user
+    weighted 0, and the loss is reported as Keras does: sum of weighted per-example losses / examples.
     """
     import tensorflow as tf
 
-    count = tf.reduce_sum(tf.cast(w > 0, tf.float32))
+    real = s > 0
+    count = tf.reduce_sum(tf.cast(real, tf.float32))
     return tf.concat(
         [
             tf.reshape(tf.reduce_sum(per_example * w), [1]),
-            metrics.sums(y, pred, w),
+            metrics.sums(y, pred, w, real),
             tf.reshape(count, [1]),
             tf.reshape(tf.cast(stop, tf.float32), [1]),
         ],
@@ -62,30 +64,31 @@ def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, stop:
 
 
 def replica_train_step(
-    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, global_batch: int, sync: Any
-) -> Callable[[Any, Any, Any, Any], Any]:
+    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any
+) -> Callable[[Any, Any, Any, Any, Any], Any]:
     """THE training step of one replica, for every backend: forward, loss averaged over the GLOBAL batch,
     gradients, ``sync.exchange``, ``apply_gradients``; returns the step's sums (:func:`global_sums`).
 
     ``sync`` is a :class:`tfdist.sync.base.Synchroniser`. Averaging over the global batch (not the
-    replica's) because the gradients are then summed over every replica: by Keras 3 inside
+    replica's: each row's share ``s`` is 1 / the real rows of its global batch, a partial last one
+    included) because the gradients are then summed over every replica: by Keras 3 inside
     ``apply_gradients`` under a strategy, or by the synchroniser across processes.
     """
     import tensorflow as tf
 
     optimizer = model.optimizer
 
-    def step(x: Any, y: Any, w: Any, stop: Any) -> Any:
+    def step(x: Any, y: Any, w: Any, s: Any, stop: Any) -> Any:
         variables = model.trainable_variables
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
             per_example = per_example_loss(loss_fn, y, pred, w)
-            loss = tf.reduce_sum(per_example * w) / global_batch
+            loss = tf.reduce_sum(per_example * w * s)
             if model.losses:
                 loss += sync.regularization(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         grads = tape.gradient(scaled, variables)
-        grads, sums = sync.exchange(list(grads), global_sums(metrics, y, pred, per_example, w, stop))
+        grads, sums = sync.exchange(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop))
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return sums
 
@@ -94,12 +97,12 @@ def replica_train_step(
 
 def replica_eval_step(
     model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any
-) -> Callable[[Any, Any, Any], Any]:
+) -> Callable[[Any, Any, Any, Any], Any]:
     """One replica's evaluation step: the sums of :func:`global_sums` (no stop vote), through ``sync``."""
 
-    def step(x: Any, y: Any, w: Any) -> Any:
+    def step(x: Any, y: Any, w: Any, s: Any) -> Any:
         pred = model(x, training=False)
-        sums = global_sums(metrics, y, pred, per_example_loss(loss_fn, y, pred, w), w, 0.0)
+        sums = global_sums(metrics, y, pred, per_example_loss(loss_fn, y, pred, w), w, s, 0.0)
         return sync.exchange_sums(sums)
 
     return step
@@ -110,16 +113,15 @@ def make_steps(
     model: Any,
     loss_fn: Callable[[Any, Any], Any],
     metrics: Any,
-    global_batch: int,
     step_var: Any,
     sync: Any,
     jit_compile: bool = False,
 ) -> tuple[Any, Any]:
-    """Build (train_step, eval_step); both take a distributed batch (x, y, w) and return this worker's sums
+    """Build (train_step, eval_step); both take a distributed batch (x, y, w, s) and return this worker's sums
     over its local replicas (the job's sums when the synchroniser reduced them in the step)."""
     import tensorflow as tf
 
-    train_replica = replica_train_step(model, loss_fn, metrics, global_batch, sync)
+    train_replica = replica_train_step(model, loss_fn, metrics, sync)
     eval_replica = replica_eval_step(model, loss_fn, metrics, sync)
 
     def local_sum(per_replica: Any) -> Any:
@@ -128,14 +130,14 @@ def make_steps(
     # Process-level all-reduces (numpy_function, Horovod's ops) cannot be compiled by XLA.
     @tf.function(jit_compile=(jit_compile or None) if sync.jit_ok else False)
     def train_step(batch: Any, stop: Any) -> Any:
-        x, y, w = batch
-        totals = local_sum(strategy.run(train_replica, args=(x, y, w, stop)))
+        x, y, w, s = batch
+        totals = local_sum(strategy.run(train_replica, args=(x, y, w, s, stop)))
         step_var.assign_add(1)
         return totals
 
     @tf.function
     def eval_step(batch: Any) -> Any:
-        x, y, w = batch
-        return local_sum(strategy.run(eval_replica, args=(x, y, w)))
+        x, y, w, s = batch
+        return local_sum(strategy.run(eval_replica, args=(x, y, w, s)))
 
     return train_step, eval_step

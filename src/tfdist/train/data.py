@@ -1,9 +1,15 @@
 """Input pipelines with exact global-batch semantics.
 
 Every worker builds the same global batches (same seed, same order) and keeps its own contiguous slice,
-so N workers see exactly the examples one process would see with the same global batch. Partial last
-batches are dropped in training (no replica ever gets an empty batch) and padded with zero-weight
-examples in evaluation (every example counts exactly once).
+so N workers see exactly the examples one process would see with the same global batch. A partial last
+batch is padded with zero-weight rows (every replica gets a share, every example counts exactly once) in
+training as in evaluation.
+
+Each batch reaches the step as ``(x, y, w, s)``: ``w`` the sample weights (``class_weight`` folded in, 0
+on padding) and ``s`` each row's share of its GLOBAL batch's loss: ``1 / rows`` of the real rows of that
+global batch, 0 on padding. The step's loss ``sum(loss * w * s)`` is then Keras' per-batch mean (sum of
+weighted losses / rows of the batch) for a full and for a partial last batch alike, whatever replica holds
+which rows.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ class BatchPlan:
 def plan_batches(
     global_batch: int, replicas: int, examples: int | None, steps_per_epoch: int | None
 ) -> BatchPlan:
-    """Check divisibility and derive steps per epoch (dropping the partial last batch).
+    """Check divisibility and derive steps per epoch (a partial last batch is one more step).
 
-    Input/Output: ``(64, 2, 1000, None)`` -> ``BatchPlan(64, 32, 15)``.
+    Input/Output: ``(64, 2, 1000, None)`` -> ``BatchPlan(64, 32, 16)``.
     """
     if global_batch < 1:
         raise ConfigError(f"batch size {global_batch} must be at least 1.")
@@ -49,30 +55,39 @@ def plan_batches(
                 "the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass "
                 "steps_per_epoch=N."
             )
-        steps_per_epoch = examples // global_batch
+        steps_per_epoch = -(-examples // global_batch)
         if steps_per_epoch == 0:
-            raise ConfigError(
-                f"{examples} examples are fewer than one global batch of {global_batch}. Hint: lower the "
-                "batch size."
-            )
+            raise ConfigError("the data holds no example to train on.")
     return BatchPlan(global_batch, global_batch // replicas, steps_per_epoch)
 
 
-def with_weights(*parts: Any) -> tuple[Any, Any, Any]:
-    """Map function for dataset elements: ``(x, y)`` gains unit sample weights, ``(x, y, w)`` passes."""
+def weighted(rows: int | None = None, class_weights: Any = None) -> Callable[..., Any]:
+    """Map function for batched dataset elements -> ``(x, y, w, s)`` (see the module docstring).
+
+    ``(x, y)`` gains unit sample weights; ``rows``: the global batch a row's loss is shared by (None: the
+    rows of this element, which is then a whole global batch). ``class_weights``: the table of
+    :func:`tfdist.train.weights.class_weight_table`, multiplied into the weights.
+    """
     import tensorflow as tf
 
-    element = parts if len(parts) > 1 else parts[0]
-    if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
-        raise ConfigError(
-            "dataset elements must be (features, labels) or (features, labels, sample_weights); got "
-            f"{type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
-        )
-    if len(element) == 3:
-        return element
-    x, y = element
-    first = tf.nest.flatten(x)[0]
-    return x, y, tf.ones(tf.shape(first)[:1], tf.float32)
+    def apply(*parts: Any) -> tuple[Any, Any, Any, Any]:
+        element = parts if len(parts) > 1 else parts[0]
+        if isinstance(element, dict) or not isinstance(element, tuple) or len(element) not in (2, 3):
+            raise ConfigError(
+                "dataset elements must be (features, labels) or (features, labels, sample_weights); got "
+                f"{type(element).__name__} of {len(element) if isinstance(element, tuple) else 1} part(s)."
+            )
+        x, y = element[0], element[1]
+        n = tf.shape(tf.nest.flatten(x)[0])[:1]
+        w = element[2] if len(element) == 3 else tf.ones(n, tf.float32)
+        if class_weights is not None:
+            from tfdist.train.weights import class_weights_of
+
+            w = tf.cast(w, tf.float32) * class_weights_of(class_weights, y)
+        total = tf.cast(n[0] if rows is None else rows, tf.float32)
+        return x, y, w, tf.fill(n, 1.0 / total)
+
+    return apply
 
 
 class DistributedData:
@@ -87,9 +102,10 @@ class DistributedData:
         steps_per_epoch: int | None,
         shuffle: bool,
         seed: int,
-        pad: bool = False,
         processes: tuple[int, int] = (0, 1),
+        class_weights: Any = None,
     ) -> None:
+        """``class_weights``: a table from :func:`tfdist.train.weights.class_weight_table`, or None."""
         import tensorflow as tf
 
         self.strategy = strategy
@@ -97,7 +113,7 @@ class DistributedData:
         # is split over count x the strategy's replicas, and this process takes its own share.
         self.process, self.processes = processes
         self.replicas = strategy.num_replicas_in_sync * self.processes
-        self.shuffle, self.seed, self.pad = shuffle, seed, pad
+        self.shuffle, self.seed, self.class_weights = shuffle, seed, class_weights
         self.arrays: tuple[np.ndarray, ...] | None = None
         self.dataset: Any = None
         self.dataset_fn: Callable[[Any], Any] | None = None
@@ -107,8 +123,6 @@ class DistributedData:
             if batch_size is None:
                 raise ConfigError("NumPy inputs need batch_size= (the GLOBAL batch size).")
             examples = len(self.arrays[0])
-            if pad:
-                examples = -(-examples // batch_size) * batch_size
             self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
         elif isinstance(source, tf.data.Dataset):
             spec = source.element_spec
@@ -117,10 +131,14 @@ class DistributedData:
                     "dataset elements must be (features, labels) or (features, labels, sample_weights); "
                     f"got {type(spec).__name__} {spec}."
                 )
+            if class_weights is not None and len(spec) == 3:
+                raise ConfigError(
+                    "class_weight and sample weights (the dataset's third element) cannot be used together "
+                    "(as in Keras). Hint: fold the class weights into the sample weights."
+                )
             self.dataset = source
             global_batch = batch_size or static_batch(source)
-            # Evaluation pads a partial last batch (every example counts once); training drops it.
-            cardinality = int(source.cardinality().numpy()) if pad else full_batches(source)
+            cardinality = int(source.cardinality().numpy())  # batches, a partial last one included
             self.plan = plan_batches(
                 global_batch,
                 self.replicas,
@@ -156,33 +174,41 @@ class DistributedData:
                 order = tf.random.experimental.stateless_shuffle(
                     order, seed=tf.stack([tf.constant(seed, tf.int64), epoch])
                 )
-            if self.pad:  # evaluation: -1 marks a zero-weight padding example
-                order = tf.concat([order, -tf.ones([-n % plan.global_batch], tf.int64)], 0)
+            # -1 marks a zero-weight padding row: a partial last batch still gives every replica a share.
+            order = tf.concat([order, -tf.ones([-n % plan.global_batch], tf.int64)], 0)
             batches = tf.data.Dataset.from_tensor_slices(order).batch(plan.global_batch, drop_remainder=True)
             # steps_per_epoch may ask for more batches than the data holds: cycle this epoch's order.
             return batches.repeat().take(plan.steps_per_epoch)
 
         return epochs.flat_map(one_epoch)
 
-    def _gather(self, index: Any) -> Any:
+    @staticmethod
+    def _shares(index: Any) -> Any:
+        """A global batch of indices -> (indices, each row's share of the batch's loss)."""
+        import tensorflow as tf
+
+        real = tf.cast(index >= 0, tf.float32)
+        return index, real / tf.maximum(tf.reduce_sum(real), 1.0)
+
+    def _gather(self, index: Any, share: Any) -> Any:
         import tensorflow as tf
 
         assert self._tensors is not None
         safe = tf.maximum(index, 0)
         x, y = (tf.gather(t, safe) for t in self._tensors)
-        return x, y, tf.cast(index >= 0, tf.float32)
+        w = tf.cast(index >= 0, tf.float32)
+        if self.class_weights is not None:
+            from tfdist.train.weights import class_weights_of
+
+            w *= class_weights_of(self.class_weights, y)
+        return x, y, w, share
 
     def _user_batches(self) -> Any:
-        import tensorflow as tf
+        batches = self.dataset.map(weighted(None, self.class_weights))
+        return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
 
-        batches = self.dataset.map(with_weights)
-        if self.pad:  # evaluation: a partial last batch gets zero-weight rows, so every example counts once
-            return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
-        # A partial last batch would leave some replicas empty: keep only full global batches.
-        full = batches.filter(lambda x, y, w: tf.shape(w)[0] == self.plan.global_batch)
-        return full.take(self.plan.steps_per_epoch)
-
-    def _pad_batch(self, x: Any, y: Any, w: Any) -> Any:
+    def _pad_batch(self, x: Any, y: Any, w: Any, s: Any) -> Any:
+        """A partial global batch gets zero-weight, zero-share rows: every replica has a share."""
         import tensorflow as tf
 
         extra = self.plan.global_batch - tf.shape(w)[0]
@@ -190,7 +216,7 @@ class DistributedData:
         def pad(t: Any) -> Any:
             return tf.pad(t, [[0, extra]] + [[0, 0]] * (t.shape.rank - 1))
 
-        return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), pad(w)
+        return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), pad(w), pad(s)
 
     def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
         """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches.
@@ -209,7 +235,7 @@ class DistributedData:
                         input_pipeline_id=self.process * ctx.num_input_pipelines + ctx.input_pipeline_id,
                         num_replicas_in_sync=self.replicas,
                     )
-                ds = user_fn(ctx).map(with_weights)
+                ds = user_fn(ctx).map(weighted(self.plan.global_batch, self.class_weights))
                 return ds.repeat().skip(skip)
 
             return iter(self.strategy.distribute_datasets_from_function(from_user))
@@ -224,7 +250,8 @@ class DistributedData:
             epoch_range = tf.data.Dataset.range(first_epoch, epochs)
             if self.arrays is not None:
                 # Slice the indices first: each worker gathers only its own examples.
-                ds = self._array_batches(epoch_range).skip(skip).map(lambda idx: idx[start : start + local])
+                ds = self._array_batches(epoch_range).skip(skip).map(self._shares)
+                ds = ds.map(lambda idx, share: (idx[start : start + local], share[start : start + local]))
                 ds = ds.map(self._gather, num_parallel_calls=tf.data.AUTOTUNE)
             else:
                 ds = epoch_range.flat_map(lambda _: self._user_batches()).skip(skip)

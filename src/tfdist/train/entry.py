@@ -6,11 +6,15 @@ Picks the trainer for the model's strategy: :class:`tfdist.train.loop.SyncTraine
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
 from tfdist.errors import ConfigError
-from tfdist.train.data import sample_inputs
+from tfdist.train.callbacks import Backup, split_backup
+from tfdist.train.data import check_arrays, sample_inputs
 from tfdist.train.loop import SyncTrainer, ensure_built, is_parameter_server, strategy_of
 from tfdist.train.options import FitOptions
 from tfdist.train.ps import ParameterServerTrainer
@@ -33,20 +37,71 @@ def fit(
     ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
     ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
     ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``, ``log_every`` (steps between
-    reads of the results: progress, stop requests).
+    reads of the results: progress, stop requests, batch hooks; 1 whenever a callback overrides a training
+    batch hook), and ``model.fit``'s ``class_weight``, ``validation_split``, ``initial_epoch``,
+    ``validation_freq``, ``validation_steps`` with Keras' meaning. ``keras.callbacks.BackupAndRestore``
+    becomes ``checkpoint_dir`` (its ``save_freq`` steps: ``checkpoint_every``).
 
     Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
     workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``
     steps and at each epoch end, and resumes from the newest checkpoint. SIGTERM/SIGUSR2 checkpoint at the
     next step boundary on all workers, then raise SystemExit(128 + signal).
     """
+    callbacks, backup = split_backup(list(callbacks))
+    if backup is not None:
+        options = with_backup(options, backup)
     try:
         fit_options = FitOptions(epochs=epochs, **options)
     except TypeError as exc:
         raise ConfigError(f"tfdist.fit: {exc}") from None
+    if fit_options.validation_split and validation_data is None:
+        train_data, validation_data = split_for_validation(train_data, fit_options.validation_split)
     # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
     # with run-time shapes read, once.
     sample = sample_inputs(train_data)
     ensure_built(model, sample[0])
     trainer = ParameterServerTrainer if is_parameter_server(strategy_of(model)) else SyncTrainer
-    return trainer(model, train_data, validation_data, callbacks, fit_options, sample).run()
+    history = trainer(model, train_data, validation_data, callbacks, fit_options, sample).run()
+    if backup is not None and backup.delete_at_end:
+        remove_backup(backup.directory)
+    return history
+
+
+def with_backup(options: dict[str, Any], backup: Backup) -> dict[str, Any]:
+    """``fit``'s options with a ``BackupAndRestore``'s directory and frequency as tfdist checkpoints."""
+    given = options.get("checkpoint_dir")
+    if given and os.path.abspath(given) != os.path.abspath(backup.directory):
+        raise ConfigError(
+            f"checkpoint_dir={given!r} and BackupAndRestore(backup_dir={backup.directory!r}) name two "
+            "directories; pass one of them."
+        )
+    merged = {**options, "checkpoint_dir": backup.directory}
+    if backup.every is not None and merged.get("checkpoint_every") is None:
+        merged["checkpoint_every"] = backup.every
+    return merged
+
+
+def remove_backup(directory: str) -> None:
+    """``BackupAndRestore(delete_checkpoint=True)``: a run that finished leaves no backup (chief only,
+    after every worker returned from the final barrier)."""
+    from tfdist import context
+
+    if context.current().environment.is_chief:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def split_for_validation(train_data: Any, fraction: float) -> tuple[Any, Any]:
+    """Keras' ``validation_split``: the LAST ``fraction`` of NumPy ``(x, y)`` validates, before shuffling."""
+    if not isinstance(train_data, tuple | list):
+        raise ConfigError(
+            f"validation_split={fraction} needs NumPy (x, y) training data (as in Keras); got "
+            f"{type(train_data).__name__}. Hint: pass validation_data= instead."
+        )
+    x, y = check_arrays(train_data)
+    split_at = math.floor(len(x) * (1.0 - fraction))
+    if split_at in (0, len(x)):
+        raise ConfigError(
+            f"validation_split={fraction} of {len(x)} examples leaves "
+            f"{'no training' if split_at == 0 else 'no validation'} example. Hint: choose another fraction."
+        )
+    return (x[:split_at], y[:split_at]), (x[split_at:], y[split_at:])

@@ -37,7 +37,6 @@ def _distributed(
         steps_per_epoch=steps,
         shuffle=False,
         seed=0,
-        pad=True,
         processes=processes,
     )
     return strategy, sync, batches, sample
@@ -60,7 +59,7 @@ def evaluate(
     strategy, sync, batches, sample = _distributed(model, data, batch_size, steps)
     loss_fn, _ = loss_function(model)
     metrics = MetricSet(model, strategy, *sample)
-    _, eval_step = make_steps(strategy, model, loss_fn, metrics, batches.plan.global_batch, None, sync)
+    _, eval_step = make_steps(strategy, model, loss_fn, metrics, None, sync)
     iterator, local = batches.epoch(0), None
     for _ in range(batches.plan.steps_per_epoch):
         out = eval_step(next(iterator))
@@ -85,9 +84,9 @@ def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int 
 
     @tf.function
     def predict_step(batch: Any) -> Any:
-        x, _, w = batch
+        x, _, _, s = batch  # s > 0: a real row, not padding
         outputs = strategy.run(lambda v: model(v, training=False), args=(x,))
-        return strategy.gather(outputs, axis=0), strategy.gather(w, axis=0)
+        return strategy.gather(outputs, axis=0), strategy.gather(s, axis=0)
 
     iterator, parts = batches.epoch(0), []
     for _ in range(batches.plan.steps_per_epoch):

@@ -21,6 +21,7 @@ from tfdist.errors import ConfigError, NonFiniteLossError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.train import peers
+from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
 from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import MetricSet
@@ -29,9 +30,6 @@ from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
 
 log = get_logger(__name__)
-#: Callbacks that write files: run on the chief only, or two workers would write the same file.
-CHIEF_ONLY_CALLBACKS = ("CSVLogger", "TensorBoard", "ModelCheckpoint")
-UNSUPPORTED_CALLBACKS = {"BackupAndRestore": "use tfdist.fit(checkpoint_dir=...) for step-exact resume"}
 
 
 def strategy_of(model: Any) -> Any:
@@ -72,21 +70,6 @@ def is_parameter_server(strategy: Any) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
-def chief_filtered(callbacks: Sequence[Any], is_chief: bool) -> list[Any]:
-    """Drop file-writing callbacks on non-chief workers; refuse those that cannot work here."""
-    kept = []
-    for cb in callbacks:
-        name = type(cb).__name__
-        if name in UNSUPPORTED_CALLBACKS:
-            raise ConfigError(
-                f"callback {name} is not supported by tfdist.fit: {UNSUPPORTED_CALLBACKS[name]}."
-            )
-        if name in CHIEF_ONLY_CALLBACKS and not is_chief:
-            continue
-        kept.append(cb)
-    return kept
-
-
 class SyncTrainer:
     """One synchronous training run: set up once, then epochs of steps, then the run files."""
 
@@ -109,6 +92,7 @@ class SyncTrainer:
         self.loss_fn, _ = loss_function(model)
         self.metrics = MetricSet(model, self.strategy, *sample)
         self.sync = synchroniser(self.strategy)
+        self.class_weights = self._class_weights(train_data)
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
@@ -125,12 +109,18 @@ class SyncTrainer:
                 tf.zeros(self.metrics.width, tf.float64), trainable=False, aggregation=only_first
             )
             optimizer.build(model.trainable_variables)
+        self.restored = False
         self.checkpointer = self._restore()
+        self._start_at(options.initial_epoch)
         self._start_in_sync()
         self._make_steps()
         from keras.callbacks import CallbackList, History
 
         self.history = History()
+        # Decided on the whole list, before the chief-only callbacks leave the other workers: every worker
+        # must read results at the same steps.
+        self.every_step = any(needs_every_step(cb) for cb in callbacks)
+        self._test_hooks = any(overrides(cb, ("on_test_batch_end",)) for cb in callbacks)
         self.callbacks = CallbackList(
             [self.history, *chief_filtered(callbacks, self.env.is_chief)],
             model=model,
@@ -171,6 +161,7 @@ class SyncTrainer:
             shuffle=o.shuffle,
             seed=o.seed,
             processes=self.processes,
+            class_weights=self.class_weights,
         )
         self.plan = self.data.plan
         self.val = None
@@ -178,13 +169,21 @@ class SyncTrainer:
             self.val = DistributedData(
                 self.strategy,
                 validation_data,
-                batch_size=o.validation_batch_size or self.plan.global_batch,
+                # A dataset is batched by its own pipeline (as in Keras); arrays by the given size.
+                batch_size=(o.validation_batch_size or self.plan.global_batch)
+                if isinstance(validation_data, tuple | list)
+                else o.validation_batch_size,
                 steps_per_epoch=None,
                 shuffle=False,
                 seed=o.seed,
-                pad=True,
                 processes=self.processes,
             )
+        # Keras evaluates the first validation_steps batches at every validation.
+        self.val_steps = (
+            min(self.val.plan.steps_per_epoch, o.validation_steps or self.val.plan.steps_per_epoch)
+            if self.val
+            else 0
+        )
 
     @property
     def has_validation(self) -> bool:
@@ -202,7 +201,6 @@ class SyncTrainer:
             self.model,
             self.loss_fn,
             self.metrics,
-            self.plan.global_batch,
             self.step_var,
             self.sync,
             self.options.jit_compile,
@@ -226,13 +224,29 @@ class SyncTrainer:
         )
         restored = checkpointer.restore_latest()
         if restored:
+            self.restored = True
             log.info("resumed from %s at step %d", restored, int(self.step_var.numpy()))
         return checkpointer
 
+    def _start_at(self, initial_epoch: int) -> None:
+        """``initial_epoch`` (Keras' meaning): a new run starts its epoch count and its data there."""
+        if initial_epoch and not self.restored:
+            self.epoch_var.assign(initial_epoch)
+            self.step_var.assign(initial_epoch * self.plan.steps_per_epoch)
+
     def _start_in_sync(self) -> None:
         """Process-level ranks build their models apart: a new run starts all of them from rank 0's."""
-        if int(self.step_var.numpy()) == 0:
+        if not self.restored:
             self.sync.broadcast_weights(self.model)
+
+    def _class_weights(self, train_data: Any) -> np.ndarray | None:
+        """Keras' ``class_weight`` as a checked table (labels in memory are checked against it)."""
+        if self.options.class_weight is None:
+            return None
+        from tfdist.train.weights import class_weight_table, output_classes
+
+        labels = np.asarray(train_data[1]) if isinstance(train_data, tuple | list) else None
+        return class_weight_table(self.options.class_weight, output_classes(self.model), labels)
 
     def run(self) -> Any:
         """Train every remaining epoch and return the History (with a ``summary`` dict attached)."""
@@ -244,7 +258,7 @@ class SyncTrainer:
             # The epoch counter, not step // steps: a checkpoint taken at an epoch's last step before its
             # end (validation, history, callbacks) resumes with that end, after zero more steps.
             first_epoch = int(self.epoch_var.numpy())
-            if self.checkpointer and first_epoch:  # a resumed run returns the whole run's history
+            if self.restored and first_epoch:  # a resumed run returns the whole run's history
                 self.history.history = self.checkpointer.history(first_epoch)
                 self.history.epoch = list(range(first_epoch))
             if first_epoch >= self.options.epochs:
@@ -281,7 +295,7 @@ class SyncTrainer:
         self.epoch_var.assign(epoch + 1)
         self.epoch_sums.assign(np.zeros(self.metrics.width))  # a checkpoint here starts the next epoch
         logs = self.metrics.logs(totals)
-        if self.has_validation:
+        if self.has_validation and self.options.validates_after(epoch):
             logs.update(self._validate())
         trained = totals[-1] - self.resumed_examples  # this run's examples (not the resumed epoch's)
         logs["examples_per_sec"] = float(trained / max(seconds, 1e-9))
@@ -304,7 +318,9 @@ class SyncTrainer:
         iterator = self.iterator
         block: list[Any] = []  # this worker's step sums since the last sync point (reduced there)
         for done in range(skip, self.plan.steps_per_epoch):
-            self.schedule.update(step)
+            self.schedule.update(step)  # first: a callback's own per-step rate comes after, and stays
+            if not block:  # as Keras with steps_per_execution: begin at a block's first step
+                self.callbacks.on_train_batch_begin(done)
             try:
                 batch = next(iterator)
             except StopIteration:
@@ -332,11 +348,24 @@ class SyncTrainer:
                 self.checkpointer.save(step)
             if values[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
                 self._preempt(step)
+            # The epoch's running logs, the same on every worker, as Keras passes them.
+            self.callbacks.on_train_batch_end(done, self.metrics.logs(totals))
+            if self._batch_stop():
+                break
         if block:
             values = self.reduce_totals(_sum(block)).numpy()
             self._check_finite(values, block, step, epoch)
             totals += values[:-1]
         return totals
+
+    def _batch_stop(self) -> bool:
+        """Whether a batch hook set ``model.stop_training``, agreed by every worker: one worker's callback
+        (a timer, a file it watched) stops all of them at this same step, or none."""
+        if not self.every_step:
+            return False
+        stop = self.sync.agree(bool(self.model.stop_training))
+        self.model.stop_training = stop
+        return stop
 
     def _check_finite(self, values: np.ndarray, block: list[Any], step: int, epoch: int) -> None:
         """Stop every worker at the same sync point when the job's loss is no longer finite.
@@ -374,7 +403,7 @@ class SyncTrainer:
         Results (loss sums, stop votes) are read every ``log_every`` steps, not every step: reading blocks
         the host until the step ran, which would stop it from queueing the next one meanwhile.
         """
-        every = self.options.log_every
+        every = 1 if self.every_step else self.options.log_every
         return done == self.plan.steps_per_epoch or step % every == 0 or self._checkpoint_due(step)
 
     def _checkpoint_due(self, step: int) -> bool:
@@ -382,14 +411,25 @@ class SyncTrainer:
         return bool(self.checkpointer and every and step % every == 0)
 
     def _validate(self) -> dict[str, float]:
+        """The validation logs, with the test hooks Keras calls during ``fit``'s validation."""
         assert self.val is not None
         iterator = self.val.epoch(0)
         local: Any = None
-        for _ in range(self.val.plan.steps_per_epoch):
+        test_hooks = self.every_step or self._test_hooks
+        self.callbacks.on_test_begin()
+        for batch in range(self.val_steps):
+            self.callbacks.on_test_batch_begin(batch)
             out = self.eval_step(next(iterator))
             local = out if local is None else local + out
+            if test_hooks:  # a read per batch only for a callback that looks at it
+                running = self.reduce_totals(local).numpy()[:-1]
+                self.callbacks.on_test_batch_end(batch, self.metrics.logs(running))
         totals = self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(self.metrics.width)
-        return self.metrics.logs(totals, "val_")
+        logs = self.metrics.logs(totals)
+        if not test_hooks:
+            self.callbacks.on_test_batch_end(self.val_steps - 1, logs)
+        self.callbacks.on_test_end(logs)
+        return {f"val_{k}": v for k, v in logs.items()}
 
     def _preempt(self, step: int) -> None:
         signum = self.stop.signum or signal.SIGTERM

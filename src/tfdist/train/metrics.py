@@ -44,17 +44,16 @@ class MetricSet:
         self._zeros = [tf.zeros(s, d) for s, d in zip(self.shapes, self.dtypes, strict=True)]
         self.names = list(self._result(np.zeros(self.size)).keys())
 
-    def sums(self, y: Any, pred: Any, w: Any) -> Any:
+    def sums(self, y: Any, pred: Any, w: Any, keep: Any) -> Any:
         """This replica's contribution to the metric state for one batch, as a float32 vector.
 
-        Examples with weight 0 are padding (evaluation of a partial last batch): they are left out, also
-        from the unweighted metrics.
+        ``keep``: the real rows; padding (of a partial last batch) is left out, also from the unweighted
+        metrics, while examples a user weighted 0 count as they do in Keras.
         """
         import tensorflow as tf
 
         if not self.size or self.compiled is None:
             return tf.zeros([0], tf.float32)
-        keep = w > 0
         y, pred = (tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), s) for s in (y, pred))
         state = self.compiled.stateless_update_state(
             self._zeros, y, pred, sample_weight=tf.boolean_mask(w, keep)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tfdist.errors import ConfigError
 from tfdist.train.scaling import RULES
@@ -30,6 +31,12 @@ class FitOptions:
     log_every: int = 10
     #: "stop": a NaN/inf loss ends the run on every worker (NonFiniteLossError); "continue": train on.
     on_nan: str = "stop"
+    #: Keras' ``model.fit`` arguments, with Keras' meaning.
+    class_weight: Any = None
+    validation_split: float = 0.0
+    initial_epoch: int = 0
+    validation_freq: Any = 1
+    validation_steps: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
@@ -46,3 +53,41 @@ class FitOptions:
             raise ConfigError(f"on_nan={self.on_nan!r} is unknown; choose stop or continue.")
         if self.warmup_epochs < 0:
             raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be 0 or more.")
+        self._check_keras_arguments()
+
+    def _check_keras_arguments(self) -> None:
+        if not _is_int(self.initial_epoch) or self.initial_epoch < 0:
+            raise ConfigError(f"initial_epoch={self.initial_epoch!r} must be an integer >= 0.")
+        if self.initial_epoch >= self.epochs:
+            raise ConfigError(
+                f"initial_epoch={self.initial_epoch} is not below epochs={self.epochs}: nothing would "
+                f"train. Hint: epochs is the index of the last epoch plus one (as in Keras), e.g. "
+                f"epochs={self.initial_epoch + 1}."
+            )
+        split = self.validation_split
+        if isinstance(split, bool) or not isinstance(split, int | float) or not 0 <= split < 1:
+            raise ConfigError(f"validation_split={split!r} must be a fraction in [0, 1).")
+        if self.validation_steps is not None and (
+            not _is_int(self.validation_steps) or self.validation_steps < 1
+        ):
+            raise ConfigError(f"validation_steps={self.validation_steps!r} must be a positive integer.")
+        freq = self.validation_freq
+        ok = (_is_int(freq) and freq >= 1) or (
+            isinstance(freq, list | tuple) and bool(freq) and all(_is_int(e) and e >= 1 for e in freq)
+        )
+        if not ok:
+            raise ConfigError(
+                f"validation_freq={freq!r} must be a positive integer (validate every N epochs) or a list of "
+                "epoch numbers counted from 1 (as in Keras)."
+            )
+
+    def validates_after(self, epoch: int) -> bool:
+        """Keras' rule: validate after 0-based ``epoch`` when its 1-based number is due."""
+        number = epoch + 1
+        if isinstance(self.validation_freq, list | tuple):
+            return number in self.validation_freq
+        return number % int(self.validation_freq) == 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -14,7 +14,7 @@ import numpy as np
 from tfdist.errors import ConfigError
 from tfdist.sync.parameter_server import ParameterServer
 from tfdist.sync.step import replica_eval_step, replica_train_step
-from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, with_weights
+from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, weighted
 from tfdist.train.loop import SyncTrainer
 
 
@@ -22,6 +22,12 @@ class ParameterServerTrainer(SyncTrainer):
     """SyncTrainer's epoch and reporting logic with coordinator-scheduled steps and chief-side validation."""
 
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
+        for name in ("class_weight", "validation_steps"):
+            if getattr(self.options, name) is not None:
+                raise ConfigError(
+                    f"{name} is not supported under ParameterServerStrategy (asynchronous steps of one "
+                    "worker's batch). Hint: fold class weights into sample weights; validate all the data."
+                )
 
         batch, examples, dataset_fn = self._dataset_fn(train_data)
         steps = self.options.steps_per_epoch or (examples // batch if examples else 0)
@@ -64,7 +70,8 @@ class ParameterServerTrainer(SyncTrainer):
 
             def from_arrays() -> Any:
                 ds = tf.data.Dataset.from_tensor_slices((x, y, np.ones(n, np.float32)))
-                return ds.shuffle(min(n, 10_000)).batch(batch, drop_remainder=True).repeat()
+                ds = ds.shuffle(min(n, 10_000)).batch(batch, drop_remainder=True)
+                return ds.map(weighted()).repeat()
 
             return batch, n, from_arrays
         if isinstance(train_data, tf.data.Dataset):
@@ -78,18 +85,19 @@ class ParameterServerTrainer(SyncTrainer):
             # The dataset object itself, not a function closing over it: the coordinator serialises its
             # graph and rebuilds it on each worker (a dataset captured by a function cannot be sent there:
             # "Unable to parse tensor proto").
-            weighted = train_data.map(with_weights).filter(lambda x, y, w: tf.shape(w)[0] == batch)
-            return batch, full * batch if full > 0 else None, weighted.repeat()
+            # Asynchronous steps: each is one worker's full batch (a partial last one is not trained here).
+            full_only = train_data.map(weighted()).filter(lambda x, y, w, s: tf.shape(w)[0] == batch)
+            return batch, full * batch if full > 0 else None, full_only.repeat()
         if callable(train_data):
             if self.options.batch_size is None or self.options.steps_per_epoch is None:
                 raise ConfigError(
                     "a dataset_fn needs batch_size= (the batch of one scheduled step) and steps_per_epoch=."
                 )
-            user_fn, strategy = train_data, self.strategy
+            user_fn, strategy, rows = train_data, self.strategy, self.options.batch_size
 
             def per_worker() -> Any:
                 return strategy.distribute_datasets_from_function(
-                    lambda ctx: user_fn(ctx).map(with_weights).repeat()
+                    lambda ctx: user_fn(ctx).map(weighted(rows)).repeat()
                 )
 
             return self.options.batch_size, None, per_worker
@@ -103,18 +111,18 @@ class ParameterServerTrainer(SyncTrainer):
 
         with self.strategy.scope():
             self.sums = tf.Variable(tf.zeros(self.metrics.width), trainable=False)
-        step = replica_train_step(self.model, self.loss_fn, self.metrics, self.plan.global_batch, self.sync)
+        step = replica_train_step(self.model, self.loss_fn, self.metrics, self.sync)
         self.eval_replica = replica_eval_step(self.model, self.loss_fn, self.metrics, self.sync)
 
-        def replica(x: Any, y: Any, w: Any) -> None:
+        def replica(x: Any, y: Any, w: Any, s: Any) -> None:
             # No stop vote under PS: the chief alone decides when to stop scheduling.
-            self.sums.assign_add(step(x, y, w, 0.0)[:-1])
+            self.sums.assign_add(step(x, y, w, s, 0.0)[:-1])
             self.step_var.assign_add(1)
 
         @tf.function
         def worker_step(iterator: Any) -> None:
-            x, y, w = next(iterator)
-            self.strategy.run(replica, args=(x, y, w))
+            x, y, w, s = next(iterator)
+            self.strategy.run(replica, args=(x, y, w, s))
 
         self.worker_step = worker_step
 
@@ -143,5 +151,6 @@ class ParameterServerTrainer(SyncTrainer):
         totals = np.zeros(self.metrics.width)
         for start in range(0, len(x), self.plan.global_batch):
             xb, yb = x[start : start + self.plan.global_batch], y[start : start + self.plan.global_batch]
-            totals += self.eval_replica(xb, yb, tf.ones(len(xb), tf.float32)).numpy()[:-1]
+            ones = tf.ones(len(xb), tf.float32)
+            totals += self.eval_replica(xb, yb, ones, ones / len(xb)).numpy()[:-1]
         return self.metrics.logs(totals, "val_")

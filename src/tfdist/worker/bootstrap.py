@@ -14,6 +14,13 @@ def _patch_trainer(module: ModuleType) -> None:
     fix.patch_trainer(module)
 
 
+def _patch_variables(module: ModuleType) -> None:
+    from tfdist.keras import fix
+
+    if fix.gate():
+        fix.patch_variable_numbers(module)
+
+
 def _patch_callbacks(module: ModuleType) -> None:
     from tfdist.keras import callbacks, fix
 
@@ -56,3 +63,4 @@ def start() -> None:
         return
     after_import(fix.TARGET, _patch_trainer)
     after_import(callbacks.TARGET, _patch_callbacks)
+    after_import(fix.VARIABLES, _patch_variables)
