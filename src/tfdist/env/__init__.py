@@ -5,6 +5,9 @@ purpose, possibly inside a Slurm allocation), Slurm beats MPI (``srun --mpi=pmix
 also knows the nodes), MPI beats TPU (a TPU variable can leak into a job's environment, a process manager's
 rank variables cannot), and Local always detects, so it is last. Kubernetes (a pod of a tfdist manifest)
 comes after Slurm and before MPI: its marker, TFDIST_K8S_SERVICE, is written by tfdist into the pod only.
+Ray (a process Ray started: RAY_RAYLET_PID) comes after TF_CONFIG and before Slurm: a Ray node started by
+``srun ray start`` passes that step's Slurm variables to every process Ray starts there, where they no
+longer describe the process.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from tfdist.env.base import ClusterEnvironment
 from tfdist.env.kubernetes import KubernetesEnvironment
 from tfdist.env.local import LocalEnvironment
 from tfdist.env.mpi import MPIEnvironment
+from tfdist.env.ray import RayEnvironment
 from tfdist.env.slurm import SlurmEnvironment
 from tfdist.env.tf_config import TFConfigEnvironment
 from tfdist.env.tpu import TPUEnvironment
 
 ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
     TFConfigEnvironment,
+    RayEnvironment,
     SlurmEnvironment,
     KubernetesEnvironment,
     MPIEnvironment,
@@ -50,6 +55,7 @@ __all__ = [
     "KubernetesEnvironment",
     "LocalEnvironment",
     "MPIEnvironment",
+    "RayEnvironment",
     "SlurmEnvironment",
     "TFConfigEnvironment",
     "TPUEnvironment",

@@ -1,0 +1,44 @@
+"""A process Ray started (a task, an actor, a Ray Train worker, a Ray job's entrypoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+
+#: Set by Ray in every process it starts (the raylet that owns the worker); never in a plain shell.
+RAY_MARKER = "RAY_RAYLET_PID"
+
+
+@dataclass(frozen=True)
+class RayEnvironment(ClusterEnvironment):
+    """One process on a Ray node: rank 0 of 1 until a ``TF_CONFIG`` joins it to others.
+
+    A Ray task or actor is one process; Ray Train's ``TensorflowTrainer`` and ``tfdist launch --ray`` give
+    their workers ``TF_CONFIG``, which is detected first. The GPUs are those Ray assigned
+    (``CUDA_VISIBLE_DEVICES``, set by Ray for the task's ``num_gpus``).
+    """
+
+    kind = "ray"
+
+    ray_address: str | None = None
+    ray_job_id: str | None = None
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> RayEnvironment | None:
+        """``RAY_RAYLET_PID`` set: a process Ray started; ``None`` otherwise."""
+        if not environ.get(RAY_MARKER):
+            return None
+        cuda = environ.get("CUDA_VISIBLE_DEVICES")
+        return cls(
+            gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
+            gpus_bound_by_scheduler=cuda is not None,
+            source=f"{RAY_MARKER} (a process Ray started)",
+            ray_address=environ.get("RAY_ADDRESS") or None,
+            ray_job_id=environ.get("RAY_JOB_ID") or None,
+        )
+
+    def describe(self) -> dict[str, object]:
+        """The common summary plus the Ray job and cluster address (when Ray exported it)."""
+        return {**super().describe(), "ray": {"address": self.ray_address, "job_id": self.ray_job_id}}
