@@ -16,6 +16,8 @@
 #                                            on: HOST's name resolves to 127.0.1.1 on every host (the hosts
 #                                            file of an image made on HOST, Debian's "127.0.1.1 HOST" line,
 #                                            copied to every node); self: on HOST only (Debian's default)
+#   scripts/testhosts.sh alias HOST [NAME..] extra names of HOST on every host (e.g. a pod's DNS name
+#                                            train-0.train); no NAME removes them
 #   scripts/testhosts.sh list                hosts with their addresses
 #   scripts/testhosts.sh check               exit 0 when this machine can make hosts (root, ip, nsenter)
 #
@@ -58,10 +60,29 @@ write_hosts_file() {  # HOST N: the file bound over /etc/hosts on HOST (rewritte
     # First match wins: a looped name listed here hides its real address below.
     for looped in $(cat "$DIR/loopback" 2>/dev/null); do echo "127.0.1.1 ${looped}"; done
     grep -qx "$host" "$DIR/loopback-self" 2>/dev/null && echo "127.0.1.1 ${host}"
-    for i in $(seq 1 "$n"); do echo "${SUBNET}.${i} ${NAME}${i}"; done
+    for i in $(seq 1 "$n"); do echo "${SUBNET}.${i} ${NAME}${i}$(aliases_of "${NAME}${i}")"; done
   } > "$file.tmp"
   # In place (same inode): processes already running on the host see the change through their bind mount.
   if [ -f "$file" ]; then cat "$file.tmp" > "$file"; rm -f "$file.tmp"; else mv "$file.tmp" "$file"; fi
+}
+
+aliases_of() {  # HOST: " name1 name2" (its extra names, with a leading space), or nothing
+  awk -v h="$1" '$1 == h { $1 = ""; printf "%s", $0 }' "$DIR/aliases" 2>/dev/null || true
+}
+
+set_aliases() {
+  local host="$1" n i name
+  shift
+  host_index "$host" >/dev/null
+  for name in "$@"; do
+    [[ "$name" =~ ^[A-Za-z0-9]([-.A-Za-z0-9]*[A-Za-z0-9])?$ ]] || die "alias '$name' is not a host name"
+  done
+  n=$(cat "$DIR/count")
+  { grep -v "^${host} " "$DIR/aliases" 2>/dev/null || true; } > "$DIR/aliases.tmp"
+  if [ "$#" -gt 0 ]; then echo "$host $*" >> "$DIR/aliases.tmp"; fi
+  mv "$DIR/aliases.tmp" "$DIR/aliases"
+  for i in $(seq 1 "$n"); do write_hosts_file "${NAME}${i}" "$n"; done
+  log "$host also answers to: ${*:-(no other name)}"
 }
 
 up() {
@@ -195,7 +216,8 @@ case "$cmd" in
   plug) [ "$#" = 1 ] || die "usage: plug HOST"; plug_link "$1" ;;
   kill) [ "$#" = 1 ] || die "usage: kill HOST"; kill_host "$1" ;;
   loopback-name) loopback_name "$@" ;;
+  alias) [ "$#" -ge 1 ] || die "usage: alias HOST [NAME...]"; set_aliases "$@" ;;
   list) list ;;
   check) check ;;
-  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|kill HOST|loopback-name HOST on|off|list|check" ;;
+  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|kill HOST|loopback-name HOST on|off|alias HOST [NAME..]|list|check" ;;
 esac
