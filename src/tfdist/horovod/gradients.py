@@ -109,6 +109,15 @@ class DistributedGradientTape:
                     out[i] = out[i] / size
         return tf.nest.pack_sequence_as(sources, out)
 
+    def get_local_and_global_gradients(self, target: Any, sources: Any, output_gradients: Any = None) -> Any:
+        """(local, global): lists of (variable, gradient) pairs of :meth:`gradient`, split by whether the
+        variable was registered as local."""
+        import tensorflow as tf
+
+        grads = tf.nest.flatten(self.gradient(target, sources, output_gradients))
+        pairs = list(zip(tf.nest.flatten(sources), grads, strict=True))
+        return [p for p in pairs if self._is_local(p[0])], [p for p in pairs if not self._is_local(p[0])]
+
     def __enter__(self) -> DistributedGradientTape:
         self._tape.__enter__()
         return self
@@ -118,3 +127,42 @@ class DistributedGradientTape:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tape, name)
+
+
+def PartialDistributedGradientTape(
+    gradtape: Any,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    sparse_as_dense: bool = False,
+    op: int = ops.Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = None,
+    local_layers: Any = None,
+    scale_local_gradients: bool = True,
+) -> DistributedGradientTape:
+    """:class:`DistributedGradientTape` whose ``local_layers``' weights keep their own gradients (divided
+    by the size when ``scale_local_gradients``), as Horovod's."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    tape = DistributedGradientTape(
+        gradtape,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape

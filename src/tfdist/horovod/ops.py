@@ -1,27 +1,31 @@
-"""Horovod's collectives on TensorFlow tensors, eagerly and inside ``tf.function``, over MPI.
+"""What Horovod's collectives do to NumPy arrays once every rank submitted them (run by the coordinator's
+thread, :mod:`tfdist.horovod.coordinator`), and Horovod's reduction constants.
 
-Each collective is one ``tf.numpy_function`` (stateful, so a ``tf.function`` keeps the program's order of
-collectives on every rank). Before moving data, the ranks compare what they are about to do (operation,
-dtypes, shapes, root): a rank that disagrees makes EVERY rank raise Horovod's "Mismatched …" error naming
-both ranks' shapes, instead of the silent hang or garbage of an MPI call with unequal buffers.
-
-Float32 sums (gradients) go through the MPI backend's packed shared-memory all-reduce, as ``tfdist.fit``
-does; other dtypes and Min/Max/Product through MPI's own reductions.
+Float32 sums and averages (allreduce and reducescatter) of one round travel together through the MPI
+backend's packed shared-memory all-reduce, as ``tfdist.fit`` does (tensor fusion); other dtypes and
+Min / Max / Product use MPI's own reductions; gathers, broadcasts and all-to-alls use MPI directly.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tfdist.horovod import runtime
+from tfdist.horovod.coordinator import Request
 
 # Horovod's reduction constants (the values of horovod.common.basics).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = (
+    "ALLREDUCE",
+    "ALLGATHER",
+    "BROADCAST",
+    "ALLTOALL",
+    "REDUCESCATTER",
+)
 
 
 def resolve_op(op: int | None, average: bool | None) -> int:
@@ -39,154 +43,173 @@ def resolve_op(op: int | None, average: bool | None) -> int:
     return op
 
 
-def _describe(array: np.ndarray) -> str:
-    return f"{array.dtype}{list(array.shape)}"
+def scatter_rows(rows: int, size: int) -> list[int]:
+    """Horovod's reducescatter split of ``rows``: the first ``rows % size`` ranks get one row more."""
+    return [rows // size + (1 if r < rows % size else 0) for r in range(size)]
 
 
-def agree(
-    kind: str, arrays: Sequence[np.ndarray], *, free_first_dim: bool = False, extra: Any = None
-) -> None:
-    """Raise on every rank when the ranks are not about to run the same collective on the same shapes."""
-    world = runtime.world()
-    if world.size == 1:
-        return
-    mine = (
-        kind,
-        extra,
-        tuple((a.dtype.str, (a.shape[1:] if free_first_dim else a.shape), a.ndim) for a in arrays),
-    )
-    # Fast path, every call: one 8-byte digest per rank through a buffer all-gather (no pickling).
-    digest = np.array(
-        [int.from_bytes(hashlib.blake2b(repr(mine).encode(), digest_size=8).digest(), "little")]
-    )
-    digests = np.empty(world.size, dtype=digest.dtype)
-    world.comm.Allgather(digest.view(np.int64), digests.view(np.int64))
-    if (digests == digest[0]).all():
-        return
-    # Slow path, only when the ranks disagree: gather the descriptions to name them.
-    everyone = world.comm.allgather((mine, [_describe(a) for a in arrays]))
-    for rank, (theirs, described) in enumerate(everyone):
-        if theirs == mine:
+def alltoall_splits(rows: int, splits: Any, size: int) -> np.ndarray:
+    """The rows sent to each rank (even split without ``splits``); ValueError naming what is wrong."""
+    if splits is None:
+        if rows % size:
+            raise ValueError(
+                f"hvd.alltoall without splits needs a first dimension divisible by the size ({size}); "
+                f"got {rows}."
+            )
+        return np.full(size, rows // size, np.int64)
+    counts = np.asarray(splits).astype(np.int64).ravel()
+    if counts.shape != (size,) or counts.sum() != rows or (counts < 0).any():
+        raise ValueError(
+            f"hvd.alltoall: splits {counts.tolist()} must be {size} counts >= 0 summing to the first "
+            f"dimension {rows}."
+        )
+    return counts
+
+
+def execute(requests: list[Request]) -> None:
+    """Run one round's requests (the same list, in the same order, on every rank)."""
+    fused = [r for r in requests if _fusable(r)]
+    if fused:
+        _fused_sums(fused)
+    for request in requests:
+        if request in fused:
             continue
-        mine_text = ", ".join(_describe(a) for a in arrays)
-        if theirs[0] != kind:
-            what = (
-                f"Mismatched operations: rank {world.rank} did an {kind}, but rank {rank} did an {theirs[0]}"
-            )
-        elif theirs[1] != extra:
-            what = (
-                f"Mismatched {kind} arguments: rank {world.rank} passed {extra}, "
-                f"but rank {rank} passed {theirs[1]}"
-            )
-        else:
-            what = (
-                f"Mismatched {kind} tensor shapes: rank {world.rank} sent {mine_text}, "
-                f"but rank {rank} sent {', '.join(described)}"
-            )
-        raise ValueError(f"{what}. Every rank must call the same collectives with the same shapes, in order.")
+        request.result = RUNNERS[request.kind](request)
 
 
-def allreduce_arrays(
-    arrays: Sequence[np.ndarray], op: int, prescale: float, postscale: float
-) -> list[np.ndarray]:
-    """Element-wise reduction of each array over all ranks (NumPy in, NumPy out)."""
+def _fusable(request: Request) -> bool:
+    return (
+        request.kind in (ALLREDUCE, REDUCESCATTER)
+        and request.args[0] in (Sum, Average)
+        and all(a.dtype == np.float32 for a in request.arrays)
+    )
+
+
+def _prescaled(request: Request) -> list[np.ndarray]:
+    pre = request.args[1]
+    return [a * a.dtype.type(pre) if pre != 1.0 else a for a in request.arrays]
+
+
+def _factor(request: Request) -> float:
+    op, _, post = request.args
+    return post / runtime.world().size if op == Average else post
+
+
+def _fused_sums(requests: list[Request]) -> None:
+    """Every float32 sum of the round in ONE packed all-reduce (shared memory within a node)."""
     world = runtime.world()
-    agree("ALLREDUCE", arrays, extra=(op, prescale, postscale))
-    scaled = [a * a.dtype.type(prescale) if prescale != 1.0 else a for a in arrays]
-    factor = postscale / world.size if op == Average else postscale
-    if world.size > 1 and op in (Sum, Average) and all(a.dtype == np.float32 for a in arrays):
-        # One packed all-reduce; its results are views of shared memory (the next call overwrites them),
-        # so the scaling pass that follows is also the copy the caller keeps: one pass over the data.
-        views = world.float_sync().allreduce(scaled, keep=len(scaled))
-        return [v * np.float32(factor) if factor != 1.0 else v.copy() for v in views]
-    if world.size == 1:
-        out = [np.array(a, copy=True) for a in scaled]
-    elif op in (Sum, Average) and all(a.dtype == np.float16 for a in arrays):
-        # Summed in float32, rounded back once (Horovod's float16 sums also add in float32).
-        summed = world.float_sync().allreduce([a.astype(np.float32) for a in scaled])
-        out = [s.astype(np.float16) for s in summed]
-    else:
-        mpi_op = {Sum: world.mpi.SUM, Average: world.mpi.SUM, Min: world.mpi.MIN, Max: world.mpi.MAX}
-        mpi_op[Product] = world.mpi.PROD
-        out = []
-        for a in scaled:
-            result = np.empty_like(np.ascontiguousarray(a))
-            world.comm.Allreduce(np.ascontiguousarray(a), result, op=mpi_op[op])
-            out.append(result)
-    if factor != 1.0:
-        out = [_scale(r, factor) for r in out]
-    return out
+    parts = [p for r in requests for p in _prescaled(r)]
+    # Views of shared memory (the next all-reduce overwrites them): the scaling pass is also the copy.
+    views = world.float_sync().allreduce(parts, keep=len(parts)) if world.size > 1 else parts
+    at = 0
+    for request in requests:
+        factor = np.float32(_factor(request))
+        mine = views[at : at + len(request.arrays)]
+        at += len(request.arrays)
+        summed = [v * factor if factor != 1.0 else np.array(v, copy=True) for v in mine]
+        request.result = _scatter(request, summed) if request.kind == REDUCESCATTER else summed
 
 
 def _scale(array: np.ndarray, factor: float) -> np.ndarray:
+    if factor == 1.0:
+        return array
     if np.issubdtype(array.dtype, np.integer):
         return (array * factor).astype(array.dtype)  # Horovod's integer averages truncate too
-    return array * array.dtype.type(factor)
+    return (array * array.dtype.type(factor)).astype(array.dtype)
 
 
-def allgather_array(array: np.ndarray) -> np.ndarray:
-    """Every rank's array concatenated along the first axis, in rank order (first dims may differ)."""
+def reduce_arrays(
+    arrays: Sequence[np.ndarray], op: int, prescale: float, postscale: float
+) -> list[np.ndarray]:
+    """Element-wise reduction over all ranks of arrays that are not fused float32 sums."""
     world = runtime.world()
-    if array.ndim == 0:
-        raise ValueError(
-            "hvd.allgather needs a tensor with at least one dimension (it concatenates on axis 0)."
-        )
-    agree("ALLGATHER", [array], free_first_dim=True)
+    factor = postscale / world.size if op == Average else postscale
+    scaled = [_scale(a, prescale) for a in arrays]
     if world.size == 1:
-        return np.array(array, copy=True)
-    return np.concatenate(world.comm.allgather(np.ascontiguousarray(array)), axis=0)
-
-
-def broadcast_arrays(arrays: Sequence[np.ndarray], root_rank: int) -> list[np.ndarray]:
-    """The root's arrays, on every rank (one message: packed by dtype)."""
-    world = runtime.world()
-    if not 0 <= root_rank < world.size:
-        raise ValueError(f"root_rank={root_rank} is not a rank of this job (size {world.size}).")
-    agree("BROADCAST", arrays, extra=root_rank)
-    if world.size == 1:
-        return [np.array(a, copy=True) for a in arrays]
+        return [_scale(np.array(a, copy=True), factor) for a in scaled]
+    coordinator = world.coordinator
+    mpi = world.mpi
     out = []
-    for a in arrays:
+    for a in scaled:
+        if op in (Sum, Average) and a.dtype == np.float16:
+            # Summed in float32, rounded back once (Horovod's float16 sums also add in float32).
+            wide = a.astype(np.float32)
+            total = np.empty_like(wide)
+            coordinator.comm.Allreduce(wide, total, op=mpi.SUM)
+            out.append(_scale(total, factor).astype(np.float16))
+            continue
+        mpi_op = {Sum: mpi.SUM, Average: mpi.SUM, Min: mpi.MIN, Max: mpi.MAX, Product: mpi.PROD}[op]
+        source = np.ascontiguousarray(a)
+        result = np.empty_like(source)
+        coordinator.comm.Allreduce(source, result, op=mpi_op)
+        out.append(_scale(result, factor))
+    return out
+
+
+def _allreduce(request: Request) -> list[np.ndarray]:
+    op, pre, post = request.args
+    return reduce_arrays(request.arrays, op, pre, post)
+
+
+def _scatter(request: Request, summed: list[np.ndarray]) -> list[np.ndarray]:
+    world = runtime.world()
+    out = []
+    for array in summed:
+        counts = scatter_rows(array.shape[0], world.size)
+        start = sum(counts[: world.rank])
+        out.append(np.array(array[start : start + counts[world.rank]], copy=True))
+    return out
+
+
+def _reducescatter(request: Request) -> list[np.ndarray]:
+    op, pre, post = request.args
+    return _scatter(request, reduce_arrays(request.arrays, op, pre, post))
+
+
+def _allgather(request: Request) -> list[np.ndarray]:
+    world = runtime.world()
+    if world.size == 1:
+        return [np.array(a, copy=True) for a in request.arrays]
+    everyone = world.coordinator.comm.allgather([np.ascontiguousarray(a) for a in request.arrays])
+    return [np.concatenate([theirs[i] for theirs in everyone], axis=0) for i in range(len(request.arrays))]
+
+
+def _broadcast(request: Request) -> list[np.ndarray]:
+    world = runtime.world()
+    out = []
+    for a in request.arrays:
         buffer = np.array(a, copy=True, order="C")
-        world.comm.Bcast(buffer, root=root_rank)
+        if world.size > 1:
+            world.coordinator.comm.Bcast(buffer, root=request.args)
         out.append(buffer)
     return out
 
 
-def alltoall_array(array: np.ndarray, splits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Send ``splits[r]`` leading rows to rank r; receive each rank's rows for this rank, in rank order."""
+def _alltoall(request: Request) -> list[np.ndarray]:
     world = runtime.world()
-    if splits is None:
-        if array.shape[0] % world.size:
-            raise ValueError(
-                f"hvd.alltoall without splits needs a first dimension divisible by the size ({world.size}); "
-                f"got {array.shape[0]}."
-            )
-        splits = np.full(world.size, array.shape[0] // world.size, dtype=np.int32)
-    splits = np.asarray(splits).astype(np.int64)
-    if splits.shape != (world.size,) or splits.sum() != array.shape[0] or (splits < 0).any():
-        raise ValueError(
-            f"hvd.alltoall: splits {splits.tolist()} must be {world.size} counts >= 0 summing to "
-            f"the first dimension {array.shape[0]}."
-        )
-    agree("ALLTOALL", [array], free_first_dim=True)
+    (array,) = request.arrays
+    splits = request.local
     if world.size == 1:
-        return np.array(array, copy=True), splits.astype(np.int32)
+        return [np.array(array, copy=True), splits.astype(np.int32)]
     pieces = np.split(array, np.cumsum(splits)[:-1], axis=0)
-    received = world.comm.alltoall([np.ascontiguousarray(p) for p in pieces])
+    received = world.coordinator.comm.alltoall([np.ascontiguousarray(p) for p in pieces])
     counts = np.array([r.shape[0] for r in received], dtype=np.int32)
-    return np.concatenate(received, axis=0), counts
+    return [np.concatenate(received, axis=0), counts]
 
 
-def graph(fn: Any, inputs: Sequence[Any], dtypes: Sequence[Any], shapes: Sequence[Any]) -> list[Any]:
-    """``fn`` (NumPy arrays in, a list of arrays out) as one stateful op of the TensorFlow graph."""
-    import tensorflow as tf
+RUNNERS = {
+    ALLREDUCE: _allreduce,
+    ALLGATHER: _allgather,
+    BROADCAST: _broadcast,
+    ALLTOALL: _alltoall,
+    REDUCESCATTER: _reducescatter,
+}
 
-    outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(dtypes), stateful=True)
-    if not isinstance(outs, list | tuple):
-        outs = [outs]
-    result = []
-    for out, shape in zip(outs, shapes, strict=True):
-        out.set_shape(shape)
-        result.append(out)
-    return result
+
+def allreduce_arrays(
+    arrays: Sequence[np.ndarray], op: int, prescale: float, postscale: float, name: str = "allreduce"
+) -> list[np.ndarray]:
+    """Element-wise reduction of NumPy arrays over all ranks, from Python (callbacks), name-matched."""
+    from tfdist.horovod import collective
+
+    return collective.run_eager(Request(name, ALLREDUCE, arrays, (op, float(prescale), float(postscale))))

@@ -28,6 +28,31 @@ def distributed_class(
 
     class Distributed(base):
         _hvd_options = options
+        _hvd_local_refs: frozenset[Any] = frozenset()
+        _hvd_scale_local = True
+
+        def register_local_var(self, var: Any) -> None:
+            """A variable whose gradient stays on this rank (divided by the size unless
+            ``scale_local_gradients=False``)."""
+            self._hvd_local_refs = self._hvd_local_refs | {var.ref()}
+
+        def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
+            if not self._hvd_local_refs:
+                return allreduce_gradients(grads, options)
+            local = [v.ref() in self._hvd_local_refs for v in variables]
+            shared = allreduce_gradients(
+                [g for g, is_local in zip(grads, local, strict=True) if not is_local], options
+            )
+            size = float(functions.runtime.world().size)
+            out, it = [], iter(shared)
+            for grad, is_local in zip(grads, local, strict=True):
+                if not is_local:
+                    out.append(next(it))
+                elif grad is not None and self._hvd_scale_local:
+                    out.append(grad / size)
+                else:
+                    out.append(grad)
+            return out
 
         def build(self, variables: Any) -> None:
             super().build(variables)
@@ -48,7 +73,12 @@ def distributed_class(
 
             grads = list(grads)
             if passes == 1:
-                return super().apply(allreduce_gradients(grads, options), trainable_variables)
+                variables = (
+                    list(trainable_variables)
+                    if trainable_variables is not None
+                    else self._trainable_variables
+                )
+                return super().apply(self._hvd_reduce(grads, variables), trainable_variables)
             if not self.built:
                 self.build(list(trainable_variables))
             variables = (
@@ -67,7 +97,7 @@ def distributed_class(
                 ]
                 if average_aggregated_gradients:
                     summed = [s / passes for s in summed]
-                super(Distributed, self).apply(allreduce_gradients(summed, options), variables)
+                super(Distributed, self).apply(self._hvd_reduce(summed, variables), variables)
                 for slot in self._hvd_accumulators:
                     slot.assign(tf.zeros_like(slot))
                 self._hvd_passes.assign(0)
@@ -123,6 +153,53 @@ def DistributedOptimizer(
     if name:
         config["name"] = name
     return cls.from_config(config)  # type: ignore[attr-defined]
+
+
+def PartialDistributedOptimizer(
+    optimizer: Any,
+    name: str | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: int = ops.Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    groups: Any = None,
+    process_set: Any = None,
+    local_layers: Any = None,
+    scale_local_gradients: bool = True,
+) -> Any:
+    """:func:`DistributedOptimizer` whose ``local_layers``' weights keep their own gradients on each rank
+    (divided by the size when ``scale_local_gradients``), as Horovod's Keras ``PartialDistributedOptimizer``."""
+    import keras
+
+    if op not in (ops.Average, ops.Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    distributed = DistributedOptimizer(
+        optimizer,
+        name=name,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups,
+        process_set=process_set,
+    )
+    distributed._hvd_scale_local = scale_local_gradients
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            distributed.register_local_var(var)
+    return distributed
 
 
 def load_model(

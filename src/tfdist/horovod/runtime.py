@@ -29,6 +29,7 @@ class World:
     cross_size: int
     homogeneous: bool
     sync: Any = None  # tfdist.sync.mpi.MPISync: the packed float32 all-reduce (made on first use)
+    coordinator: Any = None  # tfdist.horovod.coordinator.Coordinator: name-matched collectives
 
     def float_sync(self) -> Any:
         """The MPI backend's synchroniser (one per process, shared with tfdist.fit)."""
@@ -58,7 +59,7 @@ def init(comm: Any = None) -> None:
             return
         mpi = _mpi()
         if mpi is None:
-            _WORLD.append(World(None, None, 0, 1, 0, 1, 0, 1, True))
+            _WORLD.append(_coordinated(World(None, None, 0, 1, 0, 1, 0, 1, True)))
             return
         if comm is not None and not hasattr(comm, "Get_rank"):
             raise NotImplementedError(
@@ -74,18 +75,29 @@ def init(comm: Any = None) -> None:
         cross = world.Split(local_rank, world.Get_rank())
         sizes = world.allgather(local_size)
         _WORLD.append(
-            World(
-                comm=world,
-                mpi=mpi,
-                rank=world.Get_rank(),
-                size=world.Get_size(),
-                local_rank=local_rank,
-                local_size=local_size,
-                cross_rank=cross.Get_rank(),
-                cross_size=cross.Get_size(),
-                homogeneous=len(set(sizes)) == 1,
+            _coordinated(
+                World(
+                    comm=world,
+                    mpi=mpi,
+                    rank=world.Get_rank(),
+                    size=world.Get_size(),
+                    local_rank=local_rank,
+                    local_size=local_size,
+                    cross_rank=cross.Get_rank(),
+                    cross_size=cross.Get_size(),
+                    homogeneous=len(set(sizes)) == 1,
+                )
             )
         )
+
+
+def _coordinated(world: World) -> World:
+    """``world`` with its coordinator (made here, in the caller's thread: its MPI set-up is collective)."""
+    from tfdist.horovod import ops
+    from tfdist.horovod.coordinator import Coordinator
+
+    world.coordinator = Coordinator(world, ops.execute)
+    return world
 
 
 def shutdown() -> None:

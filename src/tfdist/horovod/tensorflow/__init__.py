@@ -15,14 +15,17 @@ from tfdist.horovod.functions import (
     allreduce,
     alltoall,
     broadcast,
+    broadcast_,
     broadcast_object,
     broadcast_variables,
     global_process_set,
     grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     join,
+    reducescatter,
 )
-from tfdist.horovod.gradients import DistributedGradientTape
+from tfdist.horovod.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from tfdist.horovod.ops import Adasum, Average, Max, Min, Product, Sum
 from tfdist.horovod.optimizer import DistributedOptimizer
 
@@ -34,6 +37,7 @@ __all__ = [
     "DistributedOptimizer",
     "Max",
     "Min",
+    "PartialDistributedGradientTape",
     "ProcessSet",
     "Product",
     "Sum",
@@ -42,6 +46,7 @@ __all__ = [
     "allreduce",
     "alltoall",
     "broadcast",
+    "broadcast_",
     "broadcast_object",
     "broadcast_variables",
     "cross_rank",
@@ -50,6 +55,7 @@ __all__ = [
     "global_process_set",
     "grouped_allgather",
     "grouped_allreduce",
+    "grouped_reducescatter",
     "init",
     "is_homogeneous",
     "is_initialized",
@@ -57,6 +63,7 @@ __all__ = [
     "local_rank",
     "local_size",
     "rank",
+    "reducescatter",
     "shutdown",
     "size",
 ]

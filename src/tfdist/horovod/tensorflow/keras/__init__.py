@@ -10,7 +10,7 @@ import numpy as np
 
 from tfdist.horovod import compat, functions
 from tfdist.horovod.compression import Compression
-from tfdist.horovod.optimizer import DistributedOptimizer, load_model
+from tfdist.horovod.optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from tfdist.horovod.tensorflow import (
     Average,
     Sum,
@@ -36,6 +36,7 @@ __all__ = [
     "Average",
     "Compression",
     "DistributedOptimizer",
+    "PartialDistributedOptimizer",
     "Sum",
     "allgather",
     "allreduce",

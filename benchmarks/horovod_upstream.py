@@ -1,0 +1,137 @@
+"""Horovod's own TensorFlow test suite against tfdist's Horovod API: ``test/parallel/test_tensorflow.py`` of
+horovod/horovod, run with N ranks through ``tfdist launch --backend horovod`` (Horovod not installed:
+tfdist answers ``import horovod.tensorflow``), the outcome of every test counted and written as JSON.
+
+    python benchmarks/horovod_upstream.py --horovod PATH --out benchmarks/results/horovod_upstream.json
+
+PATH is a Horovod checkout, or a bare git directory of one (its HEAD is read). The suite's helper
+modules come with it (``base_test_tensorflow.py``, ``test/utils/common.py``); the few Horovod-internal
+modules they import are answered by small stand-ins (see ``horovod_upstream_worker.py``). A test counts as
+passed when it passed on every rank, skipped when any rank skipped it, failed otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+FILES = {
+    "test/parallel/test_tensorflow.py": "parallel/test_tensorflow.py",
+    "test/parallel/base_test_tensorflow.py": "parallel/base_test_tensorflow.py",
+    "test/utils/common.py": "utils/common.py",
+}
+WORKER = Path(__file__).with_name("horovod_upstream_worker.py")
+
+
+def copy_suite(source: Path, into: Path) -> str:
+    """The suite's files from a checkout or a git directory; returns the commit (or 'worktree')."""
+    commit = "worktree"
+    for name, target in FILES.items():
+        (into / target).parent.mkdir(parents=True, exist_ok=True)
+        if (source / name).is_file():
+            shutil.copy(source / name, into / target)
+            continue
+        proc = subprocess.run(
+            ["git", "--git-dir", str(source), "show", f"HEAD:{name}"], capture_output=True, timeout=60
+        )
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"{name} is not in {source} (a Horovod checkout or git directory): {proc.stderr!r}"
+            )
+        (into / target).write_bytes(proc.stdout)
+        commit = subprocess.run(
+            ["git", "--git-dir", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60
+        ).stdout.strip()
+    return commit
+
+
+def outcomes(report: Path) -> dict[str, tuple[str, str]]:
+    """test name -> (passed | failed | skipped, first line of the reason) from one rank's JUnit XML."""
+    found: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        status, reason = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status, reason = "failed", (child.get("message") or child.text or "").strip()
+            elif child.tag == "skipped":
+                status, reason = "skipped", (child.get("message") or "").strip()
+        found[case.get("name", "?")] = (status, reason.splitlines()[0][:300] if reason else "")
+    return found
+
+
+def combine(per_rank: list[dict[str, tuple[str, str]]]) -> dict[str, tuple[str, str]]:
+    """Passed on every rank -> passed; skipped on any -> skipped; else failed (rank 0's reason first)."""
+    combined: dict[str, tuple[str, str]] = {}
+    for name in sorted(set().union(*per_rank)):
+        results = [ranks.get(name, ("failed", "not run on this rank")) for ranks in per_rank]
+        if all(status == "passed" for status, _ in results):
+            combined[name] = ("passed", "")
+        elif any(status == "skipped" for status, _ in results):
+            combined[name] = next(r for r in results if r[0] == "skipped")
+        else:
+            combined[name] = next(r for r in results if r[0] == "failed")
+    return combined
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--horovod", default=os.environ.get("HOROVOD_SRC", ""), help="checkout or git dir")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--select", default="", help="pytest -k expression (default: every test)")
+    parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds for the whole run")
+    parser.add_argument("--out", default="benchmarks/results/horovod_upstream.json")
+    args = parser.parse_args()
+    if not args.horovod:
+        raise SystemExit("--horovod PATH (a horovod/horovod checkout or git directory) is required")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        commit = copy_suite(Path(args.horovod), tmp)
+        cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", str(args.ranks)]
+        cmd += [
+            "--cpu",
+            "--log-dir",
+            str(tmp / "logs"),
+            str(WORKER),
+            str(tmp / "parallel" / "test_tensorflow.py"),
+        ]
+        cmd += [str(tmp / "reports"), str(args.test_timeout), args.select]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        elapsed = time.monotonic() - started
+        reports = [tmp / "reports" / f"rank{r}.xml" for r in range(args.ranks)]
+        if not all(r.is_file() for r in reports):
+            raise SystemExit(
+                f"the suite did not finish (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+            )
+        combined = combine([outcomes(r) for r in reports])
+    counts = {s: sum(1 for v in combined.values() if v[0] == s) for s in ("passed", "failed", "skipped")}
+    result = {
+        "benchmark": "horovod_upstream",
+        "suite": "horovod/horovod test/parallel/test_tensorflow.py",
+        "horovod_commit": commit,
+        "ranks": args.ranks,
+        "launch_exit_code": proc.returncode,
+        "seconds": round(elapsed, 1),
+        "counts": counts,
+        "skipped": {k: v[1] for k, v in combined.items() if v[0] == "skipped"},
+        "failed": {k: v[1] for k, v in combined.items() if v[0] == "failed"},
+        "passed": sorted(k for k, v in combined.items() if v[0] == "passed"),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps({"counts": counts, "failed": result["failed"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

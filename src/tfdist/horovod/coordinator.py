@@ -1,0 +1,243 @@
+"""Name-matched collectives: Horovod's coordinator, as one background thread per process.
+
+Why: TensorFlow may run two independent collectives of one ``tf.function`` in either order, and a
+program may issue them in another order on each rank. Pairing collectives by execution order then makes
+ranks exchange different tensors (or wait for each other forever). As in Horovod, every collective has a
+name, and the ranks agree on which tensor is which before any data moves.
+
+How: an op *submits* a request (its name, what it is about to do, its arrays) and returns at once; the
+request's key is its name plus how many requests of that name this rank submitted before, so a name used
+every step pairs step k with step k on every rank. The thread runs *rounds*: each rank that has requests
+waiting sends the keys it submitted since its last round with an 8-byte digest of each (kind, dtypes,
+shapes, arguments); every rank adds them to the same table, in the same order, so every rank computes the
+same list of keys now submitted everywhere. Those run in that order, the float32 sums of a round fused
+into ONE packed all-reduce (tensor fusion). A key whose digests differ fails on every rank with
+``tf.errors.FailedPreconditionError`` naming what rank 0 and the first differing rank sent (a second
+exchange, only then). A round carries a few bytes per new request: small and bounded by what is in flight.
+
+A rank enters a round when it has something new to announce, or, after a round that ran nothing, when
+its announced requests still wait (backing off up to 20 ms, so ranks waiting for each other's next op do
+not spin). A rank with nothing to do stays out: the others wait for it in the round (MPI's non-blocking
+calls, polled without burning the core).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tfdist._log import get_logger
+
+log = get_logger(__name__)
+
+STALL_WARNING_S = 60.0  # Horovod's stall inspector warns after a minute, too
+MAX_UNCLAIMED = 1024  # results of ops whose output TensorFlow pruned: dropped oldest first
+
+
+class Request:
+    """One collective of one rank: what it sends, and (once run) what it received or why it failed."""
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        arrays: Sequence[np.ndarray],
+        args: Any = None,
+        local: Any = None,
+        free_first_dim: bool = False,
+    ) -> None:
+        self.name, self.kind, self.arrays = name, kind, [np.asarray(a) for a in arrays]
+        self.args = args  # must agree across ranks (reduce op and scales, root rank)
+        self.local = local  # may differ across ranks (alltoall's splits)
+        self.free_first_dim = free_first_dim  # allgather / alltoall: first dimensions may differ
+        self.key = ""
+        self.done = threading.Event()
+        self.result: list[np.ndarray] = []
+        self.error: str = ""
+
+    def signature(self) -> tuple[Any, ...]:
+        """What every rank must agree on."""
+        shapes = tuple(
+            (a.dtype.str, a.shape[1:] if self.free_first_dim else a.shape, a.ndim) for a in self.arrays
+        )
+        return (self.kind, self.args, shapes)
+
+    def digest(self) -> int:
+        """8 bytes standing for :meth:`signature`."""
+        return int.from_bytes(
+            hashlib.blake2b(repr(self.signature()).encode(), digest_size=8).digest(), "little"
+        )
+
+    def describe(self) -> str:
+        """``float32[3, 4], int64[2]``: the arrays as error messages name them."""
+        return ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.arrays)
+
+
+def mismatch_message(name: str, theirs: list[tuple[str, Any, str, list[str]]]) -> str:
+    """The error every rank raises for a key whose ranks disagree: rank 0 against the first other rank.
+
+    ``theirs[r]`` is rank r's (kind, args, description, dtypes).
+    """
+    kind0, args0, desc0, dtypes0 = theirs[0]
+    for rank, (kind, args, desc, dtypes) in enumerate(theirs[1:], start=1):
+        if kind != kind0:
+            what = f"Mismatched operations: rank 0 did an {kind0}, but rank {rank} did an {kind}"
+        elif args != args0:
+            label = "root ranks" if kind0 == "BROADCAST" else "arguments"
+            what = f"Mismatched {kind0} {label}: rank 0 passed {args0}, but rank {rank} passed {args}"
+        elif dtypes != dtypes0:
+            what = f"Mismatched {kind0} data types: rank 0 sent {desc0}, but rank {rank} sent {desc}"
+        elif desc != desc0:
+            what = f"Mismatched {kind0} tensor shapes: rank 0 sent {desc0}, but rank {rank} sent {desc}"
+        else:
+            continue
+        return (
+            f"{what} (collective {name!r}). Every rank must call the same collectives with the same "
+            "dtypes and shapes."
+        )
+    return f"Mismatched collective {name!r}: the ranks disagree."
+
+
+class Coordinator:
+    """Submits, matches by name, fuses and runs the collectives of this process (see the module)."""
+
+    def __init__(self, world: Any, execute: Callable[[list[Request]], None]) -> None:
+        self.world, self._execute = world, execute
+        self.size = world.size
+        self._cond = threading.Condition()
+        self._new: list[Request] = []  # submitted, not yet announced
+        self._waiting: dict[str, Request] = {}  # announced, not yet run (the thread's own)
+        self._table: dict[str, list[int | None]] = {}  # key -> each rank's digest; same on every rank
+        self._seq: dict[str, int] = {}
+        self._tickets: OrderedDict[int, Request] = OrderedDict()
+        self._next_ticket = 0
+        self._thread: threading.Thread | None = None
+        self._failed = ""
+        if self.size > 1:
+            self.comm = world.comm.Dup()  # the thread's own: never interleaved with the caller's MPI calls
+            self.waiter = world.float_sync().reducer.waiter
+
+    # ---- the callers' side (any thread) ----
+
+    def submit(self, request: Request) -> int:
+        """Queue ``request``; returns its ticket for :meth:`wait` (runs it at once in a job of one)."""
+        with self._cond:
+            seq = self._seq.get(request.name, 0)
+            self._seq[request.name] = seq + 1
+            request.key = f"{request.name}#{seq}"
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._tickets[ticket] = request
+            while len(self._tickets) > MAX_UNCLAIMED:
+                self._tickets.popitem(last=False)
+            if self.size == 1:
+                self._run([request])
+                return ticket
+            if self._failed:
+                request.error = self._failed
+                request.done.set()
+                return ticket
+            self._new.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="tfdist-hvd-coordinator", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return ticket
+
+    def wait(self, ticket: int) -> Request:
+        """The finished request of ``ticket`` (its ``error`` set when the ranks disagreed)."""
+        with self._cond:
+            request = self._tickets.pop(ticket)
+        started = time.monotonic()
+        while not request.done.wait(STALL_WARNING_S):
+            log.warning(
+                "collective %r has waited %.0f s for the other ranks: one of them has not called it "
+                "(a rank-dependent branch, or a rank stuck elsewhere)",
+                request.key,
+                time.monotonic() - started,
+            )
+        return request
+
+    # ---- the thread ----
+
+    def _loop(self) -> None:
+        backoff = 0.0
+        while True:
+            with self._cond:
+                while not self._new and not self._waiting:
+                    self._cond.wait()
+                if not self._new and backoff:
+                    self._cond.wait(backoff)
+                new, self._new = self._new, []
+            try:
+                progressed = self._round(new)
+            except Exception as exc:  # an MPI failure: every waiting op fails instead of hanging
+                self._fail_all(f"the collectives' coordinator failed: {exc!r}")
+                return
+            backoff = 0.0 if progressed else min(max(2 * backoff, 0.0005), 0.02)
+
+    def _round(self, new: list[Request]) -> bool:
+        for request in new:
+            self._waiting[request.key] = request
+        payload = pickle.dumps([(r.key, r.digest()) for r in new])
+        for rank, blob in enumerate(self._allgather_bytes(payload)):
+            for key, digest in pickle.loads(blob):
+                self._table.setdefault(key, [None] * self.size)[rank] = digest
+        ready = [key for key, digests in self._table.items() if None not in digests]
+        if not ready:
+            return False
+        bad = [key for key in ready if len(set(self._table[key])) > 1]
+        for key in ready:
+            del self._table[key]
+        requests = [self._waiting.pop(key) for key in ready]
+        if bad:
+            self._fail_mismatched([r for r in requests if r.key in bad])
+        self._run([r for r in requests if r.key not in bad])
+        return True
+
+    def _run(self, requests: list[Request]) -> None:
+        if not requests:
+            return
+        try:
+            self._execute(requests)
+        except Exception as exc:  # a local failure of one batch (e.g. memory): its ops fail
+            for request in requests:
+                if not request.done.is_set():
+                    request.error = f"{type(exc).__name__}: {exc}"
+        for request in requests:
+            request.done.set()
+
+    def _fail_mismatched(self, requests: list[Request]) -> None:
+        mine = {r.key: (r.kind, r.args, r.describe(), [a.dtype.str for a in r.arrays]) for r in requests}
+        everyone = [pickle.loads(b) for b in self._allgather_bytes(pickle.dumps(mine))]
+        for request in requests:
+            request.error = mismatch_message(request.name, [theirs[request.key] for theirs in everyone])
+            request.done.set()
+
+    def _fail_all(self, message: str) -> None:
+        with self._cond:
+            self._failed = message
+            pending = [*self._waiting.values(), *self._new]
+            self._waiting.clear()
+            self._new.clear()
+        for request in pending:
+            request.error = message
+            request.done.set()
+
+    def _allgather_bytes(self, payload: bytes) -> list[bytes]:
+        """Every rank's bytes (two non-blocking collectives: the lengths, then the bytes)."""
+        mpi = self.world.mpi
+        counts = np.empty(self.size, np.int64)
+        self.waiter.wait(self.comm.Iallgather(np.array([len(payload)], np.int64), counts))
+        data = np.empty(int(counts.sum()), np.uint8)
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        sendbuf = np.frombuffer(payload, np.uint8) if payload else np.empty(0, np.uint8)
+        self.waiter.wait(self.comm.Iallgatherv(sendbuf, [data, counts.tolist(), offsets.tolist(), mpi.BYTE]))
+        return [data[o : o + c].tobytes() for o, c in zip(offsets, counts, strict=True)]
