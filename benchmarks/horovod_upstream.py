@@ -111,7 +111,8 @@ def main() -> int:
         reports = [tmp / "reports" / f"rank{r}.xml" for r in range(args.ranks)]
         if not all(r.is_file() for r in reports):
             raise SystemExit(
-                f"the suite did not finish (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+                f"the suite did not finish (exit {proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
             )
         combined = combine([outcomes(r) for r in reports])
     counts = {s: sum(1 for v in combined.values() if v[0] == s) for s in ("passed", "failed", "skipped")}

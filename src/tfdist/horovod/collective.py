@@ -112,7 +112,7 @@ def run(
         done = runtime.world().coordinator.wait(int(ticket_value))
         if done.error:
             blanks = [
-                np.zeros([0] * max(len(s), 1) if s is None else _blank(s), d.as_numpy_dtype)
+                np.zeros([0] if s is None else _blank(s), d.as_numpy_dtype)
                 for s, d in zip(_ranks(shapes), out_dtypes, strict=True)
             ]
             return [*blanks, np.bytes_(done.error.encode())]

@@ -114,7 +114,9 @@ def _scale(array: np.ndarray, factor: float) -> np.ndarray:
     if factor == 1.0:
         return array
     if np.issubdtype(array.dtype, np.integer):
-        return (array * factor).astype(array.dtype)  # Horovod's integer averages truncate too
+        return (array * factor).astype(array.dtype)  # in float64, truncated: Horovod's integer scaling
+    if array.dtype == np.float16:  # Horovod scales float16 in float32 on CPUs, then rounds once
+        return (array.astype(np.float32) * np.float32(factor)).astype(np.float16)
     return (array * array.dtype.type(factor)).astype(array.dtype)
 
 

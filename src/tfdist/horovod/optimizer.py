@@ -172,7 +172,7 @@ def PartialDistributedOptimizer(
     scale_local_gradients: bool = True,
 ) -> Any:
     """:func:`DistributedOptimizer` whose ``local_layers``' weights keep their own gradients on each rank
-    (divided by the size when ``scale_local_gradients``), as Horovod's Keras ``PartialDistributedOptimizer``."""
+    (divided by the size when ``scale_local_gradients``), as Horovod's Keras optimizer of that name."""
     import keras
 
     if op not in (ops.Average, ops.Sum):
