@@ -84,7 +84,11 @@ def model_and_fit(name, data, fit_kwargs, callbacks=()):
             history = model.fit(data, verbose=0, callbacks=list(callbacks), **kwargs)
     else:
         history = tfdist.fit(model, data, verbose=0, callbacks=list(callbacks), **kwargs)
-    result = {"history": history.history, "epochs": list(history.epoch)}
+    result = {
+        "history": history.history,
+        "epochs": list(history.epoch),
+        "iterations": int(model.optimizer.iterations),
+    }
     for cb in callbacks:
         if isinstance(cb, Recorder):
             result["events"] = cb.events

@@ -41,21 +41,6 @@ def test_keras_callbacks_are_honoured(tmp_path: Path) -> None:
     assert rows[0].startswith("epoch") and len(rows) == 3
 
 
-def test_backup_and_restore_is_refused_with_the_alternative(tmp_path: Path) -> None:
-    import keras
-
-    import tfdist
-
-    with pytest.raises(tfdist.ConfigError, match="checkpoint_dir"):
-        tfdist.fit(
-            compiled(),
-            XY,
-            batch_size=16,
-            epochs=1,
-            callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path))],
-        )
-
-
 def test_strategy_warnings_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     from tfdist.strategy import build_strategy
     from tfdist.strategy.plan import StrategyPlan
