@@ -146,6 +146,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     nproc = args.nproc_per_node
     gpus = args.gpus_per_worker or "1"
+    if args.ray is None and gpus not in ("1", "all"):
+        raise ConfigError(
+            f"argument --gpus-per-worker: invalid choice: {gpus!r} (choose 1 or all; a number of GPUs per "
+            "worker only with --ray)."
+        )
     if nproc is None:
         nproc = 1 if args.cpu or gpus == "all" or args.ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
