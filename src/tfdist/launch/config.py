@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tfdist import backends
 from tfdist.errors import ConfigError
 from tfdist.launch.hosts import check_hosts
+from tfdist.launch.ray_address import check_address
 
 BACKENDS = backends.NAMES
 
@@ -162,8 +163,6 @@ class LaunchConfig:
     def _check_ray(self) -> None:
         if self.ray is None:
             return
-        from tfdist.launch.ray_plan import check_address  # ray_plan builds on this module
-
         check_address(self.ray)
         if self.ray_strategy not in RAY_STRATEGY_CHOICES:
             raise ConfigError(

@@ -13,7 +13,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import TaskSlot, WorkerSpec, plan_workers
 
@@ -169,21 +168,3 @@ def plan_ray_workers(
 
 def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address  # IPv6 in brackets, as TF_CONFIG wants
-
-
-def check_address(address: str) -> str:
-    """``--ray ADDRESS``: ``auto`` (RAY_ADDRESS or this machine's cluster), ``HOST:PORT`` or
-    ``ray://HOST:PORT``.
-
-    Input/Output: ``"10.0.0.1:6379"`` -> same; ``"train.py"`` -> ConfigError naming the form.
-    """
-    text = address.strip()
-    if text == "auto" or text.startswith("ray://"):
-        return text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigError(
-            f"--ray {address!r} is not a Ray address. Hint: --ray HOST:PORT (the head's GCS address, "
-            "as ray start --head prints it), --ray auto, or --ray with no value before another option."
-        )
-    return text
