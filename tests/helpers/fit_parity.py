@@ -102,6 +102,47 @@ def model_and_fit(name, data, fit_kwargs, callbacks=()):
         json.dump(result, f)
 
 
+class InferenceRecorder(keras.callbacks.Callback):
+    """Keras' evaluate / predict hooks: the running logs and each batch's outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = []
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.events.append(["test_end", batch, {k: float(v) for k, v in sorted(logs.items())}])
+
+    def on_test_end(self, logs=None):
+        self.events.append(["test_done", 0, {k: float(v) for k, v in sorted(logs.items())}])
+
+    def on_predict_batch_end(self, batch, logs=None):
+        outputs = np.asarray(logs["outputs"])
+        self.events.append(["predict_end", batch, {"rows": float(len(outputs)), "sum": float(outputs.sum())}])
+
+
+def evaluate_and_predict():
+    """Trained weights, then evaluate and predict with callbacks on 1,000 examples (a partial last batch)."""
+    keras.utils.set_random_seed(3)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+    recorder = InferenceRecorder()
+    if KERAS:
+        model.evaluate(dataset(X, Y), callbacks=[recorder], verbose=0)
+        model.predict(tf.data.Dataset.from_tensor_slices(X).batch(64), callbacks=[recorder], verbose=0)
+    else:
+        tfdist.evaluate(model, dataset(X, Y), callbacks=[recorder])
+        tfdist.predict(model, tf.data.Dataset.from_tensor_slices(X).batch(64), callbacks=[recorder])
+    result = {"history": {}, "epochs": [], "iterations": 0, "events": recorder.events}
+    np.save(os.path.join(OUT, f"inference.rank-{RANK}.weights.npy"), np.zeros(1))
+    with open(os.path.join(OUT, f"inference.rank-{RANK}.json"), "w") as f:
+        json.dump(result, f)
+
+
 def dataset(x, y, batch=64):
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
 
@@ -140,6 +181,7 @@ SCENARIOS = {
         },
         [Recorder(schedule=False)],
     ),
+    "inference": evaluate_and_predict,
 }
 
 for scenario_name, run in SCENARIOS.items():

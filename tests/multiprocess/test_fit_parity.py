@@ -1,7 +1,8 @@
 """tfdist.fit on 2 workers keeps model.fit's promises, compared with Keras' own model.fit in ONE process:
 per-batch hooks (a per-step learning-rate schedule and a logger: the same calls with the same logs), a
 stop from a batch hook (every worker stops at the same step), a partial last batch (1,000 examples,
-global batch 64), class_weight, validation_split, initial_epoch, validation_freq / validation_steps."""
+global batch 64), class_weight, validation_split, initial_epoch, validation_freq / validation_steps, and
+the test / predict hooks of evaluate and predict."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ SCENARIOS = (
     "validation_split",
     "initial_epoch",
     "validation_freq_steps",
+    "inference",  # tfdist.evaluate / tfdist.predict with Keras' test and predict hooks
 )
 TOL = 1e-5
 

@@ -8,6 +8,7 @@ of each global batch, the slices are gathered across replicas and workers and th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from tfdist import context
 from tfdist.errors import ConfigError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
+from tfdist.train.callbacks import chief_filtered, overrides
 from tfdist.train.data import DistributedData, sample_inputs
 from tfdist.train.loop import ensure_built, strategy_of
 from tfdist.train.metrics import MetricSet
@@ -50,32 +52,52 @@ def evaluate(
     steps: int | None = None,
     verbose: int = 0,
     return_dict: bool = False,
+    callbacks: Sequence[Any] = (),
 ) -> Any:
     """Loss and compiled metrics of ``model`` over ``data``, identical on every worker.
 
     ``data`` as in :func:`tfdist.fit` (NumPy ``(x, y)`` with ``batch_size``, a batched dataset of
     ``(x, y[, w])``, or a ``dataset_fn`` with ``steps``). Returns ``[loss, metric…]`` like Keras, or a dict.
+    ``callbacks`` get Keras' test hooks (``on_test_batch_end`` with the running logs, the same on every
+    worker; a results read per batch only when a callback overrides it).
     """
     strategy, sync, batches, sample = _distributed(model, data, batch_size, steps)
     loss_fn, _ = loss_function(model)
     metrics = MetricSet(model, strategy, *sample)
     _, eval_step = make_steps(strategy, model, loss_fn, metrics, None, sync)
+    hooks = _callback_list(model, callbacks, batches.plan.steps_per_epoch)
+    per_batch = any(overrides(cb, ("on_test_batch_end",)) for cb in callbacks)
+    hooks.on_test_begin()
     iterator, local = batches.epoch(0), None
-    for _ in range(batches.plan.steps_per_epoch):
+    for batch in range(batches.plan.steps_per_epoch):
+        hooks.on_test_batch_begin(batch)
         out = eval_step(next(iterator))
         local = out if local is None else local + out
+        if per_batch:
+            hooks.on_test_batch_end(batch, metrics.logs(np.asarray(sync.reduce_totals(local))[:-1]))
     totals = np.asarray(sync.reduce_totals(local))[:-1] if local is not None else np.zeros(metrics.width)
     logs = metrics.logs(totals)
+    if not per_batch:
+        hooks.on_test_batch_end(batches.plan.steps_per_epoch - 1, logs)
+    hooks.on_test_end(logs)
     if verbose and context.current().environment.is_chief:
         print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
     return logs if return_dict else list(logs.values())
 
 
-def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int | None = None) -> np.ndarray:
+def predict(
+    model: Any,
+    data: Any,
+    *,
+    batch_size: int | None = None,
+    steps: int | None = None,
+    callbacks: Sequence[Any] = (),
+) -> np.ndarray:
     """``model``'s outputs for every example of ``data``, once, in order, on every worker.
 
     ``data``: NumPy ``x`` with ``batch_size``, or a batched dataset of ``x`` (or of ``(x, y)``; ``y`` is
-    ignored). Single-output models.
+    ignored). Single-output models. ``callbacks`` get Keras' predict hooks: ``on_predict_batch_end(batch,
+    {"outputs": ...})`` with the global batch's outputs (padding left out), the same on every worker.
     """
     import tensorflow as tf
 
@@ -88,13 +110,26 @@ def predict(model: Any, data: Any, *, batch_size: int | None = None, steps: int 
         outputs = strategy.run(lambda v: model(v, training=False), args=(x,))
         return strategy.gather(outputs, axis=0), strategy.gather(s, axis=0)
 
+    hooks = _callback_list(model, callbacks, batches.plan.steps_per_epoch)
+    hooks.on_predict_begin()
     iterator, parts = batches.epoch(0), []
-    for _ in range(batches.plan.steps_per_epoch):
+    for batch in range(batches.plan.steps_per_epoch):
+        hooks.on_predict_batch_begin(batch)
         outputs, weights = (np.asarray(t) for t in predict_step(next(iterator)))
         # Process-level ranks each predicted their slice of the global batch: joined in rank order.
         outputs, weights = sync.allgather(outputs), sync.allgather(weights)
         parts.append(outputs[weights > 0])
+        hooks.on_predict_batch_end(batch, {"outputs": parts[-1]})
+    hooks.on_predict_end()
     return np.concatenate(parts, axis=0)
+
+
+def _callback_list(model: Any, callbacks: Sequence[Any], steps: int) -> Any:
+    """Keras' CallbackList over the user's callbacks (the chief-only ones on the chief only)."""
+    from keras.callbacks import CallbackList
+
+    kept = chief_filtered(callbacks, context.current().environment.is_chief)
+    return CallbackList(kept, model=model, epochs=1, steps=steps, verbose=0)
 
 
 def _with_dummy_labels(data: Any) -> Any:
