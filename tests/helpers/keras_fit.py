@@ -7,6 +7,7 @@ usage: keras_fit.py OUT [--shared DIR]   (DIR: where every worker points its fil
 import argparse
 import json
 import os
+import typing
 
 import keras
 import numpy as np
@@ -21,6 +22,14 @@ parser.add_argument("--shuffle", action="store_true", help="shuffle the training
 parser.add_argument("--plain", action="store_true", help="no stateful callbacks (EarlyStopping, LR changes)")
 parser.add_argument(
     "--crash-at-epoch", type=int, default=None, help="last worker exits there, first attempt only"
+)
+parser.add_argument(
+    "--adam", action="store_true", help="Adam (optimizer state a resume must restore), not SGD"
+)
+parser.add_argument(
+    "--read-rate",
+    action="store_true",
+    help="float(model.optimizer.learning_rate) in a callback (needs the fix)",
 )
 args = parser.parse_args()
 
@@ -44,7 +53,7 @@ with strategy.scope():
         [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
     )
     model.compile(
-        optimizer=keras.optimizers.SGD(0.1),
+        optimizer=keras.optimizers.Adam(0.01) if args.adam else keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=1, name="top1")],
         steps_per_execution=args.steps_per_execution,
@@ -60,7 +69,16 @@ class CrashOnce(keras.callbacks.Callback):
             os._exit(3)
 
 
-callbacks = [keras.callbacks.TerminateOnNaN(), CrashOnce()]
+class RateReader(keras.callbacks.Callback):
+    """Reads the learning rate as per-step schedules and loggers do: float() of the optimizer's variable."""
+
+    rates: typing.ClassVar[list] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.rates.append(float(self.model.optimizer.learning_rate))
+
+
+callbacks = [keras.callbacks.TerminateOnNaN(), CrashOnce(), *([RateReader()] if args.read_rate else [])]
 if not args.plain:
     callbacks += [
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
@@ -90,6 +108,7 @@ with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
             "history": history.history,
             "evaluate": evaluation,
             "lr": float(model.optimizer.learning_rate.numpy()),
+            "rates_read_in_callback": RateReader.rates,
         },
         f,
     )

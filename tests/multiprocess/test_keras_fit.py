@@ -101,8 +101,10 @@ def test_without_the_fix_keras_fails_as_upstream_does(tmp_path: Path) -> None:
 
 
 def test_backup_and_restore_resumes_every_worker_from_the_chiefs_backup(tmp_path: Path) -> None:
+    """A worker killed at the start of epoch 3: the restarted job resumes from the chief's backup (Adam:
+    its slots are in Keras' backup) and ends at the uninterrupted run's weights."""
     reference = tmp_path / "single"
-    run_single(reference, "--plain", "--epochs", "3")
+    run_single(reference, "--plain", "--epochs", "3", "--adam")
     shared = tmp_path / "shared"
     shared.mkdir()
     proc = run_launch(
@@ -115,6 +117,8 @@ def test_backup_and_restore_resumes_every_worker_from_the_chiefs_backup(tmp_path
         str(shared),
         "--crash-at-epoch",
         "2",
+        "--adam",
+        "--read-rate",
         extra=("--max-restarts", "1"),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -123,6 +127,7 @@ def test_backup_and_restore_resumes_every_worker_from_the_chiefs_backup(tmp_path
         weights, info, _ = results(tmp_path / "out", rank)
         np.testing.assert_allclose(weights, results(reference, 0)[0], atol=TOL, rtol=0)
         assert len(info["history"]["loss"]) == 1  # the restarted fit ran only the epoch that was lost
+        assert info["rates_read_in_callback"] == [pytest.approx(0.01)]  # float() of a mirrored variable
 
 
 def test_steps_per_execution_is_refused_with_its_fix(tmp_path: Path) -> None:
