@@ -312,3 +312,23 @@ def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path:
     grew = (peak_rss - rss) / 2**20
     print(f"rendezvous process: {threads} -> {peak_threads} threads, RSS {rss / 2**20:.1f} MiB + {grew:.2f}")
     assert peak_threads == threads and peak_rss - rss < 16 * 2**20
+
+
+@pytest.mark.slow
+def test_a_horovod_keras_script_across_two_hosts_equals_one_process(hosts: None, tmp_path: Path) -> None:
+    """horovodrun -np 2 -H node1:1,node2:1 train.py, as tfdist runs it: the same command on each host."""
+    script = str(HELPERS / "hvd_keras.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single), "--batch", "64", "--lr-ranks", "2")
+    received = received_bytes("tfdr", "node2")
+    results = on_every_host(2, tmp_path, "--backend", "horovod", "-n", "1", script, str(out))
+    for code, output in results:
+        assert code == 0, output[-3000:]
+    assert "for this job `import horovod` gives tfdist's implementation" in results[1][1]
+    assert received_bytes("tfdr", "node2") - received > 30_000  # rank 1 on node2 talked over the switch
+    reference = np.load(single / "rank0.npz")
+    for rank in range(2):
+        weights = np.load(out / f"rank{rank}.npz")
+        assert max(float(np.abs(weights[k] - reference[k]).max()) for k in reference.files) <= 1e-5
