@@ -47,7 +47,12 @@ def register(sub: Any) -> None:
         default="spread",
         help="with --ray: spread the workers over the nodes (default), pack them, or strict-spread",
     )
-    p.add_argument("--nnodes", type=integer, default=1, help="number of nodes (run the same command on each)")
+    p.add_argument(
+        "--nnodes",
+        default="1",
+        metavar="N|MIN:MAX",
+        help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",
+    )
     p.add_argument("--node-rank", type=integer, default=0, help="index of this node, 0..nnodes-1")
     p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
     p.add_argument("--hostfile", default=None, help="file with one node address per line")
@@ -59,6 +64,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--rdzv-timeout", type=seconds, default=300.0, help="seconds to wait for every node (default 300)"
+    )
+    p.add_argument(
+        "--rdzv-last-call",
+        type=seconds,
+        default=None,
+        metavar="S",
+        help="with --nnodes MIN:MAX: seconds a round with MIN nodes waits for more (default 10)",
     )
     p.add_argument(
         "--rdzv-token",
@@ -158,7 +170,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         command=command,
         nproc_per_node=nproc,
         # With --rdzv the nodes are known after the meeting; until then the options are checked as one node's.
-        nnodes=1 if args.rdzv else args.nnodes,
+        nnodes=1 if args.rdzv else _fixed_nnodes(args.nnodes),
         node_rank=args.node_rank,
         hosts=_hosts(args),
         base_port=args.base_port,
@@ -195,23 +207,39 @@ def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"ray": args.ray, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
-def _check_rdzv_flags(args: argparse.Namespace) -> None:
+def _fixed_nnodes(text: str) -> int:
+    """``--nnodes`` without --rdzv: one number (a range needs a rendezvous to meet again)."""
+    from tfdist.launch.elastic import parse_nnodes
+
+    nodes = parse_nnodes(text)
+    if nodes.elastic:
+        raise ConfigError(
+            f"--nnodes={text}: a range of nodes needs --rdzv HOST:PORT (the nodes still there meet again "
+            "after a failure). Hint: add --rdzv, or give one number with --hosts."
+        )
+    return nodes.low
+
+
+def _check_rdzv_flags(args: argparse.Namespace) -> Any:
+    """The node range of a --rdzv launch, after the flags that --rdzv replaces were checked."""
+    from tfdist.launch.elastic import parse_nnodes
+
     if args.hosts or args.hostfile or args.node_rank or args.base_port is not None:
         raise ConfigError(
             "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
             "--base-port (or drop --rdzv)."
         )
-    if args.nnodes < 1:
-        raise ConfigError(f"--nnodes={args.nnodes} must be at least 1.")
+    nodes = parse_nnodes(args.nnodes)
+    if args.rdzv_last_call is not None and not args.rdzv_last_call >= 0:
+        raise ConfigError(f"--rdzv-last-call={args.rdzv_last_call} must be 0 or more seconds.")
+    return nodes
 
 
-def _meet(args: argparse.Namespace, config: Any) -> Any:
-    """``config`` with the nodes, this node's rank and the ports agreed at the ``--rdzv`` endpoint."""
-    from dataclasses import replace
-
-    from tfdist.launch.logs import console_print
+def _meeting(args: argparse.Namespace, config: Any, nodes: Any) -> Any:
+    """The ``--rdzv`` membership of this node (met at the start and again after each failure)."""
     from tfdist.launch.preflight import preflight
-    from tfdist.launch.rendezvous import RendezvousSpec, job_digest, rendezvous
+    from tfdist.launch.rendezvous import Rendezvous, RendezvousSpec, job_digest
+    from tfdist.launch.rendezvous.server import LAST_CALL_S
 
     spec = RendezvousSpec(args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file)
     preflight(config)  # a missing script fails here, not after every node waited for this one
@@ -221,12 +249,29 @@ def _meet(args: argparse.Namespace, config: Any) -> Any:
         "backend": config.backend,
         "ps": config.ps,
         "chief": config.chief,
-        "nnodes": args.nnodes,
+        "nnodes": str(nodes),
+        "max_restarts": config.max_restarts,
     }
-    command = " ".join(config.command)
-    assignment = rendezvous(
-        spec, args.nnodes, config.nproc_per_node, config.tasks_per_node, command, job_digest(shared)
+    last_call = LAST_CALL_S if args.rdzv_last_call is None else args.rdzv_last_call
+    return Rendezvous(
+        spec,
+        (nodes.low, nodes.high),
+        config.nproc_per_node,
+        config.tasks_per_node,
+        " ".join(config.command),
+        job_digest(shared),
+        restarts=config.max_restarts,
+        last_call=last_call,
     )
+
+
+def _meet(meeting: Any, config: Any) -> Any:
+    """``config`` with the nodes, this node's rank and the ports agreed at the next round."""
+    from dataclasses import replace
+
+    from tfdist.launch.logs import console_print
+
+    assignment = meeting.meet()
     console_print(f"tfdist launch: {assignment.summary()}")
     return replace(
         config,
@@ -242,10 +287,17 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.launch import launch
     from tfdist.launch.logs import console_print
 
-    if args.rdzv:
-        _check_rdzv_flags(args)
-    config = _meet(args, config_from_args(args)) if args.rdzv else config_from_args(args)
-    result = launch(config)
+    if not args.rdzv:
+        result = launch(config_from_args(args))
+    else:
+        nodes = _check_rdzv_flags(args)
+        base = config_from_args(args)
+        meeting = _meeting(args, base, nodes)
+        try:
+            # Every restart meets again: the nodes still there (and any new ones, up to MAX) form the job.
+            result = launch(_meet(meeting, base), rejoin=lambda _attempt: _meet(meeting, base))
+        finally:
+            meeting.close()
     if result.exit_code == 0:
         console_print(
             f"tfdist launch: all workers finished in {result.duration_s:.1f} s "

@@ -7,7 +7,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -236,12 +236,19 @@ def _report(failure: FailureInfo, final: bool) -> None:
     console_print("\n".join(lines))
 
 
-def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bool = False) -> RunResult:
+def launch(
+    config: LaunchConfig,
+    command: Sequence[str] | None = None,
+    check: bool = False,
+    rejoin: Callable[[int], LaunchConfig] | None = None,
+) -> RunResult:
     """Run ``command`` on every worker described by ``config``; supervise, restart and report.
 
     Returns a RunResult whose ``exit_code`` is 0 on success, the first failure's code (128+signal for a
     signal, 124 for a hang or timeout) otherwise. With ``check=True`` a job that ends with a worker's
     failure raises :class:`tfdist.errors.WorkerFailedError` instead (like ``subprocess.run(check=True)``).
+    ``rejoin(attempt)``: before each restart, the nodes of the job as they meet again (a rendezvous
+    round): its node count, this node's rank, the hosts and their ports replace ``config``'s.
     """
     if command is not None:
         config = replace(config, command=tuple(command))
@@ -254,7 +261,6 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
     gpus = visible_gpus(os.environ) if not config.cpu else []
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cores = len(cpu_ids) or os.cpu_count() or 1
-    auto_ports = config.nnodes == 1 and config.base_port is None
     mpiexec, flavour = machine.mpiexec, machine.mpi_flavour
     base_env: Mapping[str, str] = os.environ
     if machine.horovod_shim:
@@ -273,6 +279,9 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
     attempt, budget = 0, Budget()
     try:
         while True:
+            if attempt and rejoin is not None:
+                config = _regroup(config, rejoin(attempt))
+            auto_ports = config.nnodes == 1 and config.base_port is None
             if placement is not None:
                 specs = placement.plan(config, run_dir=run_dir, attempt=attempt, base_env=base_env)
             elif mpiexec:
@@ -334,6 +343,18 @@ def launch(config: LaunchConfig, command: Sequence[str] | None = None, check: bo
         signals.restore()
         if placement is not None:
             placement.close()
+
+
+def _regroup(config: LaunchConfig, met: LaunchConfig) -> LaunchConfig:
+    """``config`` with the nodes of a new rendezvous round (the rest, as ``launch`` adjusted it, kept)."""
+    if met.nnodes != config.nnodes:
+        console_print(
+            f"tfdist launch: the job goes on with {met.nnodes} node(s) instead of {config.nnodes} "
+            f"({met.nnodes * config.nproc_per_node} workers; the script's global batch is unchanged)."
+        )
+    return replace(
+        config, nnodes=met.nnodes, node_rank=met.node_rank, hosts=met.hosts, node_ports=met.node_ports
+    )
 
 
 def _ray_placement(config: LaunchConfig) -> Any:

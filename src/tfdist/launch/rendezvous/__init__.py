@@ -20,7 +20,7 @@ from tfdist.errors import ConfigError
 from tfdist.launch.ports import free_ports
 from tfdist.launch.rendezvous import client
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -130,39 +130,102 @@ def _write_secret(path: str, token: str) -> None:
     os.replace(tmp, path)
 
 
-def rendezvous(
-    spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
-) -> Assignment:
-    """Meet the other ``nnodes - 1`` nodes at the endpoint and return this node's assignment."""
-    deadline = time.monotonic() + spec.timeout
-    serving = serves(spec.host)
-    token = _token(spec, serving, deadline) if serving else None
-    if serving:
+class Rendezvous:
+    """This node's membership of a job formed at ``--rdzv``: :meth:`meet` once at the start and again
+    after every failure (a new round: the nodes still there, and any that joined since, up to the most).
+
+    The node that ``HOST`` names serves the endpoint for the whole job (its launcher's daemon thread);
+    each node holds the connection of its last round open, which tells the server it is alive.
+    """
+
+    def __init__(
+        self,
+        spec: RendezvousSpec,
+        nodes: tuple[int, int],
+        nproc: int,
+        tasks: int,
+        command: str,
+        digest: str,
+        *,
+        restarts: int = 0,
+        last_call: float = LAST_CALL_S,
+    ) -> None:
+        """``nodes``: the fewest and the most nodes of a round; ``restarts``: rounds after the first."""
+        self.spec, self.nodes, self.nproc, self.tasks = spec, nodes, nproc, tasks
+        self.command, self.digest = command, digest
+        self.restarts, self.last_call = restarts, last_call
+        self.serving = serves(spec.host)
+        self.token: str | None = None
+        self.held: list[socket.socket] = []
+        self.server: RendezvousServer | None = None
+
+    def meet(self) -> Assignment:
+        """The next round's assignment (ConfigError with one line when it does not form in time)."""
+        deadline = time.monotonic() + self.spec.timeout
+        if self.serving and self.token is None:
+            self.token = _token(self.spec, True, deadline)
+            self.server = self._serve(self.token)
+        request = JoinRequest(
+            name=socket.gethostname(),
+            nproc=self.nproc,
+            command=self.command,
+            digest=self.digest,
+            ports=tuple(free_ports(self.tasks, host="")),  # every interface: peers reach them remotely
+            pid=os.getpid(),
+        )
+
+        def secret() -> str:
+            if self.token is None:
+                self.token = _token(self.spec, False, deadline)
+            return self.token
+
+        previous, self.held = self.held, []
+        try:
+            return client.join(
+                self.spec.host,
+                self.spec.port,
+                secret,
+                request,
+                max(0.1, deadline - time.monotonic()),
+                hold=self.held if self.restarts else None,
+            )
+        finally:
+            for sock in previous:  # after the new join was sent: the server never sees this node absent
+                sock.close()
+
+    def _serve(self, token: str) -> RendezvousServer | None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind(("0.0.0.0", spec.port))  # every interface: peers reach it by the network address
+            listener.bind(("0.0.0.0", self.spec.port))  # every interface: peers reach it by its address
             listener.listen(128)
-            RendezvousServer(listener, str(token), nnodes, spec.timeout, spec.endpoint).start()
+            return RendezvousServer(
+                listener,
+                token,
+                self.nodes[1],
+                self.spec.timeout,
+                self.spec.endpoint,
+                min_nodes=self.nodes[0],
+                rounds=1 + self.restarts,
+                last_call=self.last_call,
+            ).start()
         except OSError:
             # Taken: another job's rendezvous (the join below is told so) or another program.
             listener.close()
-    request = JoinRequest(
-        name=socket.gethostname(),
-        nproc=nproc,
-        command=command,
-        digest=digest,
-        ports=tuple(free_ports(tasks, host="")),  # every interface: peers reach them remotely
-        pid=os.getpid(),
-    )
-    known: list[str] = [token] if token else []
+            return None
 
-    def secret() -> str:
-        if not known:
-            known.append(_token(spec, False, deadline))
-        return known[0]
-
-    return client.join(spec.host, spec.port, secret, request, max(0.1, deadline - time.monotonic()))
+    def close(self) -> None:
+        """Leave the job: the server stops counting this node."""
+        for sock in self.held:
+            sock.close()
+        self.held = []
 
 
-__all__ = ["Assignment", "RendezvousSpec", "job_digest", "parse_endpoint", "rendezvous"]
+def rendezvous(
+    spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
+) -> Assignment:
+    """Meet the other ``nnodes - 1`` nodes at the endpoint once and return this node's assignment."""
+    return Rendezvous(spec, (nnodes, nnodes), nproc, tasks, command, digest).meet()
+
+
+__all__ = ["Assignment", "Rendezvous", "RendezvousSpec", "job_digest", "parse_endpoint", "rendezvous"]

@@ -3,6 +3,7 @@ wait for the assignment."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -33,11 +34,20 @@ def _read_line(sock: socket.socket, deadline: float) -> bytes:
     return bytes(buffer.split(b"\n", 1)[0])
 
 
-def join(host: str, port: int, token: Callable[[], str], request: JoinRequest, timeout: float) -> Assignment:
+def join(
+    host: str,
+    port: int,
+    token: Callable[[], str],
+    request: JoinRequest,
+    timeout: float,
+    hold: list[socket.socket] | None = None,
+) -> Assignment:
     """This node's assignment from the rendezvous at ``host:port`` (ConfigError with one line otherwise).
 
     ``token`` is asked for only once the endpoint answered: an unreachable endpoint is reported as such,
-    not as a missing token file (which the serving node writes before it serves)."""
+    not as a missing token file (which the serving node writes before it serves). With ``hold``, the
+    connection that brought the assignment stays open and is appended there: while it is open the server
+    counts this node as alive, and a later round waits for it."""
     endpoint = f"{host}:{port}"
     deadline = time.monotonic() + timeout
     join_body = {
@@ -51,9 +61,11 @@ def join(host: str, port: int, token: Callable[[], str], request: JoinRequest, t
     answered = False
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(
+            sock = socket.create_connection(
                 (host, port), timeout=min(5.0, max(0.1, deadline - time.monotonic()))
-            ) as sock:
+            )
+            with contextlib.ExitStack() as closing:
+                closing.callback(sock.close)
                 hello = protocol.decode(_read_line(sock, deadline))
                 answered = True
                 if hello.get("hello") != protocol.VERSION or not isinstance(hello.get("nonce"), str):
@@ -63,6 +75,9 @@ def join(host: str, port: int, token: Callable[[], str], request: JoinRequest, t
                 message = {"join": join_body, "mac": protocol.mac(token(), hello["nonce"], join_body)}
                 sock.sendall(protocol.encode(message))
                 reply = protocol.decode(_read_line(sock, deadline + 5.0))
+                if hold is not None and "assignment" in reply:
+                    closing.pop_all()  # kept open: the server's sign that this node lives
+                    hold.append(sock)
         except socket.gaierror:
             raise ConfigError(
                 f"--rdzv {endpoint}: host {host!r} does not resolve on {request.name}. Hint: the endpoint "

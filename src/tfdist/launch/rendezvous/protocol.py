@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,6 +67,8 @@ class Assignment:
     ports: tuple[tuple[int, ...], ...]
     nproc: int
     endpoint: str
+    #: Which formation of the job this is: 0 at the start, one more at every restart that met again.
+    round: int = 0
 
     @property
     def nnodes(self) -> int:
@@ -81,9 +83,10 @@ class Assignment:
                 zip(self.names, self.addresses, self.ports, strict=True)
             )
         )
+        again = f" (round {self.round})" if self.round else ""
         return (
-            f"job of {self.nnodes} node(s) x {self.nproc} worker(s) formed at {self.endpoint} (node ranks by "
-            f"host name): {nodes}"
+            f"job of {self.nnodes} node(s) x {self.nproc} worker(s) formed at {self.endpoint}{again} (node "
+            f"ranks by host name): {nodes}"
         )
 
     def to_dict(self, node_rank: int) -> dict[str, Any]:
@@ -102,6 +105,7 @@ class Assignment:
             ports=tuple(tuple(int(p) for p in ports) for ports in data["ports"]),
             nproc=int(data["nproc"]),
             endpoint=str(data["endpoint"]),
+            round=int(data.get("round", 0)),
         )
 
 
@@ -158,7 +162,36 @@ def mismatch(first: JoinRequest, other: JoinRequest) -> str | None:
     return None
 
 
-def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str) -> Assignment:
+def ready(
+    joined: Collection[str],
+    live_members: Collection[str],
+    min_nodes: int,
+    max_nodes: int,
+    waited: float,
+    last_call: float,
+) -> bool:
+    """Whether the nodes ``joined`` so far form the next round of the job now.
+
+    ``live_members``: the nodes of the previous round whose launchers still hold their connection to the
+    server (empty before the first round); ``waited``: seconds since the first node of this round joined.
+    A round forms at once with ``max_nodes``, or with at least ``min_nodes`` when every live member of
+    the previous round is back (survivors of a failure do not wait out a timeout), else after
+    ``last_call`` seconds with at least ``min_nodes`` (a cut node holds its connection but never comes).
+
+    Input/Output: ``(["a", "b"], ["a", "b", "c"], 2, 3, 1.0, 10.0)`` -> False (c still holds on);
+    ``(["a", "b"], ["a", "b"], 2, 3, 0.0, 10.0)`` -> True (c is gone, a and b are back).
+    """
+    count = len(set(joined))
+    if count >= max_nodes:
+        return True
+    if count < min_nodes:
+        return False
+    if live_members and set(live_members) <= set(joined):
+        return True
+    return waited >= last_call
+
+
+def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str, round_: int = 0) -> Assignment:
     """Ranks for the nodes that arrived (each with the address the server saw it connect from): by host
     name, then address, so the same nodes get the same ranks whatever order they arrive in.
 
@@ -179,6 +212,7 @@ def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str) -> Assign
         ports=tuple(r.ports for r, _ in ordered),
         nproc=ordered[0][0].nproc,
         endpoint=endpoint,
+        round=round_,
     )
 
 

@@ -26,6 +26,24 @@ log = get_logger(__name__)
 MAX_CONNECTIONS = 64
 #: Seconds a connection has to send an authenticated join (a stranger holding one open is closed then).
 HANDSHAKE_S = 5.0
+#: Seconds a round with enough nodes (elastic) waits for more before it forms without them.
+LAST_CALL_S = 10.0
+
+
+#: TCP keep-alive on a member's connection: a node whose link is cut is found gone after about
+#: ``idle + interval * probes`` seconds, without a heartbeat in the protocol.
+KEEPALIVE = (2, 1, 3)
+
+
+def _keepalive(sock: socket.socket) -> None:
+    idle, interval, probes = KEEPALIVE
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+    except (OSError, AttributeError):  # not Linux: a cut node is then waited for until the last call
+        pass
 
 
 @dataclass
@@ -42,11 +60,30 @@ class RendezvousServer:
     """Waits for ``nnodes`` nodes presenting ``token``, then sends each its :class:`Assignment`."""
 
     def __init__(
-        self, listener: socket.socket, token: str, nnodes: int, timeout: float, endpoint: str
+        self,
+        listener: socket.socket,
+        token: str,
+        nnodes: int,
+        timeout: float,
+        endpoint: str,
+        *,
+        min_nodes: int | None = None,
+        rounds: int = 1,
+        last_call: float = LAST_CALL_S,
     ) -> None:
+        """``nnodes`` is the most nodes a round takes, ``min_nodes`` the fewest (elastic when fewer);
+        ``rounds``: how many times the job may form (1 + its restarts); ``last_call``: seconds a round
+        with at least ``min_nodes`` waits for more (see :func:`protocol.ready`)."""
         self.listener, self.token, self.nnodes, self.endpoint = listener, token, nnodes, endpoint
+        self.min_nodes = min_nodes or nnodes
+        self.rounds, self.last_call = rounds, last_call
+        self.round = 0
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
+        self.first_join: float | None = None  # when the first node of the round being formed arrived
+        # The formed round's nodes, each holding its connection open while its launcher lives (a node
+        # whose connection closes is gone: the next round does not wait for it).
+        self.members: dict[str, _Conn] = {}
         self.selector = selectors.DefaultSelector()
         self.conns: dict[int, _Conn] = {}
         self.joined: dict[str, _Conn] = {}  # by node name
@@ -115,7 +152,7 @@ class RendezvousServer:
             self._close(conn)
             return
         if conn.request is not None:
-            return  # a joined node has nothing more to say; ignore extra bytes
+            return  # a joined node (or a member) has nothing more to say; ignore extra bytes
         conn.buffer += data
         if b"\n" not in conn.buffer:
             if len(conn.buffer) > protocol.MAX_MESSAGE:
@@ -132,7 +169,7 @@ class RendezvousServer:
         self._join(conn, request)
 
     def _join(self, conn: _Conn, request: JoinRequest) -> None:
-        if self.formed is not None:
+        if self.formed is not None and self.round >= self.rounds:
             self._reply(
                 conn,
                 {
@@ -158,15 +195,27 @@ class RendezvousServer:
             return
         conn.request = request
         conn.deadline = float("inf")
+        if not self.joined and self.formed is not None:  # the first node back after a failure
+            self.first_join = time.monotonic()
+            self.deadline = self.first_join + self.timeout
+        elif self.first_join is None:
+            self.first_join = time.monotonic()
         self.joined[request.name] = conn
         log.debug("node %s joined from %s (%d/%d)", request.name, conn.address, len(self.joined), self.nnodes)
-        if len(self.joined) == self.nnodes:
+        self._maybe_form()
+
+    def _maybe_form(self) -> None:
+        if not self.joined or self.first_join is None:
+            return
+        live = list(self.members)
+        waited = time.monotonic() - self.first_join
+        if protocol.ready(self.joined, live, self.min_nodes, self.nnodes, waited, self.last_call):
             self._form()
 
     def _form(self) -> None:
         members = [(c.request, c.address) for c in self.joined.values() if c.request is not None]
         try:
-            assignment = protocol.assign(members, self.endpoint)
+            assignment = protocol.assign(members, self.endpoint, self.round)
             problem = protocol.loopback_among_remote(assignment)
         except ConfigError as exc:
             problem = str(exc)
@@ -177,42 +226,68 @@ class RendezvousServer:
             self.joined.clear()
             return
         self.formed = assignment
+        keep = self.round + 1 < self.rounds  # another round may follow: members hold their connections
+        old_members, self.members = self.members, {}
         for conn in list(self.joined.values()):
             assert conn.request is not None
             rank = assignment.names.index(conn.request.name)
-            self._reply(conn, {"assignment": assignment.to_dict(rank)})
+            if keep:
+                self._send(conn, {"assignment": assignment.to_dict(rank)})
+                _keepalive(conn.sock)
+                self.members[conn.request.name] = conn
+            else:
+                self._reply(conn, {"assignment": assignment.to_dict(rank)})
         self.joined.clear()
+        for conn in old_members.values():
+            if conn.request is not None and self.members.get(conn.request.name) is not conn:
+                self._close(conn)  # the node's connection of the round before (it rejoined on a new one)
+        self.round += 1
+        self.first_join = None
 
     def _expire(self) -> None:
         now = time.monotonic()
         for conn in [c for c in self.conns.values() if c.deadline < now]:
             self.rejected += 1
             self._close(conn)
-        if self.formed is None and self.failed is None and now > self.deadline:
+        self._maybe_form()  # an elastic round whose last call ran out
+        waiting = self.formed is None or bool(self.joined)
+        if waiting and self.failed is None and now > self.deadline:
             arrived = sorted(self.joined)
-            missing = self.nnodes - len(arrived)
-            self.failed = (
-                f"only {len(arrived)} of {self.nnodes} node(s) arrived at the rendezvous {self.endpoint} "
-                f"within {self.timeout:g} s ({', '.join(arrived) or 'none'}); {missing} missing. Hint: start "
-                "the same command on every node, or raise --rdzv-timeout."
+            missing = self.min_nodes - len(arrived)
+            gone = sorted(set(self.formed.names) - set(arrived)) if self.formed is not None else []
+            which = f" ({', '.join(gone)} of the last round)" if gone else ""
+            wanted = f"{self.min_nodes}" if self.min_nodes == self.nnodes else f"at least {self.min_nodes}"
+            problem = (
+                f"only {len(arrived)} of {wanted} node(s) arrived at the rendezvous {self.endpoint} "
+                f"within {self.timeout:g} s ({', '.join(arrived) or 'none'}); {missing} missing{which}. "
+                "Hint: start the same command on every node, or raise --rdzv-timeout."
             )
+            if self.formed is None:
+                self.failed = problem  # the job never formed: later joiners are told the same
             for conn in list(self.joined.values()):
-                self._reply(conn, {"error": self.failed})
+                self._reply(conn, {"error": problem})
             self.joined.clear()
+            self.first_join = None
 
     def _reply(self, conn: _Conn, message: dict[str, object]) -> None:
+        self._send(conn, message)
+        self._close(conn)
+
+    def _send(self, conn: _Conn, message: dict[str, object]) -> None:
         try:
             conn.sock.setblocking(True)
             conn.sock.settimeout(2.0)  # a peer that does not read its answer is dropped, not waited for
             conn.sock.sendall(protocol.encode(message))
+            conn.sock.setblocking(False)
         except OSError:
             pass
-        self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
         self.conns.pop(conn.sock.fileno(), None)
         if conn.request is not None and self.joined.get(conn.request.name) is conn:
             del self.joined[conn.request.name]  # a joined node that went away is no longer counted
+        if conn.request is not None and self.members.get(conn.request.name) is conn:
+            del self.members[conn.request.name]  # a member that went away: the next round goes on without it
         try:
             self.selector.unregister(conn.sock)
         except (KeyError, ValueError):
