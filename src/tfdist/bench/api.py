@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -12,16 +13,21 @@ from typing import Any
 
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
+from tfdist.bench.linkreport import describe, link_of, probe_pairs
+from tfdist.bench.linkreport import diagnosis as link_diagnosis
 from tfdist.bench.plan import (
     LOCAL,
     BenchPlan,
+    Command,
     RunSpec,
     command_for,
+    node_commands,
+    on_node,
     plan_bench,
     program_for,
 )
 from tfdist.bench.preflight import preflight
-from tfdist.bench.runner import Finished, RunFailed, run_command
+from tfdist.bench.runner import Finished, RunFailed, run_all, run_commands
 from tfdist.bench.stats import Sample, combine_copies, common_window, sample_from_summary, summarize
 
 
@@ -44,19 +50,29 @@ class Bench:
         self.machine = machine()
         self.plan: BenchPlan = plan_bench(config, cores=self.machine["cores"], gpus=self.machine["gpus"])
         self.out = Path(config.out)
+        self._runs = 0
+        self.links: list[dict[str, Any]] = []
         preflight(config, self.plan)
 
     def _command(self, spec: RunSpec, name: str, mode: str = "train", program: tuple[str, ...] = ()) -> Any:
+        """The commands of one run: one, or one per node when the bench runs across nodes."""
         run_dir = str(self.out / "runs" / name)
-        return command_for(
-            spec,
-            program or program_for(spec, self.config, run_dir, mode),
-            python=sys.executable,
-            threads=self.plan.threads,
-            gpus=self.machine["gpus"],
-            run_dir=run_dir,
-            log_path=str(self.out / "logs" / f"{name}.log"),
-            timeout=self.config.run_timeout,
+        kw: dict[str, Any] = {
+            "python": sys.executable,
+            "threads": self.plan.threads,
+            "gpus": self.machine["gpus"],
+            "run_dir": run_dir,
+            "log_path": str(self.out / "logs" / f"{name}.log"),
+            "timeout": self.config.run_timeout,
+        }
+        program = program or program_for(spec, self.config, run_dir, mode)
+        if not self.config.hosts:
+            return (command_for(spec, program, **kw),)
+        # A new port range per run: a port the previous run's peers just closed may still be taken.
+        self._runs += 1
+        port = self.config.base_port + (self._runs % 90) * 10
+        return node_commands(
+            spec, program, hosts=self.config.hosts, on_host=self.config.on_host, port=port, **kw
         )
 
     def _sample(self, finished: Finished) -> Sample:
@@ -83,31 +99,33 @@ class Bench:
             for spec in self.plan.order(repeat):
                 done += 1
                 self.say(f"[{done}/{total}] {spec.name} (repeat {repeat + 1})")
-                finished = run_command(
+                finished = run_commands(
                     self._command(spec, f"{spec.name}-{repeat}"), timeout=self.config.run_timeout + 60
                 )
-                results[spec].append(self._sample(finished))
+                sample = replace(self._sample(finished), load_1min=os.getloadavg()[0])
+                results[spec].append(sample)
         return results
 
     def run_diagnosis(self, rows: list[dict[str, Any]]) -> Diagnosis:
         """Input alone, compute alone, one all-reduce per backend, and the grid's full steps."""
         one = RunSpec(1, 1, LOCAL)
         self.say("diagnose: input pipeline alone")
-        input_eps = run_command(
+        input_eps = run_commands(
             self._command(one, "diagnose-input", "input"), timeout=self.config.run_timeout
         ).result["examples_per_sec"]
         self.say("diagnose: compute alone (in-memory batch)")
-        compute = run_command(
+        compute = run_commands(
             self._command(one, "diagnose-compute", "compute"), timeout=self.config.run_timeout
         )
         compute_eps = self._sample(compute).examples_per_sec
         params = int(compute.result["params"])
-        workers = max(self.config.workers)
+        largest_spec = max(self.plan.runs, key=lambda s: (s.workers, s.nodes))
+        workers = largest_spec.workers
         allreduce: dict[str, float] = {}
         if workers > 1:
             for backend in self.config.backends:
                 self.say(f"diagnose: one all-reduce of {params:,} floats over {workers} workers ({backend})")
-                allreduce[backend] = self._allreduce(backend, workers, params)
+                allreduce[backend] = self._allreduce(replace(largest_spec, backend=backend), params)
         largest = [
             r
             for r in rows
@@ -133,17 +151,65 @@ class Bench:
         )
         return diagnose(evidence)
 
-    def _allreduce(self, backend: str, workers: int, floats: int) -> float:
-        name = f"diagnose-allreduce-{backend}"
+    def _allreduce(self, spec: RunSpec, floats: int) -> float:
+        name = f"diagnose-allreduce-{spec.backend}"
         result = str(self.out / "runs" / name / "bench.json")
-        program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(floats))
-        command = self._command(RunSpec(workers, 1, backend), name, program=(*program, "--out", result))
-        return float(run_command(command, timeout=self.config.run_timeout + 60).result["median_s"])
+        program: tuple[str, ...] = ("-m", "tfdist.bench.probes", "allreduce", "--backend", spec.backend)
+        program += ("--floats", str(floats), "--out", result)
+        commands = self._command(spec, name, program=program)
+        return float(run_commands(commands, timeout=self.config.run_timeout + 60).result["median_s"])
+
+    def probe_links(self) -> list[dict[str, Any]]:
+        """One probe per pair of the nodes the grid uses: bandwidth and round trip, both ends' interfaces."""
+        hosts = self.config.hosts[: max(self.config.node_counts)]
+        probes = []
+        for number, (a, b) in enumerate(probe_pairs(hosts)):
+            self.say(f"link: {a} -> {b}")
+            probes.append(self._probe_pair(a, b, self.config.base_port - 1 - number))
+        return probes
+
+    def _probe_pair(self, a: str, b: str, port: int) -> dict[str, Any]:
+        folder = self.out / "runs" / f"link-{a}-{b}"
+        folder.mkdir(parents=True, exist_ok=True)
+        link = (sys.executable, "-m", "tfdist.bench.link")
+        timeout = ("--port", str(port), "--timeout", "60")
+        out_a = ("--out", str(folder / "a.json"))
+        serve = Command(
+            (*on_node(self.config.on_host, b), *link, "serve", *timeout, "--out", str(folder / "b.json")),
+            {},
+            str(folder),
+            str(self.out / "logs" / f"link-{a}-{b}-serve.log"),
+        )
+        measure = Command(
+            (*on_node(self.config.on_host, a), *link, "measure", "--peer", b, *timeout, *out_a),
+            {},
+            str(folder),
+            str(self.out / "logs" / f"link-{a}-{b}-measure.log"),
+        )
+        run_all((serve, measure), timeout=120)
+        side_a = json.loads((folder / "a.json").read_text())
+        side_b = json.loads((folder / "b.json").read_text())
+        return {
+            "a": a,
+            "b": b,
+            "gbit_s": side_a["gbit_s"],
+            "rtt_ms": side_a["rtt_ms"],
+            "interface_a": side_a["interface"],
+            "interface_b": side_b["interface"],
+            "speed_mbit": side_a["speed_mbit"] or side_b["speed_mbit"],
+            "mtu": side_a["mtu"],
+        }
 
     def run(self) -> dict[str, Any]:
         """Measure, diagnose when asked, write the files and return the results payload."""
         started = time.time()
+        load_before = os.getloadavg()[0]
+        if self.config.hosts and max(self.config.node_counts) > 1:
+            self.links = self.probe_links()
         rows = summarize(self.measure_grid())
+        for row in rows:
+            row["link"] = link_of(self.links, self.config.hosts[: row["nodes"]])
+            row["link_text"] = describe(row["link"])
         payload: dict[str, Any] = {
             "tool": "tfdist bench",
             "settings": {
@@ -151,11 +217,17 @@ class Bench:
                 "threads": self.plan.threads,
                 "log_every": self.config.log_every,
             },
-            "machine": self.machine,
+            "machine": {
+                **self.machine,
+                "load_1min_before": load_before,
+                "load_1min_after": os.getloadavg()[0],
+            },
             "runs": rows,
             "skipped": list(self.plan.skipped),
             "warnings": list(self.plan.warnings),
         }
+        if self.links:
+            payload["link"] = {"probes": self.links, "diagnosis": link_diagnosis(self.links)}
         if self.config.diagnose:
             d = self.run_diagnosis(rows)
             payload["diagnosis"] = {

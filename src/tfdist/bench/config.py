@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
+from tfdist.launch.hosts import check_hosts
 from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
@@ -81,10 +82,21 @@ class BenchConfig:
     input_delay_ms: float = 0.0
     run_timeout: float = 600.0
     seed: int = 0
+    #: Across nodes: the nodes' addresses in node order (the grid's node counts take the first N), the node
+    #: counts to measure, and the command prefix that runs a command on a node (``{host}`` is replaced).
+    #: ``workers`` are then processes per node.
+    hosts: tuple[str, ...] = ()
+    nodes: tuple[int, ...] = ()
+    on_host: str = ""
+    base_port: int = 29600
+    #: Every measured tfdist run also writes a Chrome trace per rank (``tfdist.fit``'s ``timeline``) under
+    #: its run directory.
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         # The training options are TrainConfig's: one place validates workload and dataset names.
         self.train_config(self.out)
+        self._check_nodes()
         if self.steps < 1:
             raise ConfigError(f"--steps={self.steps} must be at least 1 measured step.")
         if self.warmup == 0 and self.steps < 2:
@@ -107,6 +119,40 @@ class BenchConfig:
             )
         if self.run_timeout <= 0:
             raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
+
+    def _check_nodes(self) -> None:
+        if not self.hosts:
+            if self.nodes and self.nodes != (1,):
+                raise ConfigError(
+                    f"--nodes {','.join(map(str, self.nodes))} without --hosts: tfdist bench does not know "
+                    "the nodes. Hint: --hosts n1,n2 (or run it inside a Slurm allocation: salloc -N 2 "
+                    "tfdist bench --nodes 1,2)."
+                )
+            if self.on_host:
+                raise ConfigError(f"--on-host {self.on_host!r} without --hosts. Hint: add --hosts n1,n2.")
+            return
+        check_hosts(self.hosts, "--hosts")
+        if self.nodes and max(self.nodes) > len(self.hosts):
+            raise ConfigError(
+                f"--nodes {','.join(map(str, self.nodes))} asks for {max(self.nodes)} nodes but --hosts "
+                f"names {len(self.hosts)} ({','.join(self.hosts)}). Hint: list more hosts or fewer nodes."
+            )
+        if self.on_host and "{host}" not in self.on_host:
+            raise ConfigError(
+                f"--on-host {self.on_host!r} has no {{host}}: every node would run the same command. "
+                "Hint: e.g. --on-host 'ssh {host}'."
+            )
+        if not 1024 <= self.base_port <= 65535 - 1000:
+            raise ConfigError(
+                f"--base-port={self.base_port} must be in 1024..64535 (runs rotate ports above it)."
+            )
+
+    @property
+    def node_counts(self) -> tuple[int, ...]:
+        """The node counts of the grid: ``--nodes``, else 1 and every host; (1,) on one machine."""
+        if not self.hosts:
+            return (1,)
+        return self.nodes or tuple(sorted({1, len(self.hosts)}))
 
     def train_config(self, output_dir: str) -> TrainConfig:
         """The training options every measured run shares."""
@@ -152,6 +198,7 @@ class WorkerSpec:
     seed: int
     input_delay_ms: float
     run_dir: str
+    timeline: str = ""  # a directory for tfdist.fit's per-rank Chrome traces; "" = none
 
     def __post_init__(self) -> None:
         if self.mode not in WORKER_MODES:
@@ -171,6 +218,7 @@ class WorkerSpec:
             seed=config.seed,
             input_delay_ms=config.input_delay_ms,
             run_dir=run_dir,
+            timeline=f"{run_dir}/timeline" if config.timeline else "",
         )
 
     def to_json(self) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, replace
 
 from tfdist.bench.config import REFERENCES, BenchConfig, WorkerSpec
 from tfdist.launch.plan import thread_env
@@ -20,9 +21,10 @@ RAW_TF = "raw-tf"
 class RunSpec:
     """One configuration: processes (workers), replicas per process and the synchronisation backend."""
 
-    workers: int
+    workers: int  # processes in the whole job (on every node together)
     replicas: int
     backend: str
+    nodes: int = 1
 
     @property
     def devices(self) -> int:
@@ -30,9 +32,14 @@ class RunSpec:
         return self.workers * self.replicas
 
     @property
+    def size(self) -> str:
+        """The job's size without its backend, e.g. ``-w2-r1`` or ``-n2-w2-r1`` across 2 nodes."""
+        return (f"-n{self.nodes}" if self.nodes > 1 else "") + f"-w{self.workers}-r{self.replicas}"
+
+    @property
     def name(self) -> str:
-        """Stable identifier, e.g. ``mpi-w2-r1``."""
-        return f"{self.backend}-w{self.workers}-r{self.replicas}"
+        """Stable identifier, e.g. ``mpi-w2-r1``, or ``tf-n2-w2-r1`` across 2 nodes."""
+        return self.backend + self.size
 
 
 @dataclass(frozen=True)
@@ -56,34 +63,42 @@ def plan_bench(config: BenchConfig, *, cores: int, gpus: int) -> BenchPlan:
     """Expand the grid. One process per worker; replicas are GPUs, or logical CPU devices without GPUs."""
     runs: list[RunSpec] = []
     skipped: list[str] = []
-    for workers in config.workers:
-        for replicas in config.replicas:
-            if workers == 1:
-                runs.append(RunSpec(1, replicas, LOCAL))
-                continue
-            for backend in config.backends:
-                if gpus and replicas > 1:
-                    skipped.append(
-                        f"{workers} workers x {replicas} GPUs each: the launcher hands out one GPU or all "
-                        "GPUs per worker."
-                    )
-                    continue
-                if backend == "mpi" and replicas > 1:
-                    skipped.append(
-                        f"mpi with {replicas} replicas per worker: the MPI backend runs one replica per rank."
-                    )
-                    continue
-                runs.append(RunSpec(workers, replicas, backend))
-            for reference in config.compare:
-                if replicas > 1:
-                    skipped.append(f"{reference} with {replicas} replicas per worker: references run one.")
-                    continue
-                runs.append(RunSpec(workers, replicas, reference))
+    for nodes in config.node_counts:
+        for per_node in config.workers:
+            for replicas in config.replicas:
+                _expand(config, RunSpec(nodes * per_node, replicas, "", nodes), gpus, runs, skipped)
+    # Threads share one node's cores: across nodes, each node runs ``workers`` processes.
     max_workers = max(config.workers)
     threads = config.threads or max(1, cores // max_workers)
     return BenchPlan(
         tuple(runs), threads, tuple(dict.fromkeys(skipped)), tuple(_warnings(config, threads, cores, gpus))
     )
+
+
+def _expand(config: BenchConfig, size: RunSpec, gpus: int, runs: list[RunSpec], skipped: list[str]) -> None:
+    """The configurations of one job size (every backend and reference), or the one local run."""
+    workers, replicas, nodes = size.workers, size.replicas, size.nodes
+    if workers == 1:
+        runs.append(RunSpec(1, replicas, LOCAL))
+        return
+    for backend in config.backends:
+        if gpus and replicas > 1:
+            skipped.append(
+                f"{workers} workers x {replicas} GPUs each: the launcher hands out one GPU or all "
+                "GPUs per worker."
+            )
+            continue
+        if backend == "mpi" and replicas > 1:
+            skipped.append(
+                f"mpi with {replicas} replicas per worker: the MPI backend runs one replica per rank."
+            )
+            continue
+        runs.append(RunSpec(workers, replicas, backend, nodes))
+    for reference in config.compare:
+        if replicas > 1:
+            skipped.append(f"{reference} with {replicas} replicas per worker: references run one.")
+            continue
+        runs.append(RunSpec(workers, replicas, reference, nodes))
 
 
 def _warnings(config: BenchConfig, threads: int, cores: int, gpus: int) -> list[str]:
@@ -179,3 +194,65 @@ def command_for(
     if gpus == 0:
         launch.append("--cpu")
     return Command((*launch, *program), env, run_dir, log_path)
+
+
+def on_node(on_host: str, host: str) -> tuple[str, ...]:
+    """The command prefix that runs a command on ``host``: ``on_host`` with ``{host}`` filled in.
+
+    Input/Output: ``on_node("ssh {host}", "n2")`` -> ``("ssh", "n2")``; ``on_node("", "n2")`` -> ``()``.
+    """
+    return tuple(shlex.split(on_host.replace("{host}", shlex.quote(host))))
+
+
+def node_commands(
+    spec: RunSpec,
+    program: tuple[str, ...],
+    *,
+    hosts: tuple[str, ...],
+    on_host: str,
+    port: int,
+    python: str,
+    threads: int,
+    gpus: int,
+    run_dir: str,
+    log_path: str,
+    timeout: float,
+) -> tuple[Command, ...]:
+    """One command per node of ``spec``: each node's ``tfdist launch`` of the job, started on that node.
+
+    The nodes are the first ``spec.nodes`` of ``hosts``; they find each other from the static host list
+    (``--nnodes --node-rank --hosts --base-port``), as ``tfdist launch`` does on machines without a
+    scheduler. One process on one node is the plain program on the first host.
+    """
+    one = command_for(
+        spec, program, python=python, threads=threads, gpus=gpus, run_dir=run_dir,
+        log_path=log_path, timeout=timeout,
+    )  # fmt: skip
+    if spec.nodes == 1:
+        return (replace(one, argv=(*on_node(on_host, hosts[0]), *one.argv)),)
+    per_node = spec.workers // spec.nodes
+    job = ",".join(hosts[: spec.nodes])
+    launch = [python, "-m", "tfdist", "launch", "--nnodes", str(spec.nodes), "--hosts", job]
+    launch += ["--base-port", str(port), "-n", str(per_node), "--quiet-workers", "--timeout", str(timeout)]
+    if spec.backend == "mpi":
+        launch += ["--backend", "mpi"]
+    if gpus == 0:
+        launch.append("--cpu")
+    stem, ext = os.path.splitext(log_path)
+    return tuple(
+        Command(
+            (
+                *on_node(on_host, host),
+                *launch,
+                "--node-rank",
+                str(rank),
+                "--log-dir",
+                os.path.join(run_dir, f"launch-node{rank}"),
+                *program,
+            ),
+            one.env,
+            run_dir,
+            f"{stem}-node{rank}{ext}",
+        )
+        for rank, host in enumerate(hosts[: spec.nodes])
+    )

@@ -30,6 +30,9 @@ CSV_COLUMNS = (
     "vs_raw_tf",
     "peak_rss_mb",
     "rss_vs_one_worker",
+    "nodes",
+    "link_text",
+    "load_1min",
 )
 
 
@@ -39,6 +42,11 @@ def _pct(value: float | None) -> str:
 
 def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _load(row: dict[str, Any]) -> str:
+    """The machine's 1-minute load average after the run (others' work shares the cores)."""
+    return "-" if row.get("load_1min") is None else f"{row['load_1min']:.1f}"
 
 
 def _rss(row: dict[str, Any]) -> str:
@@ -73,18 +81,19 @@ def markdown(payload: dict[str, Any]) -> str:
         f"worker: {s['threads']} intra-op and {s['threads']} inter-op (TF_NUM_INTRAOP_THREADS, "
         "TF_NUM_INTEROP_THREADS), the same in every configuration.",
         "",
-        "| configuration | workers | replicas | backend | examples/s | step median | step p90 | speed-up "
-        "| efficiency | vs independent | vs raw-tf | first step | CPU | peak RSS per process |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| configuration | nodes | workers | replicas | backend | examples/s | step median | step p90 "
+        "| speed-up | efficiency | vs independent | vs raw-tf | first step | CPU | peak RSS per process "
+        "| link | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["runs"]:
         lines.append(
-            f"| {r['name']} | {r['workers']} | {r['replicas']} | {r['backend']} | "
+            f"| {r['name']} | {r.get('nodes', 1)} | {r['workers']} | {r['replicas']} | {r['backend']} | "
             f"{r['examples_per_sec']:,.0f} | "
             f"{r['step_time_median_s'] * 1000:.1f} ms | {r['step_time_p90_s'] * 1000:.1f} ms | "
             f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {_times(r.get('vs_independent'))} | "
             f"{_times(r.get('vs_raw_tf'))} | {r['time_to_first_step_s']:.1f} s | "
-            f"{_pct(r['cpu_util'])} | {_rss(r)} |"
+            f"{_pct(r['cpu_util'])} | {_rss(r)} | {r.get('link_text', '-')} | {_load(r)} |"
         )
     lines += [
         "",
@@ -99,6 +108,10 @@ def markdown(payload: dict[str, Any]) -> str:
         lines += ["", "Not run:", *[f"- {x}" for x in payload["skipped"]]]
     if payload["warnings"]:
         lines += ["", "Warnings:", *[f"- {x}" for x in payload["warnings"]]]
+    link = payload.get("link")
+    if link:
+        lines += ["", "## Links between the nodes (one probe per pair, before the runs)", ""]
+        lines += [f"- {x}" for x in link["diagnosis"]]
     diagnosis = payload.get("diagnosis")
     if diagnosis:
         lines += ["", f"## Diagnosis: {diagnosis['bottleneck']}-bound", ""]
@@ -176,6 +189,7 @@ def print_table(payload: dict[str, Any]) -> None:
         "CPU",
         "GPU",
         "peak RSS",
+        "link",
     ):
         table.add_column(column, justify="left" if column == "config" else "right")
     for r in payload["runs"]:
@@ -192,10 +206,13 @@ def print_table(payload: dict[str, Any]) -> None:
             _pct(r["cpu_util"]),
             _pct(r["gpu_util"]),
             _rss(r),
+            r.get("link_text", "-"),
         )
     console.print(table)
     for warning in payload["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+    for line in (payload.get("link") or {}).get("diagnosis", []):
+        console.print(f"link: {line}")
     diagnosis = payload.get("diagnosis")
     if diagnosis:
         console.print(f"[bold]bottleneck: {diagnosis['bottleneck']}[/bold]")

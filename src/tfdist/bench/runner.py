@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,33 +148,106 @@ def read_results(run_dir: Path) -> tuple[dict[str, Any], ...]:
 
 def run_command(command: Command, *, timeout: float, base_env: Mapping[str, str] | None = None) -> Finished:
     """Run one measured process tree to completion; RunFailed (with the log path) when it does not succeed."""
-    env = {**(base_env if base_env is not None else os.environ), **command.env}
-    Path(command.run_dir).mkdir(parents=True, exist_ok=True)
-    Path(command.log_path).parent.mkdir(parents=True, exist_ok=True)
-    usage = Usage()
-    with open(command.log_path, "w", encoding="utf-8") as log:
-        started = time.time()
-        proc = subprocess.Popen(
-            command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        sampler = _Sampler(proc.pid, usage)
-        sampler.start()
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole tree, and nothing else
-            proc.wait()
-            raise RunFailed(
-                f"a run took longer than {timeout:.0f} s and was stopped; log: {command.log_path}"
-            ) from None
-        finally:
+    return run_commands((command,), timeout=timeout, base_env=base_env)
+
+
+def run_commands(
+    commands: Sequence[Command], *, timeout: float, base_env: Mapping[str, str] | None = None
+) -> Finished:
+    """Run the process trees of one measured job at once (one per node) and read its results.
+
+    Their results are read from the first command's run directory (every node writes there: a directory
+    every node sees).
+    """
+    started = time.time()
+    usage = run_all(commands, timeout=timeout, base_env=base_env)
+    results = read_results(Path(commands[0].run_dir))
+    if not results:
+        raise RunFailed(f"a run wrote no results; log: {commands[0].log_path}")
+    return Finished(results, started, usage)
+
+
+def run_all(
+    commands: Sequence[Command], *, timeout: float, base_env: Mapping[str, str] | None = None
+) -> Usage:
+    """Run process trees at once to completion and return their CPU/GPU samples.
+
+    The first one to fail stops the others (a peer that lost its job would otherwise wait for it until
+    its own time limit); RunFailed names the failing command's log.
+    """
+    deadline = time.monotonic() + timeout
+    procs: list[tuple[subprocess.Popen[bytes], Command]] = []
+    samplers: list[_Sampler] = []
+    logs = []
+    try:
+        for command in commands:
+            env = {**(base_env if base_env is not None else os.environ), **command.env}
+            Path(command.run_dir).mkdir(parents=True, exist_ok=True)
+            Path(command.log_path).parent.mkdir(parents=True, exist_ok=True)
+            log = open(command.log_path, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+            logs.append(log)
+            proc = subprocess.Popen(
+                command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            procs.append((proc, command))
+            samplers.append(_Sampler(proc.pid, Usage()))  # one per tree; merged below
+            samplers[-1].start()
+        failed = _wait_all(procs, deadline)
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole tree, and nothing else
+                proc.wait()
+        for sampler in samplers:
             sampler.done.set()
             sampler.join(timeout=5)
-    results = read_results(Path(command.run_dir)) if code == 0 else ()
-    if not results:
+        for log in logs:
+            log.close()
+    if failed is not None:
+        proc, command, timed_out = failed
+        if timed_out:
+            raise RunFailed(
+                f"a run took longer than {timeout:.0f} s and was stopped; log: {command.log_path}"
+            )
         tail = Path(command.log_path).read_text(errors="replace").strip().splitlines()[-3:]
         raise RunFailed(
-            f"a run exited with code {code}; log: {command.log_path}"
+            f"a run exited with code {proc.returncode}; log: {command.log_path}"
             + (f" (last line: {tail[-1]})" if tail else "")
         )
-    return Finished(results, started, usage)
+    usages = [sampler.usage for sampler in samplers]
+    return usages[0] if len(usages) == 1 else _merged(usages)
+
+
+def _wait_all(
+    procs: list[tuple[subprocess.Popen[bytes], Command]], deadline: float
+) -> tuple[subprocess.Popen[bytes], Command, bool] | None:
+    """Wait until every process exited 0 (None), one exited otherwise, or the deadline passed: then
+    (process, its command, whether it ran out of time)."""
+    while True:
+        running = False
+        for proc, command in procs:
+            code = proc.poll()
+            if code is None:
+                running = True
+            elif code != 0:
+                return proc, command, False
+        if not running:
+            return None
+        if time.monotonic() >= deadline:
+            return next((p, c, True) for p, c in procs if p.poll() is None)
+        time.sleep(POLL_S)
+
+
+def _merged(usages: Sequence[Usage]) -> Usage:
+    """One Usage for several process trees sampled side by side: CPU seconds add up at each time."""
+    times = sorted({t for u in usages for t, _ in u.cpu})
+    merged = Usage()
+    for t in times:
+        merged.cpu.append((t, sum(_interpolate(u.cpu, t) for u in usages if u.cpu)))
+    for u in usages:
+        merged.gpu_util += u.gpu_util
+        merged.gpu_mem_mb += u.gpu_mem_mb
+        merged.rss_peak_mb.update(u.rss_peak_mb)
+    merged.gpu_util.sort()
+    merged.gpu_mem_mb.sort()
+    return merged

@@ -23,6 +23,7 @@ class Sample:
     gpu_util: float | None = None  # mean GPU utilisation (0-1) over the run
     gpu_mem_mb: float | None = None  # peak GPU memory used
     peak_rss_mb: float | None = None  # the largest resident set of any one process of the run
+    load_1min: float | None = None  # the machine's 1-minute load average when the run ended (others' work)
 
 
 def measured_window(
@@ -133,6 +134,7 @@ def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any
                 "workers": spec.workers,
                 "replicas": spec.replicas,
                 "backend": spec.backend,
+                "nodes": spec.nodes,
                 "devices": spec.devices,
                 "repeats": len(samples),
                 "examples_per_sec": rate[spec],
@@ -146,6 +148,7 @@ def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any
                 "gpu_util": _median_or_none([x.gpu_util for x in samples]),
                 "gpu_mem_mb": _median_or_none([x.gpu_mem_mb for x in samples]),
                 "peak_rss_mb": _median_or_none([x.peak_rss_mb for x in samples]),
+                "load_1min": _median_or_none([x.load_1min for x in samples]),
                 "baseline": spec.name == base.name,
             }
         )
@@ -161,7 +164,7 @@ def _compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_name = {r["name"]: r for r in rows}
     base_rss = next((r["peak_rss_mb"] for r in rows if r["baseline"]), None)
     for row in rows:
-        size = f"-w{row['workers']}-r{row['replicas']}"
+        size = RunSpec(row["workers"], row["replicas"], "", row.get("nodes", 1)).size
         for key, reference in (("vs_independent", INDEPENDENT), ("vs_raw_tf", RAW_TF)):
             ref = by_name.get(reference + size)
             row[key] = _ratio(row["examples_per_sec"], ref["examples_per_sec"] if ref else None)

@@ -20,7 +20,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--dataset", default="synthetic", help="synthetic | digits | tfds:NAME | folder:PATH | tfrecord:GLOB"
     )
-    p.add_argument("--workers", default="1,2", help="comma-separated worker (process) counts, e.g. 1,2,4")
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="comma-separated worker (process) counts, e.g. 1,2,4 (default 1,2); across nodes: per node "
+        "(default 1)",
+    )
     p.add_argument(
         "--replicas", default="1", help="replicas per worker: GPUs, or logical CPU devices without GPUs"
     )
@@ -56,19 +61,44 @@ def register(sub: Any) -> None:
     p.add_argument("--run-timeout", type=seconds, default=600.0, help="limit per measured run, in seconds")
     p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--out", default=None, help="results directory (default ./tfdist-bench/<run-id>)")
+    p.add_argument(
+        "--hosts",
+        default=None,
+        help="run across these nodes (comma-separated, in node order; the grid's node counts take the first "
+        "N); inside a Slurm allocation the default is the allocation's nodes when --nodes is given",
+    )
+    p.add_argument("--nodes", default=None, help="node counts to measure, e.g. 1,2 (default 1 and all hosts)")
+    p.add_argument(
+        "--on-host",
+        default=None,
+        help="command prefix that runs a command on a node, {host} replaced, e.g. 'ssh {host}' (default "
+        "under Slurm: srun one task on that node; otherwise none: the hosts must be this machine's own "
+        "network namespaces or reach each other from here)",
+    )
+    p.add_argument(
+        "--base-port", type=integer, default=29600, help="first port of the runs across nodes (rotated)"
+    )
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="write a Chrome trace per rank of every measured tfdist run (runs/<run>/timeline/)",
+    )
     p.set_defaults(run=run)
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated BenchConfig from parsed flags."""
     from tfdist.bench.config import BenchConfig, parse_backends, parse_compare, parse_counts
+    from tfdist.bench.nodes import resolve_nodes
     from tfdist.launch.api import new_run_id
 
+    nodes = parse_counts(args.nodes, "--nodes") if args.nodes else ()
+    hosts, on_host = resolve_nodes(args.hosts, nodes, args.on_host, os.environ)
     return BenchConfig(
         out=args.out or os.path.join("tfdist-bench", new_run_id()),
         workload=args.workload,
         dataset=args.dataset,
-        workers=parse_counts(args.workers, "--workers"),
+        workers=parse_counts(args.workers or ("1" if hosts else "1,2"), "--workers"),
         replicas=parse_counts(args.replicas, "--replicas"),
         backends=parse_backends(args.backend),
         compare=parse_compare(args.compare),
@@ -81,6 +111,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
         input_delay_ms=args.input_delay_ms,
         run_timeout=args.run_timeout,
         seed=args.seed,
+        hosts=hosts,
+        nodes=nodes,
+        on_host=on_host,
+        base_port=args.base_port,
+        timeline=args.timeline,
     )
 
 
