@@ -78,7 +78,8 @@ def bench(out: Path, names: list[str], args: argparse.Namespace, *extra: str) ->
 def context() -> dict:
     import tfdist
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    git = ["git", "rev-parse", "HEAD"]
+    commit = subprocess.run(git, cwd=ROOT, capture_output=True, text=True, timeout=30)
     return {
         # The commit checked out when this ran; the code measured is the tfdist imported (a snapshot of
         # that commit when TFDIST_BENCH_COMMIT names it: others may commit during a long run).
