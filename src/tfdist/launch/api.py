@@ -18,7 +18,7 @@ from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.join import JoinCheck
-from tfdist.launch.logs import console_print, error_lines, read_error_record
+from tfdist.launch.logs import console_print, error_lines, lost_contact, read_error_record
 from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Outcome, Stop, decide
 from tfdist.launch.ports import free_ports
@@ -225,9 +225,11 @@ def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:
 
 
 def _report(failure: FailureInfo, final: bool) -> None:
+    lost = lost_contact(failure.log_path)
     lines = [
         f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
         *error_lines(failure.error, failure.how),
+        *([f"  {lost}"] if lost else []),
         f"  log: {failure.log_path}",
     ]
     if final and failure.tail:

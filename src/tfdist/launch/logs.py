@@ -159,3 +159,23 @@ def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
             "or import tfdist.horovod.tensorflow as hvd under any MPI launcher."
         )
     return lines
+
+
+#: What a worker's lost-peer report starts with (tfdist.train.peers.report).
+LOST_CONTACT = "lost contact with "
+
+
+def lost_contact(log_path: str) -> str | None:
+    """The last lost-peer report in a worker's log (which peer stopped answering, at which step), or None.
+
+    It comes before the exception's traceback, so the log's tail alone may not show it.
+    """
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 256 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = [line[line.index(LOST_CONTACT) :] for line in text.splitlines() if LOST_CONTACT in line]
+    return found[-1].strip() if found else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from tfdist import variables
@@ -76,6 +77,74 @@ def lost_peers(
     return [f"{t} {i} ({a})" for t, i, a in sorted(found, key=lambda e: (e[0], e[1]))]
 
 
+#: Seconds a probe of a peer's port may take: a peer that does not accept within it does not answer.
+PROBE_S = 1.0
+
+
+def _knock(address: str, timeout: float) -> str | None:
+    """Why the task at ``host:port`` is lost (``does not answer``, ``refuses connections``), or None."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return None
+    except ConnectionRefusedError:
+        return "refuses connections: its process is gone"
+    except TimeoutError:
+        return f"does not answer within {timeout:g} s: host or link down"
+    except OSError as exc:  # no route, network unreachable: the link is down
+        return f"is unreachable ({exc.strerror or exc}): host or link down"
+
+
+def _host_name(ip: str, timeout: float) -> str | None:
+    """The name ``ip`` resolves back to, within ``timeout`` (a slow resolver is not waited for)."""
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            found.append(socket.gethostbyaddr(ip)[0])
+        except (OSError, UnicodeError):
+            pass
+
+    thread = threading.Thread(target=look, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return found[0] if found else None
+
+
+def probe(
+    cluster: Mapping[str, Sequence[str]],
+    timeout: float = PROBE_S,
+    knock: Callable[[str, float], str | None] = _knock,
+    name_of: Callable[[str, float], str | None] = _host_name,
+) -> list[str]:
+    """The tasks of ``cluster`` that do not accept a connection now, each with why, in cluster order:
+    ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``. All tasks are
+    knocked at once, so this takes at most ``timeout`` (+ a name lookup's second) whatever the size.
+
+    Used when the error names no one (a collective that timed out): a healthy peer still listens at
+    that moment, a peer behind a cut link does not answer, and a dead peer's host refuses.
+    """
+    tasks = [(t, i, a) for t, addresses in cluster.items() for i, a in enumerate(addresses)]
+    answers: dict[int, str | None] = {}
+
+    def one(n: int) -> None:
+        answers[n] = knock(tasks[n][2], timeout)
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in range(len(tasks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 1.0)
+    lost = []
+    for n, (task_type, index, address) in enumerate(tasks):
+        why = answers.get(n)
+        if why:
+            name = name_of(address.rpartition(":")[0], 1.0)
+            where = f" on {name}" if name and not address.startswith(name + ":") else ""
+            lost.append(f"{task_type} {index}{where} ({address}) {why}")
+    return lost
+
+
 def report(
     exc: BaseException,
     step: int,
@@ -84,8 +153,8 @@ def report(
     checkpoint_step: int | None,
 ) -> str:
     """Log the one-line report of a lost peer (and ask Slurm to requeue the job); return the line."""
-    peers = lost_peers(str(exc), cluster)
-    who = ", ".join(peers) if peers else "a peer (the error does not say which)"
+    peers = lost_peers(str(exc), cluster) or probe(cluster)
+    who = ", ".join(peers) if peers else "a peer (the error does not say which; every peer still answers)"
     if checkpoint:
         where = f"last checkpoint {checkpoint} (step {checkpoint_step})"
     else:
