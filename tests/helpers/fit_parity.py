@@ -53,15 +53,15 @@ class Recorder(keras.callbacks.Callback):
 class StopAt(keras.callbacks.Callback):
     """Stops training from a batch hook at a given (epoch, batch)."""
 
-    def __init__(self, epoch: int, batch: int) -> None:
+    def __init__(self, epoch: int, batch: int, only_rank: int | None = None) -> None:
         super().__init__()
-        self.at, self.epoch = (epoch, batch), 0
+        self.at, self.epoch, self.only_rank = (epoch, batch), 0, only_rank
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if (self.epoch, batch) == self.at:
+        if (self.epoch, batch) == self.at and self.only_rank in (None, RANK):
             self.model.stop_training = True
 
 
@@ -161,6 +161,10 @@ SCENARIOS = {
         [Recorder()],
     ),
     "stop_in_batch": lambda: model_and_fit("stop_in_batch", dataset(X, Y), {"epochs": 3}, [StopAt(1, 4)]),
+    # A stop that one worker's callback alone asks for (a timer, a file it watched): every worker stops.
+    "stop_on_one_worker": lambda: model_and_fit(
+        "stop_on_one_worker", dataset(X, Y), {"epochs": 3}, [StopAt(1, 4, only_rank=0)]
+    ),
     "class_weight": lambda: model_and_fit(
         "class_weight",
         (X, Y),

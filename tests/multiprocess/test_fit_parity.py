@@ -21,6 +21,7 @@ SCENARIOS = (
     "partial_dataset",
     "batch_hooks",
     "stop_in_batch",
+    "stop_on_one_worker",
     "class_weight",
     "validation_split",
     "initial_epoch",
@@ -81,5 +82,7 @@ def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: 
                 )
             if "events" in ref:
                 assert_events_match(ref["events"], got["events"], name)
-    # Keras stopped at epoch 2, batch 5 (a 16-batch epoch): so did both workers.
-    assert load(keras_reference, "stop_in_batch", 0)[1]["iterations"] == 16 + 5
+    # Keras stopped at epoch 2, batch 5 (a 16-batch epoch): so did both workers, also when only rank 0's
+    # callback asked for it.
+    for name in ("stop_in_batch", "stop_on_one_worker"):
+        assert load(keras_reference, name, 0)[1]["iterations"] == 16 + 5
