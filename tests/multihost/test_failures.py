@@ -1,0 +1,232 @@
+"""Failures across test hosts: a cut link, a host unreachable at the start, a host lost mid-run.
+
+Every node runs `tfdist launch --rdzv node1:PORT` on its own test host (network namespace); faults come from
+scripts/testhosts.sh (cut / plug / kill). Weights are compared with the same script in one process, times
+are measured from the fault and printed (pytest -s) for docs/guides/failures.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pytest
+from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
+SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
+PY = sys.executable
+PREFIX = "tfde"
+#: Seconds a collective waits for a silent peer in these tests (TensorFlow's default here is 300).
+COLLECTIVE_TIMEOUT = 5.0
+#: What the end of a job may take beyond that: the peer probe (1 s), the launcher's poll and teardown.
+MARGIN = 5.0
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
+    "TFDIST_HOSTS_PREFIX": PREFIX,
+    "TFDIST_HOSTS_SUBNET": "10.88.0",
+    "TFDIST_RDZV_TOKEN": "failures-0c1d",
+    "TFDIST_COLLECTIVE_TIMEOUT": str(COLLECTIVE_TIMEOUT),
+}
+_ports = itertools.count(29700)
+#: 3 epochs of 5 global batches of 12.
+SCRIPT_ARGS = ("--epochs", "3", "--steps", "5")
+OUTPUTS: dict[int, IO[str]] = {}
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[None]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test hosts: {reason}")
+    made = subprocess.run([HOSTS_SCRIPT, "up", "3"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    yield
+    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """The uninterrupted run's weights: the same script, one plain process (global batch 12)."""
+    out = tmp_path_factory.mktemp("single")
+    one_process(SCRIPT, str(out), str(out / "ckpt"), *SCRIPT_ARGS)
+    return np.load(out / "weights-0.npy")
+
+
+def hosts_script(*args: str) -> None:
+    subprocess.run([HOSTS_SCRIPT, *args], env=ENV, check=True, capture_output=True, timeout=60)
+
+
+def launch_on(host: str, *args: str) -> subprocess.Popen[str]:
+    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
+    proc = subprocess.Popen(
+        [HOSTS_SCRIPT, "exec", host, "--", PY, "-m", "tfdist", "launch", *args],
+        env=ENV,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    OUTPUTS[proc.pid] = output
+    return proc
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout
+    results = []
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        output = OUTPUTS.pop(proc.pid)
+        output.seek(0)
+        results.append((proc.returncode, output.read()))
+        output.close()
+    return results
+
+
+def start_job(
+    tmp_path: Path, nodes: int, nnodes: str, *args: str, rdzv_timeout: str = "120"
+) -> dict[str, subprocess.Popen[str]]:
+    """`tfdist launch` of elastic_fit.py on node1..node<nodes> (the endpoint's node last)."""
+    endpoint = f"node1:{next(_ports)}"
+    (tmp_path / "out").mkdir(exist_ok=True)
+    common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", rdzv_timeout, "--cpu", "-n", "1"]
+    script = [SCRIPT, str(tmp_path / "out"), str(tmp_path / "ckpt"), *SCRIPT_ARGS, "--pace", "0.25"]
+    return {
+        f"node{i}": launch_on(
+            f"node{i}", *common, "--log-dir", str(tmp_path / f"run-node{i}"), *args, *script
+        )
+        for i in range(nodes, 0, -1)
+    }
+
+
+def progress(tmp_path: Path) -> int:
+    try:
+        return int((tmp_path / "out" / "progress").read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120, every: float = 0.05) -> float:
+    """Poll ``check()`` until true; the monotonic time it became true."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(every)
+    return time.monotonic()
+
+
+def failed(tmp_path: Path, node: str, attempt: int = 0) -> bool:
+    """Whether the worker of ``node`` recorded its exception in ``attempt`` (it raised out of a step)."""
+    return any((tmp_path / f"run-{node}" / f"attempt-{attempt}").glob("*.error.json"))
+
+
+def processes_on(host: str) -> list[int]:
+    """PIDs running in ``host``'s network namespace (what a host still runs)."""
+    proc = subprocess.run(
+        ["ip", "netns", "pids", f"{PREFIX}-{host}"], capture_output=True, text=True, timeout=30
+    )
+    return [int(pid) for pid in proc.stdout.split()]
+
+
+def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
+    hosts: None, reference: np.ndarray, tmp_path: Path
+) -> None:
+    """node2's link is cut at step 5: both nodes end their attempt within the collective timeout, name the
+    other side; with the link back, the job meets again (round 1) and ends at the uninterrupted weights."""
+    procs = start_job(tmp_path, 2, "2", "--max-restarts", "1")
+    try:
+        wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
+        hosts_script("cut", "node2")
+        cut = time.monotonic()
+        ended = {
+            node: wait_for(f"failure on {node}", lambda n=node: failed(tmp_path, n)) - cut for node in procs
+        }
+        hosts_script("plug", "node2")
+        results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    finally:
+        hosts_script("plug", "node2")
+    print(f"cut link: each node's attempt ended {ended} s after the cut (collective timeout 5 s)")
+    assert all(seconds <= COLLECTIVE_TIMEOUT + MARGIN for seconds in ended.values()), ended
+    for code, output in results.values():
+        assert code == 0, output[-3000:]
+        assert "(round 1)" in output and "resumed from" in output
+    node1, node2 = results["node1"][1], results["node2"][1]
+    assert "lost contact with worker 1 on node2 (10.88.0.2:" in node1 and "host or link down" in node1
+    assert "lost contact with worker 0 on node1 (10.88.0.1:" in node2
+    for rank in range(2):
+        assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-6
+    assert processes_on("node1") == [] and processes_on("node2") == []
+
+
+@pytest.mark.slow
+def test_a_host_unreachable_at_the_start(hosts: None, tmp_path: Path) -> None:
+    """node3 is cut before the job starts: node1 and node2 end within the rendezvous timeout naming who
+    arrived and how many are missing; node3's own launcher says the endpoint did not answer."""
+    hosts_script("cut", "node3")
+    try:
+        started = time.monotonic()
+        procs = start_job(tmp_path, 3, "3", rdzv_timeout="6")
+        results = dict(zip(procs, finish(list(procs.values()), timeout=60), strict=True))
+        took = time.monotonic() - started
+    finally:
+        hosts_script("plug", "node3")
+    print(f"host unreachable at the start: every node ended {took:.1f} s after the start (rendezvous 6 s)")
+    for node in ("node1", "node2"):
+        code, output = results[node]
+        assert code == 2 and output.count("\n") == 1, output
+        assert (
+            "only 2 of 3 node(s) arrived at the rendezvous" in output
+            and "(node1, node2); 1 missing" in output
+        )
+    code, output = results["node3"]
+    assert code == 2 and "the rendezvous endpoint node1:" in output and "did not answer within 6 s" in output
+    assert took < 6 + 15 and not (tmp_path / "ckpt").exists()
+    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+
+
+@pytest.mark.slow
+def test_elastic_three_hosts_lose_one_and_finish_on_two(
+    hosts: None, reference: np.ndarray, tmp_path: Path
+) -> None:
+    """--nnodes 2:3: node3 loses power at step 5; node1 and node2 meet again at once (node3's connection
+    to the rendezvous closed), restart from the last checkpoint with the same global batch of 12 (6 per
+    replica instead of 4) and end at the uninterrupted run's weights. The time to recover is measured."""
+    procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1")
+    wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
+    hosts_script("kill", "node3")
+    killed = time.monotonic()
+    detected = wait_for("a failure", lambda: failed(tmp_path, "node1") or failed(tmp_path, "node2"))
+    met = wait_for("round 1", lambda: (tmp_path / "run-node1" / "attempt-1").exists())
+    at_restart = progress(tmp_path)
+    stepped = wait_for("a step after the restart", lambda: progress(tmp_path) != at_restart, timeout=120)
+    results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    times = {
+        "detection": detected - killed,
+        "teardown + rendezvous": met - detected,
+        "restart + restore + first step": stepped - met,
+        "fault to first step": stepped - killed,
+    }
+    print("host lost, 3 -> 2 nodes: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+    for node in ("node1", "node2"):
+        code, output = results[node]
+        assert code == 0, output[-3000:]
+        assert "the job goes on with 2 node(s) instead of 3" in output and "(round 1)" in output
+    assert results["node3"][0] != 0  # killed with its host
+    for rank in range(2):
+        run = json.loads((tmp_path / "out" / f"run-{rank}.json").read_text())
+        assert run["world"] == 2
+        assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert times["teardown + rendezvous"] < 10  # survivors did not wait out the last call (10 s)
+    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
