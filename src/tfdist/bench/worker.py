@@ -135,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verbose=0,
             log_every=args.log_every,
             seed=args.seed,
+            timeline=args.timeline or None,
         )
         result.update(history.summary)
     out = Path(args.run_dir)

@@ -28,6 +28,7 @@ from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
+from tfdist.train.timeline import open_timeline
 
 log = get_logger(__name__)
 
@@ -92,6 +93,8 @@ class SyncTrainer:
         self.loss_fn, _ = loss_function(model)
         self.metrics = MetricSet(model, self.strategy, *sample)
         self.sync = synchroniser(self.strategy)
+        self.trace = open_timeline(options.timeline, self.env.rank)  # a no-op unless asked for
+        self.sync = self.trace.wrap(self.sync, markers=not options.jit_compile)
         self.class_weights = self._class_weights(train_data)
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
@@ -322,10 +325,12 @@ class SyncTrainer:
             if not block:  # as Keras with steps_per_execution: begin at a block's first step
                 self.callbacks.on_train_batch_begin(done)
             try:
-                batch = next(iterator)
+                with self.trace.span("input"):
+                    batch = next(iterator)
             except StopIteration:
                 break
-            out = self.train_step(batch, self._votes[bool(self.stop.signum)])
+            with self.trace.span("step"):
+                out = self.train_step(batch, self._votes[bool(self.stop.signum)])
             block.append(out)
             step += 1
             if self.first_step_at is None:
@@ -335,7 +340,8 @@ class SyncTrainer:
                 continue
             # Reading results blocks until the step ran; doing it every few steps keeps the input
             # pipeline and the next step's dispatch overlapping with compute.
-            values = self.reduce_totals(_sum(block)).numpy()
+            with self.trace.span("read results"):
+                values = self.reduce_totals(_sum(block)).numpy()
             self._check_finite(values, block, step, epoch)
             block = []
             self.timeline.append((step, time.time()))
@@ -461,6 +467,7 @@ class SyncTrainer:
             "first_step_at": self.first_step_at,
             "timeline": self.timeline,
         }
+        self.trace.write()
         self.reporter.finish(
             self.history.history, {"summary": self.history.summary, "environment": self.env.describe()}
         )

@@ -37,8 +37,12 @@ class FitOptions:
     initial_epoch: int = 0
     validation_freq: Any = 1
     validation_steps: int | None = None
+    #: A directory: each rank writes a Chrome trace of its steps there (tfdist.train.timeline).
+    timeline: str | None = None
 
     def __post_init__(self) -> None:
+        if self.timeline is not None and (not isinstance(self.timeline, str) or not self.timeline):
+            raise ConfigError(f"timeline={self.timeline!r} must be a directory path (a non-empty string).")
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
             raise ConfigError(f"epochs={self.epochs!r} must be a positive integer.")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:

@@ -1,0 +1,175 @@
+"""``tfdist.fit(timeline=DIR)``: a Chrome trace per rank of every step: the input wait, the step (its
+forward + backward pass, the gradient exchange, the update) and the waits at the loop's reads of the results.
+
+Each rank writes ``DIR/timeline-r<rank>.json`` (the Chrome trace event format: open it in
+``chrome://tracing`` or https://ui.perfetto.dev; :func:`merge` puts every rank's file into one, one process
+row per rank). Times are wall-clock microseconds, so the ranks of one machine line up; across machines
+they are as far apart as the machines' clocks.
+
+What is measured where:
+- on the host, around the loop's calls: ``input`` (waiting for the next batch), ``step`` (the training
+  step's call: TensorFlow runs it before returning on CPU) and ``read results`` (the read every
+  ``log_every`` steps: the totals' all-reduce and the wait for the slowest worker);
+- inside the step, by two markers in the step's graph (``tf.numpy_function`` stamps around
+  ``Synchroniser.exchange``): when the gradients are ready and when the exchange has returned. With the
+  MPI and Horovod backends the exchange is the gradients' all-reduce; with TensorFlow's collectives it
+  returns at once and the all-reduce runs inside ``apply_gradients``, so the trace shows
+  ``all-reduce + update`` from the gradients to the step's end.
+
+Off (the default), nothing is added to the graph and the loop's spans are one shared no-op context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tfdist import files
+
+_OFF = contextlib.nullcontext()
+
+
+class NoTimeline:
+    """The timeline when none was asked for: every span is one shared no-op context."""
+
+    enabled = False
+
+    def span(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """Nothing to record."""
+        return _OFF
+
+    def wrap(self, sync: Any, markers: bool = True) -> Any:
+        """The synchroniser unchanged: no markers in the step."""
+        return sync
+
+    def write(self) -> None:
+        """Nothing to write."""
+
+
+class Timeline:
+    """The spans of one rank's training, written as a Chrome trace by :meth:`write`."""
+
+    enabled = True
+
+    def __init__(self, directory: str, rank: int, synchroniser: str = "") -> None:
+        self.path = Path(directory) / f"timeline-r{rank}.json"
+        self.rank, self.synchroniser = rank, synchroniser
+        self.spans: list[tuple[str, float, float]] = []  # (name, start, end): wall seconds
+        self.marks: list[tuple[str, float]] = []  # (name, wall seconds), stamped by the step's graph
+        self._lock = threading.Lock()  # graph markers run on TensorFlow's threads
+
+    @contextlib.contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        """Record the wall time the block takes as one span named ``name``."""
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.spans.append((name, start, time.time()))
+
+    def mark(self, name: str) -> None:
+        """A point in time (called from the step's graph)."""
+        with self._lock:
+            self.marks.append((name, time.time()))
+
+    def wrap(self, sync: Any, markers: bool = True) -> Any:
+        """``sync`` with markers around its gradient exchange (not under XLA: ``markers=False``, where a
+        Python stamp cannot be compiled, keeps the host spans only)."""
+        self.synchroniser = str(getattr(sync, "name", type(sync).__name__))
+        return MarkedSync(sync, self) if markers else sync
+
+    def events(self) -> list[dict[str, Any]]:
+        """The Chrome trace events: every host span, and each step split at its graph markers."""
+        out = [_event(name, start, end, self.rank) for name, start, end in self.spans]
+        marks = sorted(self.marks, key=lambda m: m[1])
+        for name, start, end in self.spans:
+            if name == "step":
+                out += self._inside_step(start, end, [m for m in marks if start <= m[1] <= end])
+        meta = {"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}
+        return [meta, *out]
+
+    def _inside_step(self, start: float, end: float, marks: list[tuple[str, float]]) -> list[dict[str, Any]]:
+        ready = next((t for n, t in marks if n == READY), None)
+        done = next((t for n, t in marks if n == EXCHANGED and ready is not None and t >= ready), None)
+        if ready is None or done is None:
+            return []
+        inside = [_event("forward + backward", start, ready, self.rank, tid=1)]
+        if self.synchroniser == "tf":  # the exchange returns at once; apply_gradients all-reduces
+            return [*inside, _event("all-reduce + update", ready, end, self.rank, tid=1)]
+        return [
+            *inside,
+            _event("all-reduce", ready, done, self.rank, tid=1),
+            _event("update", done, end, self.rank, tid=1),
+        ]
+
+    def write(self) -> None:
+        """Write this rank's trace (atomically)."""
+        payload: dict[str, Any] = {"traceEvents": self.events(), "displayTimeUnit": "ms"}
+        payload["otherData"] = {"rank": self.rank, "synchroniser": self.synchroniser}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_text(self.path, json.dumps(payload))
+
+
+READY, EXCHANGED = "gradients ready", "exchange done"
+
+
+class MarkedSync:
+    """A synchroniser whose ``exchange`` is stamped in the step's graph before and after; everything else
+    is the synchroniser's own."""
+
+    def __init__(self, sync: Any, timeline: Timeline) -> None:
+        self._sync, self._timeline = sync, timeline
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sync, name)
+
+    def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """The wrapped exchange, between two time stamps that wait for its inputs and its outputs."""
+        *grads, sums = self._stamped(READY, [*grads, sums])
+        reduced, summed = self._sync.exchange(grads, sums)
+        *reduced, summed = self._stamped(EXCHANGED, [*reduced, summed])
+        return list(reduced), summed
+
+    def _stamped(self, name: str, values: Sequence[Any]) -> list[Any]:
+        """``values`` passed on only after a stamp that itself runs only after all of them exist."""
+        import numpy as np
+        import tensorflow as tf
+
+        def stamp() -> np.float32:
+            self._timeline.mark(name)
+            return np.float32(0.0)
+
+        tensors = [v for v in values if isinstance(v, tf.Tensor)]
+        with tf.control_dependencies(tensors):
+            done = tf.numpy_function(stamp, [], tf.float32, stateful=True)
+        with tf.control_dependencies([done]):
+            return [tf.identity(v) if isinstance(v, tf.Tensor) else v for v in values]
+
+
+def _event(name: str, start: float, end: float, rank: int, tid: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ph": "X",
+        "ts": start * 1e6,
+        "dur": max(end - start, 0.0) * 1e6,
+        "pid": rank,
+        "tid": tid,
+    }
+
+
+def open_timeline(directory: str | None, rank: int) -> Timeline | NoTimeline:
+    """A timeline writing under ``directory``, or the no-op one when it is None."""
+    return Timeline(directory, rank) if directory else NoTimeline()
+
+
+def merge(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Every rank's trace in one (one process row per rank)."""
+    events: list[dict[str, Any]] = []
+    for path in paths:
+        events += json.loads(Path(path).read_text())["traceEvents"]
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
