@@ -44,7 +44,7 @@ def cap_all(names: list[str], rate: str) -> None:
 def allreduce(backend: str, out: Path, nodes: int = 2) -> dict:
     """All-reduce times of SIZES across ``nodes`` hosts through ``backend`` (median of 10 per size)."""
     run_dir = out / f"allreduce-{backend}"
-    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend)
+    program: tuple[str, ...] = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend)
     program += ("--floats", ",".join(map(str, SIZES)), "--iters", "10", "--out", str(run_dir / "bench.json"))
     commands = node_commands(
         RunSpec(nodes, 1, backend, nodes),
