@@ -1,0 +1,85 @@
+"""`tfdist bench --hosts` across test hosts (network namespaces, each its own address and link): the grid runs
+one `tfdist launch` per host, the report names the link beside each figure, and a host whose link is capped
+lower than the others' is named in the diagnosis.
+
+Hosts: prefix ``tfdb``, subnet 10.90.0 (``benchmarks/bench_nodes.py`` uses the same: do not run both at once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hostcluster import HOSTS_SCRIPT, unavailable_reason
+
+pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
+    "TFDIST_HOSTS_PREFIX": "tfdb",
+    "TFDIST_HOSTS_SUBNET": "10.90.0",
+}
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[None]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test hosts: {reason}")
+    for args in (("up", "3"), ("cap", "node3", "200mbit")):  # node3: the slow host
+        made = subprocess.run([HOSTS_SCRIPT, *args], env=ENV, capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+    yield
+    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+
+
+def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    nodes = (
+        "--hosts",
+        "node1,node2,node3",
+        "--nodes",
+        "1,2",
+        "--on-host",
+        f"{HOSTS_SCRIPT} exec {{host}} --",
+    )
+    short = ("--steps", "10", "--warmup", "2", "--repeats", "1", "--compare", "independent")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfdist",
+            "bench",
+            *nodes,
+            "--workload",
+            "regression",
+            "--out",
+            str(out),
+            *short,
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=800,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads((out / "results.json").read_text())
+    runs = {r["name"]: r for r in payload["runs"]}
+    assert set(runs) == {"local-w1-r1", "tf-n2-w2-r1", "independent-n2-w2-r1"}
+    # Each node's launcher formed one job of two nodes, one worker on each.
+    logs = [(out / "logs" / f"tf-n2-w2-r1-0-node{i}.log").read_text() for i in (0, 1)]
+    assert all("all workers finished" in log for log in logs)
+    assert runs["tf-n2-w2-r1"]["vs_independent"] > 0 and runs["local-w1-r1"]["link"] is None
+    link = runs["tf-n2-w2-r1"]["link"]
+    assert link["interfaces"] == ["eth0"] and link["slowest_pair"] == ["node1", "node2"]
+    assert link["gbit_s"] > 1.0 and link["rtt_ms"] > 0  # node1-node2 is uncapped
+    probes = {(p["a"], p["b"]): p for p in payload["link"]["probes"]}
+    assert set(probes) == {("node1", "node2"), ("node1", "node3"), ("node2", "node3")}
+    assert probes[("node1", "node3")]["gbit_s"] < 0.25  # capped at 200 Mbit/s
+    report = (out / "report.md").read_text()
+    assert "| tf-n2-w2-r1 | 2 | 2 |" in report and "eth0 " in report
+    assert "slow node: node3" in report and "slow node: node3" in proc.stdout
