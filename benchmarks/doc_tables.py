@@ -1,7 +1,7 @@
 """The benchmark tables of docs/guides/benchmarking.md (markdown), from the committed results, so the page
 quotes the JSON.
 
-python benchmarks/doc_tables.py   # print them (bench/results.json and scaling_model.json)
+python benchmarks/doc_tables.py   # print them (bench/results.json, scaling_model.json, bench-nodes/)
 python docs/hooks.py --write      # rewrite them, and the other generated blocks, in the docs sources
 """
 
@@ -53,12 +53,59 @@ def model_table(model: dict) -> str:
     return "\n".join(lines)
 
 
+def nodes_table(root: Path) -> str:
+    """`tfdist bench` across 2 test hosts, one row per configuration and link rate, the link measured."""
+    summary = json.loads((root / "summary.json").read_text())
+    lines = [
+        "| link (set) | link (measured) | configuration | examples/s (median; each repeat) | step median "
+        "| vs independent | vs raw-tf | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate in summary["links"]:
+        payload = json.loads((root / rate / "bench" / "results.json").read_text())
+        for r in payload["runs"]:
+            each = ", ".join(f"{v:,.0f}" for v in r["examples_per_sec_all"])
+            load = "-" if r.get("load_1min") is None else f"{r['load_1min']:.1f}"
+            lines.append(
+                f"| {rate} | {r.get('link_text', '-')} | `{r['name']}` | "
+                f"{r['examples_per_sec']:,.0f} ({each}) | "
+                f"{r['step_time_median_s'] * 1e3:.0f} ms | {_x(r['vs_independent'])} | {_x(r['vs_raw_tf'])} "
+                f"| {load} |"
+            )
+    return "\n".join(lines)
+
+
+def check_table(check: dict) -> str:
+    """The scaling model's prediction beside the measurement, per configuration and link rate."""
+    lines = [
+        "| link (set) | configuration | all-reduce fit: alpha, beta | all-reduce of 4.8 MB | compute "
+        "| predicted vs independent | measured | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate, link in check["links"].items():
+        for r in link["rows"]:
+            f = link["fits"][r["allreduce_backend"]]
+            lines.append(
+                f"| {rate} | `{r['configuration']}` | {r['allreduce_backend']}: {f['alpha_ms']:.2f} ms, "
+                f"{f['beta_ms_per_mb']:.2f} ms/MB | {r['allreduce_ms']:.1f} ms | {r['compute_ms']:.0f} ms | "
+                f"{r['predicted_vs_independent']:.2f} | {r['measured_vs_independent']:.2f} | "
+                f"{r['error']:+.0%} |"
+            )
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     """Each generated table of the benchmarking page by the name of its block."""
-    return {
+    out = {
         "bench": bench_table(json.loads((RESULTS / "bench" / "results.json").read_text())),
         "scaling-model": model_table(json.loads((RESULTS / "scaling_model.json").read_text())),
     }
+    nodes = RESULTS / "bench-nodes"
+    if (nodes / "summary.json").exists():
+        out["bench-nodes"] = nodes_table(nodes)
+    if (nodes / "scaling_check.json").exists():
+        out["scaling-check"] = check_table(json.loads((nodes / "scaling_check.json").read_text()))
+    return out
 
 
 def main() -> None:
