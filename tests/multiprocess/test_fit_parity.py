@@ -75,7 +75,8 @@ def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: 
             np.testing.assert_allclose(w, w_ref, atol=TOL, rtol=0, err_msg=name)
             assert got["epochs"] == ref["epochs"], name
             assert got["iterations"] == ref["iterations"], name  # the same steps, a partial batch included
-            assert set(got["history"]) == {*ref["history"], "examples_per_sec"}, name
+            if ref["history"]:  # (the inference scenario trains nothing)
+                assert set(got["history"]) == {*ref["history"], "examples_per_sec"}, name
             for key, values in ref["history"].items():
                 np.testing.assert_allclose(
                     got["history"][key], values, atol=TOL, rtol=0, err_msg=f"{name} {key}"
