@@ -13,7 +13,7 @@ pass): step = compute + all-reduce(gradient bytes), with
 Error = (predicted - measured) / measured.
 
     python benchmarks/scaling_check.py --results benchmarks/results/bench-nodes
-writes scaling_check.json beside the results.
+writes scaling_check.json and scaling_check.png beside the results.
 """
 
 from __future__ import annotations
@@ -74,6 +74,29 @@ def check_link(rate: str, probes: list[dict[str, Any]], bench: dict[str, Any]) -
     }
 
 
+def plot(check: dict[str, Any], path: Path) -> None:
+    """Predicted and measured efficiency (against independent) side by side, per configuration and link."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for link in check["links"].values() for r in link["rows"]]
+    labels = [f"{r['configuration'].split('-n')[0]}\n{r['link']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
+    ax.bar([i - 0.2 for i in x], [r["predicted_vs_independent"] for r in rows], 0.4, label="predicted")
+    ax.bar([i + 0.2 for i in x], [r["measured_vs_independent"] for r in rows], 0.4, label="measured")
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel("examples/s vs independent (2 hosts)")
+    ax.set_ylim(0, 1.1)
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", default="benchmarks/results/bench-nodes")
@@ -92,6 +115,7 @@ def main() -> int:
     errors = [abs(r["error"]) for link in out["links"].values() for r in link["rows"]]
     out["max_abs_error"] = max(errors) if errors else None
     (root / "scaling_check.json").write_text(json.dumps(out, indent=2))
+    plot(out, root / "scaling_check.png")
     for link in out["links"].values():
         for r in link["rows"]:
             print(
