@@ -96,13 +96,26 @@ def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tup
 
 
 def start_job(
-    tmp_path: Path, nodes: int, nnodes: str, *args: str, rdzv_timeout: str = "120"
+    tmp_path: Path,
+    nodes: int,
+    nnodes: str,
+    *args: str,
+    rdzv_timeout: str = "120",
+    script_args: tuple[str, ...] = (),
 ) -> dict[str, subprocess.Popen[str]]:
     """`tfdist launch` of elastic_fit.py on node1..node<nodes> (the endpoint's node last)."""
     endpoint = f"node1:{next(_ports)}"
     (tmp_path / "out").mkdir(exist_ok=True)
     common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", rdzv_timeout, "--cpu", "-n", "1"]
-    script = [SCRIPT, str(tmp_path / "out"), str(tmp_path / "ckpt"), *SCRIPT_ARGS, "--pace", "0.25"]
+    script = [
+        SCRIPT,
+        str(tmp_path / "out"),
+        str(tmp_path / "ckpt"),
+        *SCRIPT_ARGS,
+        "--pace",
+        "0.25",
+        *script_args,
+    ]
     return {
         f"node{i}": launch_on(
             f"node{i}", *common, "--log-dir", str(tmp_path / f"run-node{i}"), *args, *script
@@ -231,4 +244,20 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
         assert run["world"] == 2
         assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-5
     assert times["teardown + rendezvous"] < 10  # survivors did not wait out the last call (10 s)
+    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+
+
+@pytest.mark.slow
+def test_a_global_batch_the_survivors_cannot_divide_is_refused_at_the_restart(
+    hosts: None, tmp_path: Path
+) -> None:
+    """A global batch of 9 on 3 nodes (3 each); after node3 is lost, 2 replicas cannot share it."""
+    procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1", script_args=("--batch", "9"))
+    wait_for("step 3", lambda: progress(tmp_path) >= 3, every=0.02)
+    hosts_script("kill", "node3")
+    results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    for node in ("node1", "node2"):
+        code, output = results[node]
+        assert code != 0 and "the job goes on with 2 node(s) instead of 3" in output, output[-3000:]
+        assert "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10." in output
     assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
