@@ -6,7 +6,9 @@ Why two ops: TensorFlow's executor blocks a thread in a Python op. If one op did
 second. The submits are stateful, so a ``tf.function`` runs them in program order and never prunes them;
 the waits are stateless, and each earlier wait of the graph is made to start after every later submit
 (when that adds no cycle), so every rank has submitted all of a step's collectives before it blocks in
-any of them, even with one inter-op thread. The coordinator then matches them by name.
+any of them, even with one inter-op thread. In a TensorFlow 1 graph (a ``Session``), where stateful ops
+have no program order, each submit is made to follow the graph's previous one. The coordinator then
+matches them by name.
 
 Errors: a rank whose collective disagrees with the others gets ``tf.errors.FailedPreconditionError``, as
 with Horovod. Eagerly it is raised directly; inside a graph a Python op can only raise UnknownError, so the
@@ -29,6 +31,7 @@ from tfdist.horovod.coordinator import Request
 MAX_PENDING_WAITS = 64  # per graph: older waits are left where TensorFlow puts them
 MAX_DESCENDANTS = 4000  # ops visited per pending wait when adding an edge (trace time only)
 _PENDING: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+_LAST_SUBMIT: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def normalize(name: str) -> str:
@@ -104,7 +107,9 @@ def run(
         request = make(arrays[:n], arrays[n] if local is not None else None, holder["name"])
         return np.int64(runtime.world().coordinator.submit(request))
 
-    ticket = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name=name or kind.capitalize())
+    with tf.control_dependencies(_previous_submit()):
+        ticket = tf.numpy_function(submit, inputs, tf.int64, stateful=True, name=name or kind.capitalize())
+    _LAST_SUBMIT[ticket.graph] = ticket.op
     holder["name"] = ticket.op.name  # unique in the graph, the same on every rank tracing this program
     out_dtypes = [tf.as_dtype(d) for d in dtypes]
 
@@ -127,6 +132,19 @@ def run(
     for out, shape in zip(results, shapes, strict=True):
         out.set_shape(shape)
     return results
+
+
+def _previous_submit() -> list[Any]:
+    """The graph's last submit, which the next one must follow.
+
+    A ``tf.function`` already runs stateful ops in program order, but a TensorFlow 1 graph (a
+    ``Session``) does not: there a wait could start, and hold the only inter-op thread, before an
+    earlier submit of the same run was made, and the ranks would wait for each other forever.
+    """
+    import tensorflow as tf
+
+    last = _LAST_SUBMIT.get(tf.compat.v1.get_default_graph())
+    return [] if last is None else [last]
 
 
 def _ranks(shapes: Sequence[Any]) -> list[Any]:
