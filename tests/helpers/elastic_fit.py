@@ -31,7 +31,9 @@ x = rng.normal(size=(240, 6)).astype("float32")
 y = (x @ rng.normal(size=(6, 1)) + 0.3).astype("float32")
 keras.utils.set_random_seed(42)
 with strategy.scope():
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
 rank = max(tfdist.rank(), 0)
 

@@ -83,8 +83,11 @@ def serve(low: int, high: int, rounds: int, last_call: float = 30.0) -> tuple[Re
     return server.start(), port
 
 
-def join_all(port: int, names: list[str], held: dict[str, list[socket.socket]]) -> dict[str, Assignment]:
-    """Every name joins at once (each from its own thread, holding its connection); their assignments."""
+def join_all(
+    port: int, names: list[str], held: dict[str, list[socket.socket]], first: str | None = None
+) -> dict[str, Assignment]:
+    """Every name joins (each from its own thread, holding its connection; ``first`` half a second before
+    the others); their assignments."""
     results: dict[str, Assignment] = {}
 
     def one(name: str) -> None:
@@ -96,8 +99,13 @@ def join_all(port: int, names: list[str], held: dict[str, list[socket.socket]]) 
                 sock.close()
 
     threads = [threading.Thread(target=one, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
+    for t, name in zip(threads, names, strict=True):
+        if name == first:
+            t.start()
+            time.sleep(0.5)
+    for t, name in zip(threads, names, strict=True):
+        if name != first:
+            t.start()
     for t in threads:
         t.join(timeout=30)
     return results
@@ -116,7 +124,8 @@ def test_survivors_meet_again_at_once_and_a_newcomer_waits_for_the_next_round() 
         assert time.monotonic() - started < 5
         assert second["c"].names == ("a", "c") and second["c"].node_rank == 1 and second["c"].round == 1
         assert "(round 1)" in second["a"].summary()
-        third = join_all(port, ["a", "b", "c"], held)  # b is back: it is taken at the next round
+        # b is back while the job runs: it waits, and is taken when the others meet again.
+        third = join_all(port, ["a", "b", "c"], held, first="b")
         assert third["b"].names == ("a", "b", "c") and third["b"].round == 2
         with pytest.raises(ConfigError, match="already formed"):  # no round left (1 + 2 restarts)
             client.join("127.0.0.1", port, lambda: "s", request("d"), 3)
