@@ -18,6 +18,10 @@
 #                                            copied to every node); self: on HOST only (Debian's default)
 #   scripts/testhosts.sh alias HOST [NAME..] extra names of HOST on every host (e.g. a pod's DNS name
 #                                            train-0.train); no NAME removes them
+#   scripts/testhosts.sh sshd HOST..         an ssh server on each HOST (port 22 of its address; installs
+#                                            Debian's openssh-server if missing); root logs in with the key
+#                                            that `ssh-command` names, nothing else
+#   scripts/testhosts.sh ssh-command         the ssh client command that reaches those servers
 #   scripts/testhosts.sh list                hosts with their addresses
 #   scripts/testhosts.sh check               exit 0 when this machine can make hosts (root, ip, nsenter)
 #
@@ -196,6 +200,47 @@ loopback_name() {
   log "$host resolves to $([ "$mode" = off ] && echo its address || echo "127.0.1.1 ($mode)")"
 }
 
+ssh_dir() { echo "$DIR/ssh"; }
+
+ssh_command() {  # the client side: the hosts' own key, their host keys are throw-away (no known_hosts)
+  echo "ssh -i $(ssh_dir)/id_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+}
+
+start_sshd() {
+  local host i d
+  d=$(ssh_dir)
+  if [ ! -x /usr/sbin/sshd ]; then
+    log "installing openssh-server (Debian package) for the test hosts' ssh servers"
+    apt-get update -qq
+    # The package must not start its own server on this machine: RUNLEVEL=1 keeps invoke-rc.d quiet.
+    DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+  fi
+  mkdir -p "$d" /run/sshd
+  chmod 700 "$d"
+  [ -f "$d/host_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/host_key"
+  [ -f "$d/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$d/id_ed25519"
+  cp "$d/id_ed25519.pub" "$d/authorized_keys"
+  chmod 600 "$d/authorized_keys"
+  for host in "$@"; do
+    i=$(host_index "$host")
+    cat > "$d/sshd_config.$host" <<CONF
+ListenAddress ${SUBNET}.${i}
+Port 22
+HostKey $d/host_key
+AuthorizedKeysFile $d/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile $d/sshd.$host.pid
+CONF
+    # Started inside the host (its network, name and hosts file); it daemonizes there and `down` ends it.
+    ( run_on "$host" /usr/sbin/sshd -f "$d/sshd_config.$host" )
+    log "$host: ssh server on ${SUBNET}.${i}:22"
+  done
+}
+
 list() {
   [ -f "$DIR/count" ] || { log "no hosts (scripts/testhosts.sh up N)"; return 0; }
   local i
@@ -217,7 +262,9 @@ case "$cmd" in
   kill) [ "$#" = 1 ] || die "usage: kill HOST"; kill_host "$1" ;;
   loopback-name) loopback_name "$@" ;;
   alias) [ "$#" -ge 1 ] || die "usage: alias HOST [NAME...]"; set_aliases "$@" ;;
+  sshd) [ "$#" -ge 1 ] || die "usage: sshd HOST..."; start_sshd "$@" ;;
+  ssh-command) ssh_command ;;
   list) list ;;
   check) check ;;
-  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|kill HOST|loopback-name HOST on|off|alias HOST [NAME..]|list|check" ;;
+  *) die "usage: scripts/testhosts.sh up [N]|down|exec HOST -- CMD|cap HOST RATE|cut HOST|plug HOST|kill HOST|loopback-name HOST on|off|alias HOST [NAME..]|sshd HOST..|ssh-command|list|check" ;;
 esac

@@ -57,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
+    args.argv = args_list  # as typed: `launch -H` starts the same command on other hosts
     try:
         return int(args.run(args) or 0)
     except (ConfigError, SetupError) as exc:

@@ -55,6 +55,16 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--node-rank", type=integer, default=0, help="index of this node, 0..nnodes-1")
     p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
+    p.add_argument(
+        "-H",
+        "--host-slots",
+        default=None,
+        metavar="H1:S,H2:S",
+        help="start the job on every host from here, over ssh (as horovodrun -H): S workers on each",
+    )
+    p.add_argument(
+        "--ssh", default="ssh", metavar="CMD", help="with -H: the ssh command that reaches the hosts"
+    )
     p.add_argument("--hostfile", default=None, help="file with one node address per line")
     p.add_argument(
         "--rdzv",
@@ -282,11 +292,41 @@ def _meet(meeting: Any, config: Any) -> Any:
     )
 
 
+def _from_one_node(args: argparse.Namespace) -> int:
+    """``-H``: the same launch on every host (this one directly, the others over ssh), met at a rendezvous."""
+    import os
+    import sys
+
+    from tfdist.launch import fanout
+    from tfdist.launch.preflight import check_hosts_resolve
+
+    hosts = fanout.parse_host_slots(args.host_slots)
+    if args.rdzv or args.hosts or args.hostfile or args.node_rank or args.nnodes != "1":
+        raise ConfigError(
+            "-H names every host and its workers; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
+        )
+    if args.nproc_per_node is not None and args.nproc_per_node != hosts[0].slots:
+        raise ConfigError(
+            f"-n {args.nproc_per_node} and -H {args.host_slots} disagree: give the workers per host in -H "
+            "(HOST:SLOTS) only."
+        )
+    check_hosts_resolve(tuple(h.name for h in hosts))
+    config_from_args(args)  # every other option checked here, before any host starts
+    argv = list(getattr(args, "argv", []))
+    argv = argv[argv.index("launch") + 1 :] if "launch" in argv else argv
+    endpoint = fanout.rendezvous_endpoint(hosts)
+    every = fanout.launch_args(argv, args.script, hosts, endpoint)
+    started = fanout.commands(hosts, every, args.ssh, sys.executable, os.getcwd())
+    return fanout.run(started)
+
+
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
     from tfdist.launch import launch
     from tfdist.launch.logs import console_print
 
+    if args.host_slots:
+        return _from_one_node(args)
     if not args.rdzv:
         result = launch(config_from_args(args))
     else:
