@@ -1,5 +1,5 @@
 """What Horovod's collectives do to NumPy arrays once every rank submitted them (run by the coordinator's
-thread, :mod:`tfdist.horovod.coordinator`), and Horovod's reduction constants.
+thread, :mod:`tfdist.sync.coordinator`), and Horovod's reduction constants.
 
 Float32 sums and averages (allreduce and reducescatter) of one round travel together through the MPI
 backend's packed shared-memory all-reduce, as ``tfdist.fit`` does (tensor fusion); other dtypes and
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.horovod import runtime
-from tfdist.horovod.coordinator import Request
+from tfdist.sync.coordinator import Request
 
 # Horovod's reduction constants (the values of horovod.common.basics).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -100,7 +100,7 @@ def _fused_sums(requests: list[Request]) -> None:
     world = runtime.world()
     parts = [p for r in requests for p in _prescaled(r)]
     # Views of shared memory (the next all-reduce overwrites them): the scaling pass is also the copy.
-    views = world.float_sync().allreduce(parts, keep=len(parts)) if world.size > 1 else parts
+    views = world.float_sync().packed_sum(parts, keep=len(parts)) if world.size > 1 else parts
     at = 0
     for request in requests:
         factor = np.float32(_factor(request))

@@ -29,7 +29,7 @@ class World:
     cross_size: int
     homogeneous: bool
     sync: Any = None  # tfdist.sync.mpi.MPISync: the packed float32 all-reduce (made on first use)
-    coordinator: Any = None  # tfdist.horovod.coordinator.Coordinator: name-matched collectives
+    coordinator: Any = None  # tfdist.sync.coordinator.Coordinator: name-matched collectives
 
     def float_sync(self) -> Any:
         """The MPI backend's synchroniser (one per process, shared with tfdist.fit)."""
@@ -61,7 +61,11 @@ def init(comm: Any = None) -> None:
         if mpi is None:
             _WORLD.append(_coordinated(World(None, None, 0, 1, 0, 1, 0, 1, True)))
             return
-        if comm is not None and not hasattr(comm, "Get_rank"):
+        # The collectives run on the MPI synchroniser's world: a communicator must be all of it.
+        partial = (
+            comm is not None and hasattr(comm, "Get_size") and comm.Get_size() != mpi.COMM_WORLD.Get_size()
+        )
+        if comm is not None and (partial or not hasattr(comm, "Get_rank")):
             raise NotImplementedError(
                 "hvd.init(comm=[ranks]) (a subset of ranks) is not supported by tfdist's Horovod API; "
                 "start the job with the ranks you want (tfdist launch -n N, mpirun -np N)."
@@ -92,11 +96,17 @@ def init(comm: Any = None) -> None:
 
 
 def _coordinated(world: World) -> World:
-    """``world`` with its coordinator (made here, in the caller's thread: its MPI set-up is collective)."""
+    """``world`` with its coordinator: the MPI synchroniser's, which then also runs Horovod's collectives
+    (one per process: Horovod's sums and ``tfdist.fit``'s share its packed buffer and never run at once)."""
     from tfdist.horovod import ops
-    from tfdist.horovod.coordinator import Coordinator
+    from tfdist.sync.coordinator import Coordinator
 
-    world.coordinator = Coordinator(world, ops.execute)
+    if world.comm is None:
+        world.coordinator = Coordinator(None, None, None, ops.execute)
+        return world
+    sync = world.float_sync()  # made here, in the caller's thread: its MPI set-up is collective
+    sync.register(ops.RUNNERS, ops.execute)
+    world.coordinator = sync.coordinator
     return world
 
 

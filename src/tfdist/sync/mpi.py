@@ -1,12 +1,15 @@
 """The MPI synchroniser (mpi4py), Horovod's design without its build.
 
 Each process runs a one-device strategy; one packed buffer per step (every gradient plus the metric sums)
-is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI across nodes).
+is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI across nodes). Every sum
+is a named request to the process's :class:`~tfdist.sync.coordinator.Coordinator`, so sums issued in
+another order on each rank (gradient buckets as the backward pass produces them) still pair by name;
+the sums of one round travel in one packed buffer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,9 +19,13 @@ from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
+from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, layout
 
 log = get_logger(__name__)
+
+SUM = "SUM"  # the kind of this synchroniser's own requests: float32 sums
+DEFAULT_NAME = "tfdist/sum"  # one sum per step: step k pairs with step k on every rank
 
 
 def import_mpi() -> Any:
@@ -56,26 +63,51 @@ class MPISync(ProcessLevel):
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
+        self._executors: dict[str, Callable[[list[Request]], None]] = {SUM: self._sums}
+        self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute)
         if self.rank == 0:
             log.info("MPI backend: %s", self.reducer.describe())
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
+    def register(self, kinds: Iterable[str], execute: Callable[[list[Request]], None]) -> None:
+        """Let ``execute`` run the matched requests of ``kinds`` (Horovod's collectives): the same list,
+        in the same order, on every rank, on the coordinator's thread."""
+        for kind in kinds:
+            self._executors[kind] = execute
+
+    def graph_allreduce(self, parts: list[Any], keep: int = 0, name: str = DEFAULT_NAME) -> list[Any]:
         """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""
         import tensorflow as tf
 
         parts = [tf.cast(p, tf.float32) for p in parts]
         outs = tf.numpy_function(
-            lambda *arrays: self.allreduce(arrays, keep), parts, [tf.float32] * len(parts), stateful=True
+            lambda *arrays: self.allreduce(arrays, keep, name),
+            parts,
+            [tf.float32] * len(parts),
+            stateful=True,
         )
         return [tf.ensure_shape(o, p.shape) for o, p in zip(outs, parts, strict=True)]
 
-    def allreduce(self, parts: Sequence[np.ndarray], keep: int = 0) -> list[np.ndarray]:
-        """Element-wise sums over all ranks of every array in ``parts``, through ONE packed all-reduce.
+    def allreduce(
+        self, parts: Sequence[np.ndarray], keep: int = 0, name: str = DEFAULT_NAME
+    ) -> list[np.ndarray]:
+        """Element-wise sums over all ranks of every array in ``parts``, matched across ranks by ``name``
+        (the n-th call of a name on one rank pairs with the n-th on every other) and packed into one
+        all-reduce with whatever else is ready everywhere.
 
-        The first ``keep`` results are views of shared memory that the next call with the same layout
+        The first ``keep`` results are views of shared memory that the next sum of the same packed length
         overwrites (the training step consumes the gradients in ``apply_gradients`` before it returns);
         the others are fresh copies the caller may keep (the metric sums, accumulated across steps).
+        RuntimeError naming both sides when the ranks passed different shapes under one name.
         """
+        arrays = [np.asarray(p, np.float32) for p in parts]
+        done = self.coordinator.wait(self.coordinator.submit(Request(name, SUM, arrays, local=keep)))
+        if done.error:
+            raise RuntimeError(done.error)
+        return done.result
+
+    def packed_sum(self, parts: Sequence[np.ndarray], keep: int = 0) -> list[np.ndarray]:
+        """Sums of ``parts`` through ONE packed all-reduce, now, unmatched: for the coordinator's thread
+        (its executors), where every rank runs the same list of requests; ``keep`` as in :meth:`allreduce`."""
         offsets, length = layout([p.size for p in parts])
         row = self.reducer.input_row(length)
         for part, start in zip(parts, offsets, strict=True):
@@ -86,13 +118,30 @@ class MPISync(ProcessLevel):
         ]
         return views[:keep] + [v.copy() for v in views[keep:]]
 
+    def _execute(self, requests: list[Request]) -> None:
+        batches: dict[Callable[[list[Request]], None], list[Request]] = {}
+        for request in requests:  # grouped by executor, in the order of their first request (every rank's)
+            batches.setdefault(self._executors[request.kind], []).append(request)
+        for execute, batch in batches.items():
+            execute(batch)
+
+    def _sums(self, requests: list[Request]) -> None:
+        """This round's sums, in one packed all-reduce."""
+        parts = [a for r in requests for a in r.arrays]
+        views = self.packed_sum(parts, keep=len(parts))
+        at = 0
+        for request in requests:
+            mine, keep = views[at : at + len(request.arrays)], request.local
+            at += len(request.arrays)
+            request.result = mine[:keep] + [v.copy() for v in mine[keep:]]
+
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
         return np.concatenate(self.comm.allgather(np.ascontiguousarray(array)), axis=0)
 
     def barrier(self) -> None:
         """Return once every rank got here (a one-float all-reduce, polled like the training ones)."""
-        self.allreduce([np.zeros(1, np.float32)])
+        self.allreduce([np.zeros(1, np.float32)], name="tfdist/barrier")
 
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""

@@ -1,9 +1,12 @@
 """Name-matched collectives: Horovod's coordinator, as one background thread per process.
 
 Why: TensorFlow may run two independent collectives of one ``tf.function`` in either order, and a
-program may issue them in another order on each rank. Pairing collectives by execution order then makes
-ranks exchange different tensors (or wait for each other forever). As in Horovod, every collective has a
-name, and the ranks agree on which tensor is which before any data moves.
+program may issue them in another order on each rank (several gradient buckets, Horovod's ops).
+Pairing collectives by execution order then makes ranks exchange different tensors (or wait for each
+other forever). As in Horovod, every collective has a name, and the ranks agree on which tensor is which
+before any data moves. The MPI synchroniser (:mod:`tfdist.sync.mpi`) owns the process's one
+coordinator; what a request of each kind does once matched is up to the executor of its kind (its own
+packed sums, Horovod's collectives in :mod:`tfdist.horovod.ops`).
 
 How: an op *submits* a request (its name, what it is about to do, its arrays) and returns at once; the
 request's key is its name plus how many requests of that name this rank submitted before, so a name used
@@ -19,6 +22,10 @@ A rank enters a round when it has something new to announce, or, after a round t
 its announced requests still wait (backing off up to 20 ms, so ranks waiting for each other's next op do
 not spin). A rank with nothing to do stays out: the others wait for it in the round (MPI's non-blocking
 calls, polled without burning the core).
+
+:meth:`Coordinator.abandon` is a collective way out of ranks that no longer agree (a test suite that
+must go on after one test left a rank waiting): once every rank called it, every collective not yet run
+fails on every rank, and all start again from an empty table.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ log = get_logger(__name__)
 
 STALL_WARNING_S = 60.0  # Horovod's stall inspector warns after a minute, too
 MAX_UNCLAIMED = 1024  # results of ops whose output TensorFlow pruned: dropped oldest first
+ABANDON = "ABANDON"  # the kind of :meth:`Coordinator.abandon`'s request
 
 
 class Request:
@@ -106,11 +114,17 @@ def mismatch_message(name: str, theirs: list[tuple[str, Any, str, list[str]]]) -
 
 
 class Coordinator:
-    """Submits, matches by name, fuses and runs the collectives of this process (see the module)."""
+    """Submits, matches by name, fuses and runs the collectives of this process (see the module).
 
-    def __init__(self, world: Any, execute: Callable[[list[Request]], None]) -> None:
-        self.world, self._execute = world, execute
-        self.size = world.size
+    ``comm``: the job's communicator (duplicated: the thread's MPI calls never interleave with the
+    caller's), None in a one-process job; ``waiter`` completes non-blocking MPI requests
+    (:class:`tfdist.sync.reduce.Waiter`); ``execute(requests)`` runs one round's matched requests, the same
+    list in the same order on every rank, setting each one's ``result`` (or ``error``).
+    """
+
+    def __init__(self, comm: Any, mpi: Any, waiter: Any, execute: Callable[[list[Request]], None]) -> None:
+        self.mpi, self.waiter, self._execute = mpi, waiter, execute
+        self.size = comm.Get_size() if comm is not None else 1
         self._cond = threading.Condition()
         self._new: list[Request] = []  # submitted, not yet announced
         self._waiting: dict[str, Request] = {}  # announced, not yet run (the thread's own)
@@ -120,9 +134,7 @@ class Coordinator:
         self._next_ticket = 0
         self._thread: threading.Thread | None = None
         self._failed = ""
-        if self.size > 1:
-            self.comm = world.comm.Dup()  # the thread's own: never interleaved with the caller's MPI calls
-            self.waiter = world.float_sync().reducer.waiter
+        self.comm = comm.Dup() if self.size > 1 else comm
 
     # ---- the callers' side (any thread) ----
 
@@ -138,7 +150,10 @@ class Coordinator:
             while len(self._tickets) > MAX_UNCLAIMED:
                 self._tickets.popitem(last=False)
             if self.size == 1:
-                self._run([request])
+                if request.kind == ABANDON:
+                    request.done.set()
+                else:
+                    self._run([request])
                 return ticket
             if self._failed:
                 request.error = self._failed
@@ -146,7 +161,7 @@ class Coordinator:
                 return ticket
             self._new.append(request)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="tfdist-hvd-coordinator", daemon=True)
+                self._thread = threading.Thread(target=self._loop, name="tfdist-coordinator", daemon=True)
                 self._thread.start()
             self._cond.notify()
         return ticket
@@ -164,6 +179,16 @@ class Coordinator:
                 time.monotonic() - started,
             )
         return request
+
+    def abandon(self, name: str, reason: str) -> None:
+        """A collective: once every rank called ``abandon(name, ...)``, every collective not yet run fails
+        on every rank (``error`` = ``reason``) and sequence numbers start again from 0.
+
+        For a caller that must go on after the ranks fell out of step (e.g. one rank raised between two
+        collectives); collectives submitted while it waits are abandoned too.
+        """
+        # The reason may differ across ranks: ``local``, not part of what must agree.
+        self.wait(self.submit(Request(f"{ABANDON}/{name}", ABANDON, [], local=reason)))
 
     # ---- the thread ----
 
@@ -197,6 +222,12 @@ class Coordinator:
         for key in ready:
             del self._table[key]
         requests = [self._waiting.pop(key) for key in ready]
+        abandon = [r for r in requests if r.kind == ABANDON and r.key not in bad]
+        if abandon:  # the same round on every rank: the tables stay equal
+            self._abandon(abandon[0].local, [r for r in requests if r.kind != ABANDON])
+            for request in abandon:
+                request.done.set()
+            return True
         if bad:
             self._fail_mismatched([r for r in requests if r.key in bad])
         self._run([r for r in requests if r.key not in bad])
@@ -221,6 +252,17 @@ class Coordinator:
             request.error = mismatch_message(request.name, [theirs[request.key] for theirs in everyone])
             request.done.set()
 
+    def _abandon(self, reason: str, ready: list[Request]) -> None:
+        with self._cond:
+            pending = [*ready, *self._waiting.values(), *self._new]
+            self._waiting.clear()
+            self._new.clear()
+            self._table.clear()
+            self._seq.clear()
+        for request in pending:
+            request.error = reason
+            request.done.set()
+
     def _fail_all(self, message: str) -> None:
         with self._cond:
             self._failed = message
@@ -233,7 +275,7 @@ class Coordinator:
 
     def _allgather_bytes(self, payload: bytes) -> list[bytes]:
         """Every rank's bytes (two non-blocking collectives: the lengths, then the bytes)."""
-        mpi = self.world.mpi
+        mpi = self.mpi
         counts = np.empty(self.size, np.int64)
         self.waiter.wait(self.comm.Iallgather(np.array([len(payload)], np.int64), counts))
         data = np.empty(int(counts.sum()), np.uint8)
