@@ -1,0 +1,107 @@
+"""Horovod's API and the MPI synchroniser on several commits of tfdist, side by side in one run.
+
+"No slower": each repeat runs, for every commit in turn (the order rotating from repeat to repeat, as this
+machine's speed moves from hour to hour), the two configurations of ``benchmarks/horovod_tape.py`` (a
+Horovod ``DistributedGradientTape`` loop and ``tfdist.fit``, both on the MPI backend, 2 ranks) and the
+MPI figure of ``tfdist bench`` (2 workers); mnist-cnn, synthetic data, batch 64 per rank, one thread per
+rank. An older commit is exported with ``git archive`` and put first on PYTHONPATH; ``HEAD`` means the
+working tree. Reports every sample, the medians and each commit's medians over the first one's.
+    python benchmarks/horovod_commits.py --revs cf74d6b,HEAD --repeats 3
+        --out benchmarks/results/horovod_commits.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from compare_commits import ROOT, export
+
+HVD_WORKER = ROOT / "benchmarks" / "_hvd_worker.py"
+THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def run(cmd: list[str], src: Path, timeout: float) -> None:
+    env = {**os.environ, **THREADS, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def hvd_tape(mode: str, src: Path, tmp: Path, steps: int) -> float:
+    """examples/s of ``_hvd_worker.py MODE`` (hvd-tape | tfdist-fit) on 2 ranks."""
+    out = tmp / f"{mode}.json"
+    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
+    cmd += ["--quiet-workers", "--log-dir", str(tmp / f"{mode}-logs"), str(HVD_WORKER), mode, str(steps), str(out)]
+    run(cmd, src, 900)
+    return float(json.loads(out.read_text())["examples_per_sec"])
+
+
+def bench_mpi(src: Path, tmp: Path, steps: int) -> float:
+    """examples/s of ``tfdist bench``'s mpi run with 2 workers."""
+    out = tmp / "bench"
+    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
+    cmd += ["--workers", "2", "--backend", "mpi", "--compare", "none", "--steps", str(steps)]
+    cmd += ["--warmup", "10", "--repeats", "1", "--batch-size-per-replica", "64", "--threads", "1"]
+    run([*cmd, "--out", str(out)], src, 900)
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    return float(next(r["examples_per_sec"] for r in runs if r["backend"] == "mpi"))
+
+
+def measure(src: Path, tmp: Path, steps: int) -> dict[str, float]:
+    return {
+        "hvd-tape": hvd_tape("hvd-tape", src, tmp, steps),
+        "tfdist-fit": hvd_tape("tfdist-fit", src, tmp, steps),
+        "bench-mpi-w2": bench_mpi(src, tmp, steps),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--revs", default="cf74d6b,HEAD", help="commits, comma-separated; HEAD: the tree")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out", default="benchmarks/results/horovod_commits.json")
+    args = parser.parse_args()
+    revs = args.revs.split(",")
+    samples: dict[str, dict[str, list[float]]] = {rev: {} for rev in revs}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trees = {rev: ROOT / "src" if rev == "HEAD" else export(rev, tmp / rev) for rev in revs}
+        for repeat in range(args.repeats):
+            shift = repeat % len(revs)
+            for rev in revs[shift:] + revs[:shift]:
+                work = tmp / f"{rev}-{repeat}"
+                work.mkdir()
+                numbers = measure(trees[rev], work, args.steps)
+                for key, value in numbers.items():
+                    samples[rev].setdefault(key, []).append(value)
+                print(f"repeat {repeat + 1} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items()))
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    medians = {rev: {k: statistics.median(v) for k, v in s.items()} for rev, s in samples.items()}
+    first = revs[0]
+    report: dict[str, Any] = {
+        "benchmark": "horovod_commits",
+        "workload": "mnist-cnn, synthetic 28x28x1, batch 64 per rank, 1 thread per rank, 2 ranks",
+        "revs": revs,
+        "head_commit": head.stdout.strip(),
+        "steps": args.steps,
+        "examples_per_sec": samples,
+        "median_examples_per_sec": medians,
+        f"vs_{first}": {rev: {k: medians[rev][k] / medians[first][k] for k in medians[rev]} for rev in revs},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: report[k] for k in ("median_examples_per_sec", f"vs_{first}")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
