@@ -7,7 +7,9 @@ tfdist answers ``import horovod.tensorflow``), the outcome of every test counted
 PATH is a Horovod checkout, or a bare git directory of one (its HEAD is read). The suite's helper
 modules come with it (``base_test_tensorflow.py``, ``test/utils/common.py``); the few Horovod-internal
 modules they import are answered by small stand-ins (see ``horovod_upstream_worker.py``). A test counts as
-passed when it passed on every rank, skipped when any rank skipped it, failed otherwise.
+passed when it passed on every rank, skipped when any rank skipped it, failed otherwise. The ranks end
+every test together, and a test still running after ``--test-timeout`` seconds is stopped (its
+collectives fail, its stacks are kept): the JSON's ``stuck`` names those.
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def combine(per_rank: list[dict[str, tuple[str, str]]]) -> dict[str, tuple[str, 
     return combined
 
 
+def stuck_tests(reports: Path) -> dict[str, list[int]]:
+    """test id -> the ranks whose watchdog stopped it (``== <id>: ...`` lines of rank<r>.stuck.txt)."""
+    stuck: dict[str, list[int]] = {}
+    for path in sorted(reports.glob("rank*.stuck.txt")):
+        rank = int(path.name[4:].split(".")[0])
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("== "):
+                stuck.setdefault(line[3:].split(": still running")[0], []).append(rank)
+    return stuck
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horovod", default=os.environ.get("HOROVOD_SRC", ""), help="checkout or git dir")
@@ -89,6 +102,7 @@ def main() -> int:
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for the whole run")
     parser.add_argument("--out", default="benchmarks/results/horovod_upstream.json")
+    parser.add_argument("--keep", default="", help="copy the ranks' JUnit XML and stuck stacks here")
     args = parser.parse_args()
     if not args.horovod:
         raise SystemExit("--horovod PATH (a horovod/horovod checkout or git directory) is required")
@@ -98,6 +112,8 @@ def main() -> int:
         cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", str(args.ranks)]
         cmd += [
             "--cpu",
+            "--timeout",  # the launcher ends its ranks itself (a killed launcher would leave them)
+            str(args.timeout),
             "--log-dir",
             str(tmp / "logs"),
             str(WORKER),
@@ -106,8 +122,10 @@ def main() -> int:
         cmd += [str(tmp / "reports"), str(args.test_timeout), args.select]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 120, env=env)
         elapsed = time.monotonic() - started
+        if args.keep:
+            shutil.copytree(tmp / "reports", args.keep, dirs_exist_ok=True)
         reports = [tmp / "reports" / f"rank{r}.xml" for r in range(args.ranks)]
         if not all(r.is_file() for r in reports):
             raise SystemExit(
@@ -115,6 +133,7 @@ def main() -> int:
                 f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
             )
         combined = combine([outcomes(r) for r in reports])
+        stuck = stuck_tests(tmp / "reports")
     counts = {s: sum(1 for v in combined.values() if v[0] == s) for s in ("passed", "failed", "skipped")}
     result = {
         "benchmark": "horovod_upstream",
@@ -124,13 +143,14 @@ def main() -> int:
         "launch_exit_code": proc.returncode,
         "seconds": round(elapsed, 1),
         "counts": counts,
+        "stuck": stuck,
         "skipped": {k: v[1] for k, v in combined.items() if v[0] == "skipped"},
         "failed": {k: v[1] for k, v in combined.items() if v[0] == "failed"},
         "passed": sorted(k for k, v in combined.items() if v[0] == "passed"),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({"counts": counts, "failed": result["failed"]}, indent=2))
+    print(json.dumps({"counts": counts, "stuck": stuck, "failed": result["failed"]}, indent=2))
     return 0
 
 

@@ -7,16 +7,27 @@ The suite's helpers import a few Horovod-internal modules that are not Horovod's
 ``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``),
 ``horovod.runner.util.threads.in_thread`` (start a daemon thread) and the ``mock`` package (the standard
 library's ``unittest.mock``); stand-ins for exactly these are registered before the suite is imported.
+
+Bounded, test by test (:class:`LockStep`): the ranks end every test together (a collective of the
+coordinator that also drops whatever a test left unmatched, e.g. a collective only one rank issued),
+and a test still running after TEST_TIMEOUT seconds on a rank has its stacks written to
+REPORT_DIR/rank<r>.stuck.txt and its waiting collectives failed, so that test fails and the run goes on
+(pytest-timeout cannot interrupt a rank blocked inside a TensorFlow op).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 import threading
+import time
 import types
 import unittest.mock
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def in_thread(
@@ -46,13 +57,52 @@ def install_stand_ins() -> None:
     sys.modules.setdefault("mock", unittest.mock)
 
 
-def main() -> int:
-    import pytest
+class Once:
+    """``abandon(name)`` at most once per test on this rank, whoever asks first (watchdog or teardown)."""
 
-    test_file, reports, timeout = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    def __init__(self, coordinator: Any, name: str) -> None:
+        self.coordinator, self.name = coordinator, name
+        self.lock = threading.Lock()
+        self.done = False
+
+    def __call__(self, reason: str) -> None:
+        with self.lock:
+            if not self.done:
+                self.coordinator.abandon(self.name, reason)
+                self.done = True
+
+
+class LockStep:
+    """A pytest plugin: every test ends on every rank together; a stuck test fails after ``timeout`` s."""
+
+    def __init__(self, coordinator: Any, timeout: float, stuck_file: Path) -> None:
+        self.coordinator, self.timeout, self.stuck_file = coordinator, timeout, stuck_file
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Iterator[None]:
+        once = Once(self.coordinator, item.nodeid)
+        watchdog = threading.Timer(self.timeout, self._stuck, args=(item.nodeid, once))
+        watchdog.daemon = True
+        watchdog.start()
+        yield
+        watchdog.cancel()
+        once(f"the test {item.nodeid} ended on another rank with this collective unmatched")
+
+    def _stuck(self, nodeid: str, once: Once) -> None:
+        with self.stuck_file.open("a") as out:
+            out.write(f"== {nodeid}: still running after {self.timeout:.0f} s ({time.ctime()})\n")
+            out.flush()
+            faulthandler.dump_traceback(out, all_threads=True)
+        once(f"the test {nodeid} was stopped after {self.timeout:.0f} s (see rank*.stuck.txt)")
+
+
+def main() -> int:
+    test_file, reports, timeout = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     select = sys.argv[4] if len(sys.argv) > 4 else ""
     install_stand_ins()
     import horovod.tensorflow as hvd
+
+    from tfdist.horovod import runtime
 
     hvd.init()
     reports.mkdir(parents=True, exist_ok=True)
@@ -68,12 +118,14 @@ def main() -> int:
     ]
     argv += [
         f"--junitxml={reports / f'rank{hvd.rank()}.xml'}",
-        f"--timeout={timeout}",
+        # A last resort for a rank looping in Python (the watchdog comes first).
+        f"--timeout={2 * timeout}",
         "--timeout-method=signal",
     ]
     if select:
         argv += ["-k", select]
-    pytest.main(argv)
+    plugin = LockStep(runtime.world().coordinator, timeout, reports / f"rank{hvd.rank()}.stuck.txt")
+    pytest.main(argv, plugins=[plugin])
     return 0
 
 

@@ -164,5 +164,19 @@ except tf.errors.FailedPreconditionError as exc:
     results["mismatched roots"] = 0.0 if "Mismatched BROADCAST root ranks" in str(exc) else str(exc)
 record("after the errors, collectives still work", hvd.allreduce(tf.ones([2]), op=hvd.Sum), np.full(2, size))
 
+# A TensorFlow 1 graph run by a Session with one inter-op thread, each run fetching every gather so far
+# (Horovod's test_horovod_allgather_fused_cpu): a wait must not take the thread before an earlier submit.
+with tf.Graph().as_default():
+    checks = []
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=1)
+    with tf.compat.v1.Session(config=config) as session:
+        for dtype in (tf.int32, tf.float16, tf.float32, tf.float64, tf.int64):
+            gathered = hvd.allgather(tf.cast(tf.ones([17]) * rank, dtype))
+            for r in range(size):
+                part = tf.cast(tf.slice(gathered, [r * 17], [17]), tf.int32)
+                checks.append(tf.reduce_all(tf.equal(part, r)))
+            passed = session.run(tf.reduce_all(checks))
+    record("TF1 session, one thread: cumulative gathers", float(not passed), 0.0)
+
 Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
 (Path(sys.argv[1]) / f"checks-{rank}.json").write_text(json.dumps(results, indent=1))

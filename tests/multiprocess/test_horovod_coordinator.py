@@ -1,0 +1,29 @@
+"""The name-matching coordinator under the MPI synchroniser's own sums, on 2 real ranks (no TensorFlow):
+opposite orders, a name per step, a shape mismatch, and abandon() (tests/helpers/hvd_coordinator.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multiprocess]
+HELPER = Path(__file__).parent.parent / "helpers" / "hvd_coordinator.py"
+
+
+def test_mpi_sums_pair_by_name_and_fail_alike_on_every_rank(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
+    cmd += ["--log-dir", str(tmp_path / "run"), str(HELPER), str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for rank in (0, 1):
+        checks = json.loads((tmp_path / f"coordinator-{rank}.json").read_text())
+        seconds = checks.pop("mismatch seconds")
+        assert seconds < 10, seconds  # promptly, on both ranks
+        assert len(checks) == (7 if rank == 0 else 6), checks
+        bad = {name: v for name, v in checks.items() if v != 0.0}
+        assert not bad, f"rank {rank}: {bad}"
