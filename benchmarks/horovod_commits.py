@@ -56,12 +56,18 @@ def bench_mpi(src: Path, tmp: Path, steps: int) -> float:
     return float(next(r["examples_per_sec"] for r in runs if r["backend"] == "mpi"))
 
 
-def measure(src: Path, tmp: Path, steps: int) -> dict[str, float]:
-    return {
-        "hvd-tape": hvd_tape("hvd-tape", src, tmp, steps),
-        "tfdist-fit": hvd_tape("tfdist-fit", src, tmp, steps),
-        "bench-mpi-w2": bench_mpi(src, tmp, steps),
-    }
+MEASURES = ("hvd-tape", "tfdist-fit", "bench-mpi-w2")
+
+
+def measure(which: list[str], src: Path, tmp: Path, steps: int) -> dict[str, float]:
+    """examples/s of each measure in ``which`` (see :data:`MEASURES`) with the tfdist of ``src``."""
+    numbers = {}
+    for name in which:
+        if name == "bench-mpi-w2":
+            numbers[name] = bench_mpi(src, tmp, steps)
+        else:
+            numbers[name] = hvd_tape(name, src, tmp, steps)
+    return numbers
 
 
 def main() -> int:
@@ -69,9 +75,14 @@ def main() -> int:
     parser.add_argument("--revs", default="cf74d6b,HEAD", help="commits, comma-separated; HEAD: the tree")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument(
+        "--measure", default=",".join(MEASURES), help="comma-separated, of " + ", ".join(MEASURES)
+    )
     parser.add_argument("--out", default="benchmarks/results/horovod_commits.json")
     args = parser.parse_args()
-    revs = args.revs.split(",")
+    revs, which = args.revs.split(","), args.measure.split(",")
+    if set(which) - set(MEASURES):
+        raise SystemExit(f"--measure {args.measure}: each must be one of {', '.join(MEASURES)}")
     samples: dict[str, dict[str, list[float]]] = {rev: {} for rev in revs}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -81,7 +92,7 @@ def main() -> int:
             for rev in revs[shift:] + revs[:shift]:
                 work = tmp / f"{rev}-{repeat}"
                 work.mkdir()
-                numbers = measure(trees[rev], work, args.steps)
+                numbers = measure(which, trees[rev], work, args.steps)
                 for key, value in numbers.items():
                     samples[rev].setdefault(key, []).append(value)
                 print(f"repeat {repeat + 1} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items()))
