@@ -332,3 +332,35 @@ def test_a_horovod_keras_script_across_two_hosts_equals_one_process(hosts: None,
     for rank in range(2):
         weights = np.load(out / f"rank{rank}.npz")
         assert max(float(np.abs(weights[k] - reference[k]).max()) for k in reference.files) <= 1e-5
+
+
+@pytest.mark.slow
+def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_path: Path) -> None:
+    """`tfdist launch -H node1:1,node2:1` typed on node1 only: node2's part starts over ssh (an ssh server
+    on each test host, as on a cluster without a scheduler), and the Horovod script ≡ one process."""
+    served = subprocess.run(
+        [HOSTS_SCRIPT, "sshd", "node1", "node2"], env=ENV, capture_output=True, text=True, timeout=600
+    )
+    assert served.returncode == 0, served.stderr
+    ssh = subprocess.run(
+        [HOSTS_SCRIPT, "ssh-command"], env=ENV, capture_output=True, text=True, timeout=30
+    ).stdout.strip()
+    script = str(HELPERS / "hvd_keras.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir()
+    out.mkdir()
+    one_process(script, str(single), "--batch", "64", "--lr-ranks", "2")
+    received = received_bytes("tfdr", "node2")
+    launcher = launch_on(
+        "node1", "-H", "node1:1,node2:1", "--ssh", ssh, "--cpu", "--backend", "horovod",
+        "--log-dir", str(tmp_path / "runs"), script, str(out),
+    )  # fmt: skip
+    [(code, output)] = finish([launcher])
+    assert code == 0, output[-3000:]
+    assert "[node2] tfdist launch: all workers finished" in output  # node2's launcher, relayed over ssh
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["node1", "node2"]
+    assert received_bytes("tfdr", "node2") - received > 30_000
+    reference = np.load(single / "rank0.npz")
+    for rank in range(2):
+        weights = np.load(out / f"rank{rank}.npz")
+        assert max(float(np.abs(weights[k] - reference[k]).max()) for k in reference.files) <= 1e-5

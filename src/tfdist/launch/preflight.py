@@ -75,11 +75,43 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
             check_python_script(config.command[0])
     if config.nnodes > 1:
         check_hosts_resolve(config.hosts)
+        if not config.node_ports:  # a rendezvous gives each node ports it found free itself
+            check_ports_free(fixed_ports(config), config.base_port)
     if config.backend == "tf":
         return Machine()
     shim = config.backend == "horovod" and importlib.util.find_spec("horovod") is None
     mpiexec = find_mpiexec()
     return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", shim)
+
+
+def fixed_ports(config: LaunchConfig) -> tuple[int, ...]:
+    """The ports this node's tasks listen on in a ``--hosts`` job (from ``--base-port``)."""
+    from tfdist.launch.plan import DEFAULT_BASE_PORT, mpi_control_port
+
+    if config.backend != "tf":  # the MPI backends listen on node 0's control port only
+        return (mpi_control_port(config),) if config.node_rank == 0 else ()
+    base = config.base_port or DEFAULT_BASE_PORT
+    return tuple(range(base, base + config.tasks_per_node))
+
+
+def check_ports_free(ports: tuple[int, ...], base_port: int | None) -> None:
+    """This node can listen on its fixed ports: a port another program holds is named now, on this node,
+    not as a worker's gRPC error after the other nodes started."""
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As gRPC binds: a port left in TIME_WAIT is usable, one another program listens on is not.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("", port))
+            except OSError:
+                given = (
+                    f"--base-port {base_port}" if base_port is not None else "the default --base-port 29400"
+                )
+                raise ConfigError(
+                    f"port {port} is taken on {socket.gethostname()}: this node's workers listen on "
+                    f"{given} and up. Hint: choose a --base-port that is free on every node (`ss -ltn` lists "
+                    "what listens), or use --rdzv, where each node picks free ports itself."
+                ) from None
 
 
 def check_hosts_resolve(hosts: tuple[str, ...]) -> None:
