@@ -19,13 +19,7 @@ from tfdist.sync.coordinator import Request
 # Horovod's reduction constants (the values of horovod.common.basics).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = (
-    "ALLREDUCE",
-    "ALLGATHER",
-    "BROADCAST",
-    "ALLTOALL",
-    "REDUCESCATTER",
-)
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = runtime.KINDS
 
 
 def resolve_op(op: int | None, average: bool | None) -> int:

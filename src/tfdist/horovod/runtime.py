@@ -8,8 +8,12 @@ collective returns its input, as Horovod does with one rank.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+#: The kinds of Horovod's collectives (tfdist.horovod.ops names them), run by the ``execute`` of init.
+KINDS = ("ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER")
 
 #: Horovod's own text, which users search for (and scripts catch as ValueError).
 NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
@@ -52,14 +56,15 @@ def _mpi() -> Any:
     return MPI
 
 
-def init(comm: Any = None) -> None:
-    """Start (or keep) the job's communicators; ``comm`` may be an mpi4py communicator or None (world)."""
+def init(execute: Callable[[list[Any]], None], comm: Any = None) -> None:
+    """Start (or keep) the job's communicators; ``comm`` may be an mpi4py communicator or None (world);
+    ``execute`` runs Horovod's matched collectives (:func:`tfdist.horovod.ops.execute`)."""
     with _LOCK:
         if _WORLD:
             return
         mpi = _mpi()
         if mpi is None:
-            _WORLD.append(_coordinated(World(None, None, 0, 1, 0, 1, 0, 1, True)))
+            _WORLD.append(_coordinated(World(None, None, 0, 1, 0, 1, 0, 1, True), execute))
             return
         # The collectives run on the MPI synchroniser's world: a communicator must be all of it.
         partial = (
@@ -90,22 +95,22 @@ def init(comm: Any = None) -> None:
                     cross_rank=cross.Get_rank(),
                     cross_size=cross.Get_size(),
                     homogeneous=len(set(sizes)) == 1,
-                )
+                ),
+                execute,
             )
         )
 
 
-def _coordinated(world: World) -> World:
+def _coordinated(world: World, execute: Callable[[list[Any]], None]) -> World:
     """``world`` with its coordinator: the MPI synchroniser's, which then also runs Horovod's collectives
     (one per process: Horovod's sums and ``tfdist.fit``'s share its packed buffer and never run at once)."""
-    from tfdist.horovod import ops
     from tfdist.sync.coordinator import Coordinator
 
     if world.comm is None:
-        world.coordinator = Coordinator(None, None, None, ops.execute)
+        world.coordinator = Coordinator(None, None, None, execute)
         return world
     sync = world.float_sync()  # made here, in the caller's thread: its MPI set-up is collective
-    sync.register(ops.RUNNERS, ops.execute)
+    sync.register(KINDS, execute)
     world.coordinator = sync.coordinator
     return world
 

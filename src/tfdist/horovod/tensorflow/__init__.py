@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from tfdist.horovod import compat, runtime
+from tfdist.horovod import compat, ops, runtime
 from tfdist.horovod.compression import Compression
 from tfdist.horovod.functions import (
     ProcessSet,
@@ -75,7 +75,7 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     if process_sets:
         raise NotImplementedError("hvd.init(process_sets=...) is not supported by tfdist's Horovod API.")
     compat.install()
-    runtime.init(comm)
+    runtime.init(ops.execute, comm)
 
 
 def shutdown() -> None:
