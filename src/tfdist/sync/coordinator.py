@@ -11,12 +11,13 @@ packed sums, Horovod's collectives in :mod:`tfdist.horovod.ops`).
 How: an op *submits* a request (its name, what it is about to do, its arrays) and returns at once; the
 request's key is its name plus how many requests of that name this rank submitted before, so a name used
 every step pairs step k with step k on every rank. The thread runs *rounds*: each rank that has requests
-waiting sends the keys it submitted since its last round with an 8-byte digest of each (kind, dtypes,
-shapes, arguments); every rank adds them to the same table, in the same order, so every rank computes the
-same list of keys now submitted everywhere. Those run in that order, the float32 sums of a round fused
-into ONE packed all-reduce (tensor fusion). A key whose digests differ fails on every rank with
-``tf.errors.FailedPreconditionError`` naming what rank 0 and the first differing rank sent (a second
-exchange, only then). A round carries a few bytes per new request: small and bounded by what is in flight.
+waiting sends an 8-byte hash of each key it submitted since its last round with an 8-byte digest of each
+(kind, dtypes, shapes, arguments), in ONE all-gather of a fixed 2 KiB per rank (up to 127 keys; more
+wait for the next round); every rank adds them to the same table, in the same order, so every rank
+computes the same list of keys now submitted everywhere. Those run in that order, the float32 sums of a
+round fused into ONE packed all-reduce (tensor fusion). A key whose digests differ fails on every rank
+with ``tf.errors.FailedPreconditionError`` naming what rank 0 and the first differing rank sent (a second
+exchange, only then).
 
 A rank enters a round when it has something new to announce, or, after a round that ran nothing, when
 its announced requests still wait (backing off up to 20 ms, so ranks waiting for each other's next op do
@@ -47,6 +48,13 @@ log = get_logger(__name__)
 STALL_WARNING_S = 60.0  # Horovod's stall inspector warns after a minute, too
 MAX_UNCLAIMED = 1024  # results of ops whose output TensorFlow pruned: dropped oldest first
 ABANDON = "ABANDON"  # the kind of :meth:`Coordinator.abandon`'s request
+# Announcements per rank and round: a round is ONE all-gather of a fixed 2 KiB per rank (no second
+# exchange of lengths), since every rendezvous costs on a machine whose cores are all busy.
+MAX_PER_ROUND = 127
+
+
+def _hash64(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 class Request:
@@ -66,6 +74,7 @@ class Request:
         self.local = local  # may differ across ranks (alltoall's splits)
         self.free_first_dim = free_first_dim  # allgather / alltoall: first dimensions may differ
         self.key = ""
+        self.key_hash = 0  # 8 bytes standing for ``key`` in a round
         self.done = threading.Event()
         self.result: list[np.ndarray] = []
         self.error: str = ""
@@ -79,9 +88,7 @@ class Request:
 
     def digest(self) -> int:
         """8 bytes standing for :meth:`signature`."""
-        return int.from_bytes(
-            hashlib.blake2b(repr(self.signature()).encode(), digest_size=8).digest(), "little"
-        )
+        return _hash64(repr(self.signature()))
 
     def describe(self) -> str:
         """``float32[3, 4], int64[2]``: the arrays as error messages name them."""
@@ -127,8 +134,8 @@ class Coordinator:
         self.size = comm.Get_size() if comm is not None else 1
         self._cond = threading.Condition()
         self._new: list[Request] = []  # submitted, not yet announced
-        self._waiting: dict[str, Request] = {}  # announced, not yet run (the thread's own)
-        self._table: dict[str, list[int | None]] = {}  # key -> each rank's digest; same on every rank
+        self._waiting: dict[int, Request] = {}  # announced, not yet run (the thread's own), by key hash
+        self._table: dict[int, list[int | None]] = {}  # key hash -> each rank's digest; same on every rank
         self._seq: dict[str, int] = {}
         self._tickets: OrderedDict[int, Request] = OrderedDict()
         self._next_ticket = 0
@@ -144,6 +151,7 @@ class Coordinator:
             seq = self._seq.get(request.name, 0)
             self._seq[request.name] = seq + 1
             request.key = f"{request.name}#{seq}"
+            request.key_hash = _hash64(request.key)
             ticket = self._next_ticket
             self._next_ticket += 1
             self._tickets[ticket] = request
@@ -200,7 +208,7 @@ class Coordinator:
                     self._cond.wait()
                 if not self._new and backoff:
                     self._cond.wait(backoff)
-                new, self._new = self._new, []
+                new, self._new = self._new[:MAX_PER_ROUND], self._new[MAX_PER_ROUND:]
             try:
                 progressed = self._round(new)
             except Exception as exc:  # an MPI failure: every waiting op fails instead of hanging
@@ -210,27 +218,32 @@ class Coordinator:
 
     def _round(self, new: list[Request]) -> bool:
         for request in new:
-            self._waiting[request.key] = request
-        payload = pickle.dumps([(r.key, r.digest()) for r in new])
-        for rank, blob in enumerate(self._allgather_bytes(payload)):
-            for key, digest in pickle.loads(blob):
+            self._waiting[request.key_hash] = request
+        mine = np.zeros((MAX_PER_ROUND + 1, 2), np.uint64)  # row 0: the count; then (key hash, digest)
+        mine[0, 0] = len(new)
+        for row, request in enumerate(new, start=1):
+            mine[row] = (request.key_hash, request.digest())
+        everyone = np.empty((self.size, MAX_PER_ROUND + 1, 2), np.uint64)
+        self.waiter.wait(self.comm.Iallgather(mine, everyone))
+        for rank in range(self.size):
+            for key, digest in everyone[rank, 1 : 1 + int(everyone[rank, 0, 0])].tolist():
                 self._table.setdefault(key, [None] * self.size)[rank] = digest
         ready = [key for key, digests in self._table.items() if None not in digests]
         if not ready:
             return False
-        bad = [key for key in ready if len(set(self._table[key])) > 1]
+        bad = {key for key in ready if len(set(self._table[key])) > 1}
         for key in ready:
             del self._table[key]
         requests = [self._waiting.pop(key) for key in ready]
-        abandon = [r for r in requests if r.kind == ABANDON and r.key not in bad]
+        abandon = [r for r in requests if r.kind == ABANDON and r.key_hash not in bad]
         if abandon:  # the same round on every rank: the tables stay equal
             self._abandon(abandon[0].local, [r for r in requests if r.kind != ABANDON])
             for request in abandon:
                 request.done.set()
             return True
         if bad:
-            self._fail_mismatched([r for r in requests if r.key in bad])
-        self._run([r for r in requests if r.key not in bad])
+            self._fail_mismatched([r for r in requests if r.key_hash in bad])
+        self._run([r for r in requests if r.key_hash not in bad])
         return True
 
     def _run(self, requests: list[Request]) -> None:
