@@ -224,3 +224,25 @@ def test_timeline_off_is_a_no_op(tmp_path: Path) -> None:
     assert isinstance(open_timeline(str(tmp_path), 3), Timeline)
     with pytest.raises(ConfigError, match="timeline=''"):
         FitOptions(epochs=1, timeline="")
+
+
+@pytest.mark.parametrize(
+    ("argv", "workers", "hosts"),
+    [
+        ([], (1, 2), ()),  # one machine: 1 and 2 workers
+        (["--hosts", "n1,n2"], (1,), ("n1", "n2")),  # across nodes: one worker per node
+        (["--hosts", "n1,n2", "--workers", "2"], (2,), ("n1", "n2")),
+    ],
+)
+def test_workers_default_per_node_across_nodes(
+    tmp_path: Path, argv: list[str], workers: tuple[int, ...], hosts: tuple[str, ...]
+) -> None:
+    import argparse
+
+    from tfdist.cli import bench as cli_bench
+
+    parser = argparse.ArgumentParser()
+    cli_bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--out", str(tmp_path / "o"), *argv])
+    made = cli_bench.config_from_args(args)
+    assert made.workers == workers and made.hosts == hosts and made.timeline is False
