@@ -4,7 +4,8 @@ usage (through tfdist launch --backend horovod): horovod_upstream_worker.py TEST
 TEST_TIMEOUT [SELECT]
 
 The suite's helpers import a few Horovod-internal modules that are not Horovod's API:
-``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``),
+``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``; Horovod's package
+re-exports it as ``hvd._executing_eagerly``),
 ``horovod.runner.util.threads.in_thread`` (start a daemon thread) and the ``mock`` package (the standard
 library's ``unittest.mock``); stand-ins for exactly these are registered before the suite is imported.
 
@@ -43,12 +44,16 @@ def in_thread(
 
 
 def install_stand_ins() -> None:
-    import horovod.tensorflow  # noqa: F401  (tfdist's, through the launcher's shim)
+    import horovod.tensorflow  # tfdist's, through the launcher's shim
     import tensorflow as tf
 
     util = types.ModuleType("horovod.tensorflow.util")
     util._executing_eagerly = tf.executing_eagerly  # type: ignore[attr-defined]
     sys.modules["horovod.tensorflow.util"] = util
+    # An attribute of the package as well, as importing a real submodule makes it; Horovod's package also
+    # re-exports the private helper itself (hvd._executing_eagerly).
+    horovod.tensorflow.util = util
+    horovod.tensorflow._executing_eagerly = tf.executing_eagerly
     for name in ("horovod.runner", "horovod.runner.util"):
         sys.modules[name] = types.ModuleType(name)
     threads = types.ModuleType("horovod.runner.util.threads")

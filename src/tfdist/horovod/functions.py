@@ -220,12 +220,13 @@ def _gathered(tensors: Sequence[Any], name: str | None) -> list[Any]:
     import tensorflow as tf
 
     def backward(xs: list[Any], ys: list[Any], dys: list[Any]) -> list[Any]:
-        rank = runtime.world().rank
+        rank, size = runtime.world().rank, runtime.world().size
         grads = []
         for x, dy in zip(xs, _zeros_for_none(dys, ys), strict=True):
             (averaged,) = _raw_allreduce([dy], ops.Average, 1.0, 1.0, None)
             (rows,) = _raw_allgather([tf.shape(x, out_type=tf.int64)[:1]], None)
-            grads.append(tf.split(averaged, rows, axis=0)[rank] if runtime.world().size > 1 else averaged)
+            # num: in a TensorFlow 1 graph the gathered row counts have no static length.
+            grads.append(tf.split(averaged, rows, axis=0, num=size)[rank] if size > 1 else averaged)
         return grads
 
     return _with_gradient(lambda xs: _raw_allgather(xs, name), backward, tensors)
@@ -316,13 +317,37 @@ def broadcast_variables(
     return None if tf.executing_eagerly() else tf.group(*assigns)
 
 
+def broadcast_global_variables(root_rank: int) -> Any:
+    """TensorFlow 1's global variables assigned ``root_rank``'s values (an op to run), in a TensorFlow 1
+    graph only, as in Horovod: eagerly, RuntimeError saying to use :func:`broadcast_variables`."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution. "
+            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead."
+        )
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank) or tf.no_op()
+
+
 def broadcast_(
     variables: Sequence[Any], root_rank: int, name: str | None = None, process_set: Any = global_process_set
 ) -> Any:
-    """Horovod's in-place broadcast: ``root_rank``'s values assigned to ``variables``; returns them."""
+    """Horovod's in-place broadcast: ``root_rank``'s values assigned to ``variables``; returns them
+    (in a TensorFlow 1 graph, the assignments' values: evaluating them runs the broadcast)."""
+    import tensorflow as tf
+
     del name
-    broadcast_variables(variables, root_rank, process_set)
-    return list(variables)
+    _check_process_set(process_set)
+    variables = list(variables)
+    if not variables:
+        return []
+    values = [_dense(v) for v in variables]
+    received = _raw_broadcast(
+        values, root_rank, collective.default_name("HorovodBroadcastInplace", values[0])
+    )
+    assigned = [v.assign(x) for v, x in zip(variables, received, strict=True)]
+    return variables if tf.executing_eagerly() else assigned
 
 
 def _raw_alltoall(tensor: Any, splits: Any, name: str | None) -> list[Any]:

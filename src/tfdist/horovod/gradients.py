@@ -106,7 +106,7 @@ class DistributedGradientTape:
             size = float(functions.runtime.world().size)
             for i, s in enumerate(flat_sources):
                 if self._is_local(s) and out[i] is not None:
-                    out[i] = out[i] / size
+                    out[i] = divided(out[i], size)
         return tf.nest.pack_sequence_as(sources, out)
 
     def get_local_and_global_gradients(self, target: Any, sources: Any, output_gradients: Any = None) -> Any:
@@ -166,3 +166,12 @@ def PartialDistributedGradientTape(
         for var in layer.trainable_weights:
             tape.register_local_source(var)
     return tape
+
+
+def divided(grad: Any, size: float) -> Any:
+    """``grad / size``, for a sparse gradient (an embedding's ``IndexedSlices``) too."""
+    import tensorflow as tf
+
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
+    return grad / size

@@ -12,7 +12,7 @@ from typing import Any
 
 from tfdist.horovod import functions, ops
 from tfdist.horovod.compression import Compression
-from tfdist.horovod.gradients import GradientOptions, allreduce_gradients
+from tfdist.horovod.gradients import GradientOptions, allreduce_gradients, divided
 
 _CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
@@ -49,7 +49,7 @@ def distributed_class(
                 if not is_local:
                     out.append(next(it))
                 elif grad is not None and self._hvd_scale_local:
-                    out.append(grad / size)
+                    out.append(divided(grad, size))
                 else:
                     out.append(grad)
             return out
