@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostcluster import HOSTS_SCRIPT, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, Cluster, unavailable_reason
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
 ENV = {
@@ -83,3 +83,22 @@ def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tm
     report = (out / "report.md").read_text()
     assert "| tf-n2-w2-r1 | 2 | 2 |" in report and "eth0 " in report
     assert "slow node: node3" in report and "slow node: node3" in proc.stdout
+
+
+def test_bench_inside_a_slurm_allocation(cluster: Cluster, tmp_path: Path) -> None:
+    """`salloc -N 2 tfdist bench --nodes 1,2`: the allocation's nodes, each reached through srun."""
+    out = tmp_path / "bench"
+    short = ("--steps", "10", "--warmup", "2", "--repeats", "1", "--compare", "independent")
+    proc = cluster.on(
+        "node1",
+        "salloc", "-N", "2", "--time", "10",
+        sys.executable, "-m", "tfdist", "bench", "--nodes", "1,2", "--workload", "regression",
+        "--out", str(out), *short,
+        timeout=800,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["settings"]["hosts"] == ["node1", "node2"] and "srun" in payload["settings"]["on_host"]
+    runs = {r["name"]: r for r in payload["runs"]}
+    assert set(runs) == {"local-w1-r1", "tf-n2-w2-r1", "independent-n2-w2-r1"}
+    assert runs["tf-n2-w2-r1"]["link"]["interfaces"] == ["eth0"]
