@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,9 +61,13 @@ def allreduce(backend: str, out: Path, nodes: int = 2) -> dict:
         timeout=300,
     )
     result = run_commands(commands, timeout=400, base_env=ENV).result
-    return {"backend": backend, "workers": nodes, "sizes": [
+    probe = {"backend": backend, "workers": nodes, "sizes": [
         {"bytes": s["bytes"], "median_s": s["median_s"], "p90_s": s["p90_s"]} for s in result["sizes"]
     ]}  # fmt: skip
+    (out / f"allreduce-{backend}.json").write_text(json.dumps(result, indent=2))
+    shutil.rmtree(run_dir)  # the launchers' logs: kept only when a probe fails
+    shutil.rmtree(out / "logs", ignore_errors=True)
+    return probe
 
 
 def bench(out: Path, names: list[str], args: argparse.Namespace, *extra: str) -> None:
@@ -73,6 +78,8 @@ def bench(out: Path, names: list[str], args: argparse.Namespace, *extra: str) ->
     (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"tfdist bench failed ({out}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    for folder in ("runs", "logs"):  # per-run logs: kept only when a run fails
+        shutil.rmtree(out / folder, ignore_errors=True)
 
 
 def context() -> dict:
