@@ -98,7 +98,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
         out=args.out or os.path.join("tfdist-bench", new_run_id()),
         workload=args.workload,
         dataset=args.dataset,
-        workers=parse_counts(args.workers or ("1" if hosts else "1,2"), "--workers"),
+        workers=parse_counts(
+            args.workers if args.workers is not None else ("1" if hosts else "1,2"), "--workers"
+        ),
         replicas=parse_counts(args.replicas, "--replicas"),
         backends=parse_backends(args.backend),
         compare=parse_compare(args.compare),
