@@ -43,6 +43,14 @@ def forget_strategy() -> Iterator[None]:
     context._BUILT.clear()
 
 
+@pytest.fixture(autouse=True)
+def forget_global_seed() -> Iterator[None]:
+    """A test that seeds TensorFlow globally (keras.utils.set_random_seed) must not seed the next one."""
+    yield
+    if "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].random.set_seed(None)
+
+
 @pytest.fixture
 def python() -> str:
     """The interpreter running the tests (the project's virtualenv)."""
