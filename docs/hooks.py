@@ -135,6 +135,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "variables": _variables_table,
     "bench": lambda: _bench_tables()["bench"],
     "scaling-model": lambda: _bench_tables()["scaling-model"],
+    "bench-nodes": lambda: _bench_tables()["bench-nodes"],
+    "scaling-check": lambda: _bench_tables()["scaling-check"],
 }
 
 
