@@ -1,6 +1,7 @@
-"""What name matching costs the MPI synchroniser: one all-reduce through the coordinator
-(``MPISync.allreduce``: a round that agrees on the name, then the packed sum) against the packed sum
-alone (``MPISync.packed_sum``, the path every step took before), on 2 ranks started by `tfdist launch`.
+"""What name matching costs the MPI synchroniser: one named all-reduce through the coordinator
+(``MPISync.allreduce(..., name=...)``: a round that agrees on the name, then the packed sum) against the
+packed sum alone (``MPISync.packed_sum``, the path of the step's unnamed sum), on 2 ranks started by
+`tfdist launch`.
 
 Sizes: one float (a barrier, the metric sums of an evaluation step) and mnist-cnn's 1,199,882 gradient
 floats. Blocks of --iters calls of each path alternate (--blocks of each), after a warm-up; the chief
@@ -31,7 +32,7 @@ def worker(out: Path, iters: int, blocks: int) -> None:
 
     sync = process_sync("mpi")
     paths = {
-        "coordinated": lambda parts: sync.allreduce(parts, keep=len(parts)),
+        "coordinated": lambda parts: sync.allreduce(parts, keep=len(parts), name="bench"),
         "direct": lambda parts: sync.packed_sum(parts, keep=len(parts)),
     }
     report: dict[str, Any] = {}

@@ -1,14 +1,19 @@
 """The MPI synchroniser (mpi4py), Horovod's design without its build.
 
 Each process runs a one-device strategy; one packed buffer per step (every gradient plus the metric sums)
-is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI across nodes). Every sum
-is a named request to the process's :class:`~tfdist.sync.coordinator.Coordinator`, so sums issued in
-another order on each rank (gradient buckets as the backward pass produces them) still pair by name;
-the sums of one round travel in one packed buffer.
+is all-reduced by :mod:`tfdist.sync.reduce` (shared memory within a node, MPI across nodes).
+
+A *named* sum is a request to the process's :class:`~tfdist.sync.coordinator.Coordinator`, so sums
+issued in another order on each rank (gradient buckets as the backward pass produces them) still pair by
+name, and the sums of one round travel in one packed buffer. The step's one unnamed sum runs at once in
+the caller's thread, paired by order as every rank issues it in the same place: through the coordinator
+the same step was slower (mnist-cnn, 2 ranks, 5 alternated repeats: 1,959 against 2,047 examples/s,
+``benchmarks/results/horovod_commits.json``; a round and two thread hand-offs per step).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -25,7 +30,6 @@ from tfdist.sync.reduce import NodeReducer, Waiter, layout
 log = get_logger(__name__)
 
 SUM = "SUM"  # the kind of this synchroniser's own requests: float32 sums
-DEFAULT_NAME = "tfdist/sum"  # one sum per step: step k pairs with step k on every rank
 
 
 def import_mpi() -> Any:
@@ -64,6 +68,7 @@ class MPISync(ProcessLevel):
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
         self._executors: dict[str, Callable[[list[Request]], None]] = {SUM: self._sums}
+        self._reducing = threading.Lock()  # the caller's and the coordinator's sums share the windows
         self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute)
         if self.rank == 0:
             log.info("MPI backend: %s", self.reducer.describe())
@@ -74,7 +79,7 @@ class MPISync(ProcessLevel):
         for kind in kinds:
             self._executors[kind] = execute
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0, name: str = DEFAULT_NAME) -> list[Any]:
+    def graph_allreduce(self, parts: list[Any], keep: int = 0, name: str | None = None) -> list[Any]:
         """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""
         import tensorflow as tf
 
@@ -88,11 +93,14 @@ class MPISync(ProcessLevel):
         return [tf.ensure_shape(o, p.shape) for o, p in zip(outs, parts, strict=True)]
 
     def allreduce(
-        self, parts: Sequence[np.ndarray], keep: int = 0, name: str = DEFAULT_NAME
+        self, parts: Sequence[np.ndarray], keep: int = 0, name: str | None = None
     ) -> list[np.ndarray]:
-        """Element-wise sums over all ranks of every array in ``parts``, matched across ranks by ``name``
-        (the n-th call of a name on one rank pairs with the n-th on every other) and packed into one
-        all-reduce with whatever else is ready everywhere.
+        """Element-wise sums over all ranks of every array in ``parts``, through one packed all-reduce.
+
+        With a ``name``, matched across ranks by it (the n-th call of a name on one rank pairs with the
+        n-th on every other) and packed with whatever else is ready everywhere; without one, run now in
+        this thread, paired by order (every rank must make its unnamed calls in the same order, and not
+        while named sums of this process are in flight).
 
         The first ``keep`` results are views of shared memory that the next sum of the same packed length
         overwrites (the training step consumes the gradients in ``apply_gradients`` before it returns);
@@ -100,19 +108,23 @@ class MPISync(ProcessLevel):
         RuntimeError naming both sides when the ranks passed different shapes under one name.
         """
         arrays = [np.asarray(p, np.float32) for p in parts]
+        if name is None:
+            return self.packed_sum(arrays, keep)
         done = self.coordinator.wait(self.coordinator.submit(Request(name, SUM, arrays, local=keep)))
         if done.error:
             raise RuntimeError(done.error)
         return done.result
 
     def packed_sum(self, parts: Sequence[np.ndarray], keep: int = 0) -> list[np.ndarray]:
-        """Sums of ``parts`` through ONE packed all-reduce, now, unmatched: for the coordinator's thread
-        (its executors), where every rank runs the same list of requests; ``keep`` as in :meth:`allreduce`."""
+        """Sums of ``parts`` through ONE packed all-reduce, now, unmatched: for unnamed sums and for the
+        coordinator's executors, where every rank runs the same list of requests; ``keep`` as in
+        :meth:`allreduce`."""
         offsets, length = layout([p.size for p in parts])
-        row = self.reducer.input_row(length)
-        for part, start in zip(parts, offsets, strict=True):
-            row[start : start + part.size] = part.ravel()
-        result = self.reducer.allreduce(length)
+        with self._reducing:
+            row = self.reducer.input_row(length)
+            for part, start in zip(parts, offsets, strict=True):
+                row[start : start + part.size] = part.ravel()
+            result = self.reducer.allreduce(length)
         views = [
             result[start : start + p.size].reshape(p.shape) for p, start in zip(parts, offsets, strict=True)
         ]
@@ -141,7 +153,7 @@ class MPISync(ProcessLevel):
 
     def barrier(self) -> None:
         """Return once every rank got here (a one-float all-reduce, polled like the training ones)."""
-        self.allreduce([np.zeros(1, np.float32)], name="tfdist/barrier")
+        self.allreduce([np.zeros(1, np.float32)])
 
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""
