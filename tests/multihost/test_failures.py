@@ -153,6 +153,7 @@ def processes_on(host: str) -> list[int]:
     return [int(pid) for pid in proc.stdout.split()]
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
     hosts: None, reference: np.ndarray, tmp_path: Path
 ) -> None:

@@ -139,6 +139,7 @@ def _fit(tmp_path: Path) -> tuple[Path, Path, tuple[str, ...]]:
     return single, out, ("python", str(HELPERS / "keras_fit.py"), str(out), *args)
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_indexed_job_pods_run_model_fit_as_one_job(hosts: None, tmp_path: Path) -> None:
     single, out, command = _fit(tmp_path)
     container = pod_container("--workers", "2", "--name", "train", command=command)

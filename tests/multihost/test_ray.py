@@ -152,6 +152,7 @@ def placed_on_both_nodes(output: str) -> None:
     assert "on 10.85.0.1" in line and "on 10.85.0.2" in line, line
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_model_fit_script_as_written_matches_one_process(ray_cluster: RayCluster, tmp_path: Path) -> None:
     """The Keras tutorial-style script (plain MWMS + model.fit, no tfdist import) on both Ray nodes."""
     script = str(HELPERS / "keras_fit.py")

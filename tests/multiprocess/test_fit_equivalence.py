@@ -49,7 +49,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("replicas", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_mirrored_logical_cpus_match_one_device(replicas: int, single: np.ndarray, tmp_path: Path) -> None:
     run_probe(tmp_path, {"TFDIST_CPU_REPLICAS": str(replicas)})
     mirrored = np.load(tmp_path / "weights-0.npy")

@@ -62,6 +62,7 @@ def test_one_process_equals_keras_model_fit(keras_reference: Path, tmp_path: Pat
         assert abs(got["history"][f"val_{key}"][-1] - value) <= TOL, key
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 @pytest.mark.parametrize("backend", ["tf", "mpi"])
 def test_two_workers_equal_keras_model_fit_in_one_process(
     backend: str, keras_reference: Path, tmp_path: Path

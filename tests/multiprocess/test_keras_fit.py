@@ -100,6 +100,7 @@ def test_without_the_fix_keras_fails_as_upstream_does(tmp_path: Path) -> None:
     assert "unsupported type" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_backup_and_restore_resumes_every_worker_from_the_chiefs_backup(tmp_path: Path) -> None:
     """A worker killed at the start of epoch 3: the restarted job resumes from the chief's backup (Adam:
     its slots are in Keras' backup) and ends at the uninterrupted run's weights."""
