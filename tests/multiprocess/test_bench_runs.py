@@ -67,7 +67,7 @@ def test_scaling_grid_over_both_backends_and_the_references(tmp_path: Path) -> N
     with (out / "results.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == 6
     assert (out / "scaling.png").stat().st_size > 1000
-    assert "| mpi-w2-r1 | 2 | 1 | mpi |" in (out / "report.md").read_text()
+    assert "| mpi-w2-r1 | 1 | 2 | 1 | mpi |" in (out / "report.md").read_text()  # nodes, workers, replicas
     assert "speed-up" in proc.stdout and "mpi-w2-r1" in proc.stdout  # the console table
 
 
