@@ -11,9 +11,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).parent.parent.parent
 HOSTS_SCRIPT = str(ROOT / "scripts" / "testhosts.sh")
@@ -122,3 +124,39 @@ def unavailable_reason() -> str | None:
         [HOSTS_SCRIPT, "check"], env={**os.environ, **CLUSTER_ENV}, capture_output=True, text=True, timeout=30
     )
     return None if proc.returncode == 0 else (proc.stdout + proc.stderr).strip() or "cannot make test hosts"
+
+
+#: The output file of each launcher started by :func:`launch_on`, until :func:`finish` reads it.
+_OUTPUTS: dict[int, IO[str]] = {}
+
+
+def launch_on(host: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """`tfdist launch ARGS` started on a test host; its output goes to a file (a pipe nobody reads while
+    another node's launcher is awaited would fill and stall the job)."""
+    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
+    proc = subprocess.Popen(
+        [HOSTS_SCRIPT, "exec", host, "--", sys.executable, "-m", "tfdist", "launch", *args],
+        env=env,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _OUTPUTS[proc.pid] = output
+    return proc
+
+
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
+    """Each launcher's exit code and output (killed after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        output = _OUTPUTS.pop(proc.pid)
+        output.seek(0)
+        results.append((proc.returncode, output.read()))
+        output.close()
+    return results

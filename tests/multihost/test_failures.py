@@ -12,15 +12,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
+import hostcluster
 import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, finish, one_process, unavailable_reason
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
@@ -40,7 +39,6 @@ ENV = {
 _ports = itertools.count(29700)
 #: 3 epochs of 5 global batches of 12.
 SCRIPT_ARGS = ("--epochs", "3", "--steps", "5")
-OUTPUTS: dict[int, IO[str]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -67,32 +65,7 @@ def hosts_script(*args: str) -> None:
 
 
 def launch_on(host: str, *args: str) -> subprocess.Popen[str]:
-    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
-    proc = subprocess.Popen(
-        [HOSTS_SCRIPT, "exec", host, "--", PY, "-m", "tfdist", "launch", *args],
-        env=ENV,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    OUTPUTS[proc.pid] = output
-    return proc
-
-
-def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
-    deadline = time.monotonic() + timeout
-    results = []
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        output = OUTPUTS.pop(proc.pid)
-        output.seek(0)
-        results.append((proc.returncode, output.read()))
-        output.close()
-    return results
+    return hostcluster.launch_on(host, ENV, *args)
 
 
 def start_job(

@@ -13,16 +13,15 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
+import hostcluster
 import numpy as np
 import psutil
 import pytest
-from hostcluster import HOSTS_SCRIPT, one_process, received_bytes, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, finish, one_process, received_bytes, unavailable_reason
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
@@ -48,38 +47,8 @@ def hosts() -> Iterator[None]:
 
 
 def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`tfdist launch ARGS` started on a test host; its output goes to a file (a pipe nobody reads while
-    another node's launcher is awaited would fill and stall the job)."""
-    output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
-    proc = subprocess.Popen(
-        [HOSTS_SCRIPT, "exec", host, "--", PY, "-m", "tfdist", "launch", *args],
-        env=env or ENV,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    OUTPUTS[proc.pid] = output
-    return proc
-
-
-OUTPUTS: dict[int, IO[str]] = {}
-
-
-def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tuple[int, str]]:
-    """Each launcher's exit code and output (killed after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    results = []
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        output = OUTPUTS.pop(proc.pid)
-        output.seek(0)
-        results.append((proc.returncode, output.read()))
-        output.close()
-    return results
+    """`tfdist launch ARGS` on a test host of this module (its own hosts and token)."""
+    return hostcluster.launch_on(host, env or ENV, *args)
 
 
 def on_every_host(
