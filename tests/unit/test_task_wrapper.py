@@ -12,7 +12,7 @@ import pytest
 from tfdist.env import detect_environment
 from tfdist.errors import ConfigError
 from tfdist.worker import boot_dir
-from tfdist.worker.task import plan_task_env
+from tfdist.worker.task import has_mpich_wheel, plan_task_env, pmi1_safe_netmod
 
 
 def srun_task(rank: int, tasks: int = 2, **extra: str) -> dict[str, str]:
@@ -96,6 +96,39 @@ def test_the_command_runs_in_place_with_the_task_environment() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True 1 {'type': 'worker', 'index': 1}"
+
+
+PMI2_TASK = {"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "11", "PMI_RANK": "0"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "wheel", "expected"),
+    [
+        (PMI2_TASK, True, {"MPIR_CVAR_CH4_NETMOD": "ofi"}),
+        ({**PMI2_TASK, "MPIR_CVAR_CH4_NETMOD": "ucx"}, True, {}),  # the user's choice stays
+        ({**PMI2_TASK, "MPICH_CH4_NETMOD": "ucx"}, True, {}),
+        (PMI2_TASK, False, {}),  # another MPI: its own business
+        ({**PMI2_TASK, "SLURM_MPI_TYPE": "pmix"}, True, {}),  # pmix reads whole messages
+        ({"SLURM_MPI_TYPE": "pmi2"}, True, {}),  # no PMI socket: not an MPI step
+    ],
+)
+def test_mpich_ranks_under_slurms_pmi2_use_short_pmi_lines(
+    environ: dict[str, str], wheel: bool, expected: dict[str, str]
+) -> None:
+    assert pmi1_safe_netmod(environ, wheel) == expected
+
+
+def test_the_mpich_wheel_of_the_dev_extra_is_found() -> None:
+    """The dev environment installs the mpich wheel (pyproject's dev extra), the one the fix is for."""
+    assert has_mpich_wheel()
+
+
+def test_the_task_under_pmi2_gets_the_netmod_before_its_command_runs() -> None:
+    probe = "import os; print(os.environ.get('MPIR_CVAR_CH4_NETMOD'))"
+    env = {**srun_task(0), **PMI2_TASK, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = tfdist_run("--", sys.executable, "-c", probe, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ofi"
 
 
 @pytest.mark.parametrize(
