@@ -56,6 +56,34 @@ from tfdist.launch.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop, d
             Stop(143, "stopped by SIGTERM; all workers ended."),
         ),
         (Outcome.SIGNAL, Budget(), {}, Stop(130, "stopped by SIGINT; all workers ended.")),
+        # A worker's ConfigError (exit 2): the same inputs give it again, so restarts left are kept.
+        (
+            Outcome.FAILED,
+            Budget(),
+            {"failure_code": 2, "max_restarts": 3, "deterministic": True},
+            Stop(2, "not restarted: the same error would come back.", True, with_tail=False),
+        ),
+        (
+            Outcome.FAILED,
+            Budget(restarts=1),
+            {"failure_code": 2, "max_restarts": 1, "deterministic": True},
+            Stop(2, None, True, with_tail=False),
+        ),
+        # Another node failed (told through the rendezvous): a restart like this node's own failure ...
+        (
+            Outcome.PEER_FAILED,
+            Budget(),
+            {"max_restarts": 1},
+            Restart(Budget(restarts=1), "restarting all workers (restart 1/1).", True),
+        ),
+        (Outcome.PEER_FAILED, Budget(restarts=1), {"max_restarts": 1}, Stop(1, None, True)),
+        # ... unless it ended the job for good: this node ends with its code, restarts left or not.
+        (
+            Outcome.PEER_STOPPED,
+            Budget(),
+            {"failure_code": 2, "max_restarts": 3},
+            Stop(2, None, True, with_tail=False),
+        ),
         (
             Outcome.TIMEOUT,
             Budget(),

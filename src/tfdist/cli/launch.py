@@ -320,6 +320,19 @@ def _from_one_node(args: argparse.Namespace) -> int:
     return fanout.run(started)
 
 
+def _leave(meeting: Any, result: Any) -> None:
+    """Leave the rendezvous, telling the other nodes whether the job ended well here or for good (then
+    they end too, with this node's exit code and line, instead of meeting again without it)."""
+    from tfdist.launch.api import failure_line
+
+    if result is not None and result.exit_code == 0:
+        meeting.close()
+        return
+    failure = getattr(result, "failure", None)
+    why = failure_line(failure) if failure is not None else "its launcher stopped"
+    meeting.close(stop=True, code=result.exit_code if result is not None else 1, why=why)
+
+
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
     from tfdist.launch import launch
@@ -327,6 +340,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.host_slots:
         return _from_one_node(args)
+    result: Any = None
     if not args.rdzv:
         result = launch(config_from_args(args))
     else:
@@ -335,9 +349,14 @@ def run(args: argparse.Namespace) -> int:
         meeting = _meeting(args, base, nodes)
         try:
             # Every restart meets again: the nodes still there (and any new ones, up to MAX) form the job.
-            result = launch(_meet(meeting, base), rejoin=lambda _attempt: _meet(meeting, base))
+            # A notice that another node failed ends this node's attempt at once (no collective timeout).
+            result = launch(
+                _meet(meeting, base),
+                rejoin=lambda _attempt: _meet(meeting, base),
+                told=meeting.notice,
+            )
         finally:
-            meeting.close()
+            _leave(meeting, result)
     if result.exit_code == 0:
         console_print(
             f"tfdist launch: all workers finished in {result.duration_s:.1f} s "

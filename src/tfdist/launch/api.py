@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
-from tfdist import variables
+from tfdist import files, variables
 from tfdist.errors import ConfigError, WorkerFailedError
 from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
@@ -23,12 +23,15 @@ from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Outcome, Stop, decide
 from tfdist.launch.ports import free_ports
 from tfdist.launch.preflight import mpi_flavour, preflight
+from tfdist.launch.rendezvous.protocol import Notice
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
 #: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
 HUNG_GRACE_S = 4.0
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
+#: The exception a worker records for a user mistake (tfdist.worker.errors exits 2 with its one line).
+_USER_ERROR = "ConfigError"
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,15 @@ class _Attempt:
     """Supervises one attempt's WorkerGroup until success, failure, signal or timeout."""
 
     def __init__(
-        self, group: WorkerGroup, config: LaunchConfig, deadline: float | None, signals: _Signals
+        self,
+        group: WorkerGroup,
+        config: LaunchConfig,
+        deadline: float | None,
+        signals: _Signals,
+        told: Callable[[], Notice | None] | None = None,
     ) -> None:
         self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
+        self.told = told
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
@@ -162,6 +171,14 @@ class _Attempt:
             worker, code = first
             self.group.close(self.config.grace)
             return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
+        notice = self.told() if self.told is not None else None
+        if notice is not None:
+            # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd
+            # tfdist.fit would wait for one (its save at the step boundary). Checkpoints are never left
+            # half-written, so this node's workers are ended at once.
+            self.group.kill()
+            outcome = Outcome.PEER_STOPPED if notice.stop else Outcome.PEER_FAILED
+            return outcome, FailureInfo(f"node {notice.by}", notice.code, notice.line(), "", ())
         if self.ps_mode:
             for worker, _code in new:
                 if worker.spec.slot.role == "chief":
@@ -224,7 +241,42 @@ def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:
     return JoinCheck(str(variables.raw("TFDIST_ATTEMPT_DIR", env)), world) if world > 1 else None
 
 
+def failure_line(failure: FailureInfo) -> str:
+    """One line for the failure: the recorded exception (``ConfigError: …``), else how the process ended."""
+    if failure.error and failure.error.get("type"):
+        return f"{failure.error['type']}: {failure.error.get('message', '')}".rstrip()
+    return failure.how
+
+
+def _deterministic(failure: FailureInfo | None) -> bool:
+    """A worker's user error (exit 2 with a ConfigError): the same inputs give it again on a restart."""
+    return (
+        failure is not None
+        and failure.code == 2
+        and bool(failure.error)
+        and (failure.error or {}).get("type") == _USER_ERROR
+    )
+
+
+def _record_end(run_dir: str, attempt: int, outcome: Outcome, failure: FailureInfo | None) -> None:
+    """``attempt-K/ended.json``: how and when (wall clock) the attempt ended on this node, and why."""
+    record = {
+        "outcome": outcome.value,
+        "ended_at": time.time(),
+        "failure": None if failure is None else {"name": failure.name, "line": failure_line(failure)},
+    }
+    try:
+        directory = os.path.join(run_dir, f"attempt-{attempt}")
+        os.makedirs(directory, exist_ok=True)
+        files.write_json(os.path.join(directory, "ended.json"), record)
+    except OSError:  # the record helps a reader; a full or read-only disk must not end the launch
+        pass
+
+
 def _report(failure: FailureInfo, final: bool) -> None:
+    if not failure.log_path:  # another node's failure, told through the rendezvous
+        console_print(f"tfdist launch: {failure.how}; this node's workers were stopped at once.")
+        return
     lost = lost_contact(failure.log_path)
     lines = [
         f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
@@ -243,6 +295,7 @@ def launch(
     command: Sequence[str] | None = None,
     check: bool = False,
     rejoin: Callable[[int], LaunchConfig] | None = None,
+    told: Callable[[], Notice | None] | None = None,
 ) -> RunResult:
     """Run ``command`` on every worker described by ``config``; supervise, restart and report.
 
@@ -251,6 +304,8 @@ def launch(
     failure raises :class:`tfdist.errors.WorkerFailedError` instead (like ``subprocess.run(check=True)``).
     ``rejoin(attempt)``: before each restart, the nodes of the job as they meet again (a rendezvous
     round): its node count, this node's rank, the hosts and their ports replace ``config``'s.
+    ``told()``: polled while workers run; a notice that another node of the job failed or left ends
+    this node's attempt at once (then a restart, or the end of the job when that node ended it).
     """
     if command is not None:
         config = replace(config, command=tuple(command))
@@ -314,7 +369,8 @@ def launch(
                 group = placement.group(specs, config, _console_names(config))
             else:
                 group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
-            outcome, failure = _Attempt(group, config, deadline, signals).run()
+            outcome, failure = _Attempt(group, config, deadline, signals, told).run()
+            _record_end(run_dir, attempt, outcome, failure)
             if failure is not None:
                 failures.append(failure)
             decision = decide(
@@ -326,11 +382,14 @@ def launch(
                 port_conflict=failure is not None and _port_conflict(failure),
                 auto_ports=auto_ports,
                 signum=signals.signum or signal.SIGINT,
+                deterministic=_deterministic(failure),
             )
             if decision.report_failure and failure is not None:
                 _report(failure, final=isinstance(decision, Stop) and decision.with_tail)
             if decision.message:
                 console_print(f"tfdist launch: {decision.message}")
+            if isinstance(decision, Stop) and failure is not None and _deterministic(failure):
+                console_print(f"tfdist launch: error: {failure_line(failure)}")  # the user's one line, last
             if isinstance(decision, Stop):
                 elapsed = time.monotonic() - started
                 result = RunResult(

@@ -24,6 +24,8 @@ class Outcome(Enum):
     REFUSED = "refused"  # --strict: the workers' strategy does not span the job (deterministic)
     SIGNAL = "signal"  # the launcher was interrupted (Ctrl-C, SIGTERM)
     TIMEOUT = "timeout"  # --timeout reached
+    PEER_FAILED = "peer_failed"  # another node of the job failed or left (told through the rendezvous)
+    PEER_STOPPED = "peer_stopped"  # another node ended the job for good (its error comes back on a restart)
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,12 @@ def decide(
     port_conflict: bool = False,
     auto_ports: bool = False,
     signum: int = signal.SIGINT,
+    deterministic: bool = False,
 ) -> Restart | Stop:
     """The next step after an attempt ended with ``outcome``.
+
+    ``deterministic``: the failure is one a restart gives again (a worker's ConfigError: the same inputs,
+    the same error), so restarts left are not spent on it.
 
     Input/Output: ``decide(Outcome.FAILED, Budget(), max_restarts=1, failure_code=137)`` ->
     ``Restart(Budget(restarts=1), "restarting all workers (restart 1/1).", report_failure=True)``.
@@ -77,6 +83,11 @@ def decide(
         return Stop(TIMEOUT_CODE, f"--timeout {timeout or 0:g} s reached; all workers stopped.")
     if outcome is Outcome.REFUSED:  # a restart would build the same strategy again
         return Stop(failure_code, report_failure=True, with_tail=False)
+    if outcome is Outcome.PEER_STOPPED:  # the other node already decided: it ends the job
+        return Stop(failure_code, report_failure=True, with_tail=False)
+    if outcome is Outcome.FAILED and deterministic:
+        message = "not restarted: the same error would come back." if max_restarts > budget.restarts else None
+        return Stop(failure_code, message, report_failure=True, with_tail=False)
     if auto_ports and port_conflict and budget.port_retries < PORT_RETRIES:
         used = replace(budget, port_retries=budget.port_retries + 1)
         message = (

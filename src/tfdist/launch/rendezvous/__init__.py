@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from tfdist import variables
 from tfdist.errors import ConfigError
 from tfdist.launch.ports import free_ports
-from tfdist.launch.rendezvous import client
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launch.rendezvous import client, protocol
+from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
 from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -135,7 +135,8 @@ class Rendezvous:
     after every failure (a new round: the nodes still there, and any that joined since, up to the most).
 
     The node that ``HOST`` names serves the endpoint for the whole job (its launcher's daemon thread);
-    each node holds the connection of its last round open, which tells the server it is alive.
+    each node holds the connection of its last round open, which tells the server it is alive, and on
+    which the server tells it when another node failed or left (:meth:`notice`).
     """
 
     def __init__(
@@ -158,6 +159,7 @@ class Rendezvous:
         self.token: str | None = None
         self.held: list[socket.socket] = []
         self.server: RendezvousServer | None = None
+        self._inbox = bytearray()
 
     def meet(self) -> Assignment:
         """The next round's assignment (ConfigError with one line when it does not form in time)."""
@@ -180,8 +182,9 @@ class Rendezvous:
             return self.token
 
         previous, self.held = self.held, []
+        self._inbox.clear()
         try:
-            return client.join(
+            assignment = client.join(
                 self.spec.host,
                 self.spec.port,
                 secret,
@@ -189,6 +192,9 @@ class Rendezvous:
                 max(0.1, deadline - time.monotonic()),
                 hold=self.held if self.restarts else None,
             )
+            for sock in self.held:
+                sock.setblocking(False)  # read between polls of the workers (notice), never waited on
+            return assignment
         finally:
             for sock in previous:  # after the new join was sent: the server never sees this node absent
                 sock.close()
@@ -214,9 +220,22 @@ class Rendezvous:
             listener.close()
             return None
 
-    def close(self) -> None:
-        """Leave the job: the server stops counting this node."""
+    def notice(self) -> Notice | None:
+        """What the server said on the held connection about another node of this round, if anything yet
+        (never blocks: the launcher asks between polls of its workers)."""
+        return client.notice(self.held, self._inbox)
+
+    def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
+        """Leave the job: the server stops counting this node. ``stop``: this node ends the job for good
+        (exit ``code``, ``why`` in one line), which the server tells the others; otherwise it ended well."""
+        leave = protocol.encode({"leave": {"stop": stop, "code": code, "why": why[:400]}})
         for sock in self.held:
+            try:
+                sock.setblocking(True)
+                sock.settimeout(1.0)
+                sock.sendall(leave)
+            except OSError:
+                pass
             sock.close()
         self.held = []
 
@@ -228,4 +247,12 @@ def rendezvous(
     return Rendezvous(spec, (nnodes, nnodes), nproc, tasks, command, digest).meet()
 
 
-__all__ = ["Assignment", "Rendezvous", "RendezvousSpec", "job_digest", "parse_endpoint", "rendezvous"]
+__all__ = [
+    "Assignment",
+    "Notice",
+    "Rendezvous",
+    "RendezvousSpec",
+    "job_digest",
+    "parse_endpoint",
+    "rendezvous",
+]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from tfdist.errors import ConfigError
 from tfdist.launch.rendezvous import protocol
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
 
 RETRY_S = 0.2
 
@@ -100,3 +100,24 @@ def join(
         f"the rendezvous endpoint {endpoint} did not answer within {timeout:.0f} s. Hint: start tfdist "
         f"launch on the node that {host} names (it serves the rendezvous), or check the address and port."
     )
+
+
+def notice(held: list[socket.socket], inbox: bytearray) -> Notice | None:
+    """The server's notice on a held (non-blocking) connection, if one arrived; ``inbox`` keeps a partial
+    line between calls. Never blocks."""
+    for sock in held:
+        try:
+            data = sock.recv(protocol.MAX_MESSAGE)
+        except OSError:  # nothing yet (BlockingIOError), or the connection is gone
+            continue
+        inbox += data[: max(0, protocol.MAX_MESSAGE - len(inbox))]
+    while b"\n" in inbox:
+        line, _, rest = bytes(inbox).partition(b"\n")
+        inbox[:] = rest
+        try:
+            body = protocol.decode(line).get("notice")
+            if isinstance(body, dict):
+                return Notice.from_dict(body)
+        except ValueError:
+            continue
+    return None

@@ -6,6 +6,13 @@ One JSON object per line, each at most :data:`MAX_MESSAGE` bytes:
 2. node -> server: ``{"join": {...}, "mac": HMAC-SHA256(token, nonce + canonical join)}``
 3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``.
 
+While the job runs, each node of a round that another may follow keeps that connection open, and:
+
+4. node -> server, before it closes the connection: ``{"leave": {"stop": BOOL, "code": N, "why": LINE}}``
+   (``stop`` false: the job ended well on that node);
+5. server -> every other node of the round, once, when a node fails or leaves: ``{"notice": {...}}``
+   (:class:`Notice`), so that no survivor waits out a collective timeout to learn it.
+
 The nonce makes a recorded join useless on another connection; the token never crosses the wire.
 """
 
@@ -107,6 +114,52 @@ class Assignment:
             endpoint=str(data["endpoint"]),
             round=int(data.get("round", 0)),
         )
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What the other nodes of a running round are told when one node's workers failed or it left.
+
+    ``stop``: that node ended the job for good (an error a restart gives again, or a signal), with exit code
+    ``code``; otherwise the job meets again (a restart).
+    """
+
+    by: str  # the node's host name
+    why: str  # one line
+    stop: bool = False
+    code: int = 1
+
+    def line(self) -> str:
+        """The report line: ``node node3 left the job: its launcher's connection … closed``."""
+        return f"node {self.by} {'ended' if self.stop else 'left'} the job: {self.why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message body."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Notice:
+        """Parse a notice; ValueError on anything malformed."""
+        try:
+            return cls(str(data["by"]), str(data["why"])[:500], bool(data["stop"]), int(data["code"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed notice: {exc}") from None
+
+
+def leave_notice(name: str, leave: Mapping[str, Any] | None) -> Notice | None:
+    """The notice for the others when node ``name`` closes its connection after ``leave`` (or without one).
+
+    Input/Output: ``("b", {"stop": False, "code": 0, "why": ""})`` -> None (the job ended well there);
+    ``("b", None)`` -> ``Notice("b", "its launcher's connection to the rendezvous closed …")``.
+    """
+    if leave is None:
+        return Notice(
+            name, "its launcher's connection to the rendezvous closed (the launcher or its host is gone)"
+        )
+    if not leave.get("stop"):
+        return None
+    code = leave.get("code")
+    return Notice(name, str(leave.get("why") or "stopped")[:500], True, code if isinstance(code, int) else 1)
 
 
 def encode(message: Mapping[str, Any]) -> bytes:

@@ -54,6 +54,7 @@ class _Conn:
     deadline: float
     buffer: bytearray = field(default_factory=bytearray)
     request: JoinRequest | None = None
+    leave: dict[str, object] | None = None  # what a member said before closing (see protocol step 4)
 
 
 class RendezvousServer:
@@ -90,6 +91,9 @@ class RendezvousServer:
         self.formed: protocol.Assignment | None = None
         self.failed: str | None = None
         self.rejected = 0
+        # Whether the running round's other members were told of a failure (once a round: the first
+        # failure starts the next round; the rest is the same news).
+        self.noticed = False
         self._stop = threading.Event()
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ)
@@ -152,7 +156,8 @@ class RendezvousServer:
             self._close(conn)
             return
         if conn.request is not None:
-            return  # a joined node (or a member) has nothing more to say; ignore extra bytes
+            self._member_said(conn, data)
+            return
         conn.buffer += data
         if b"\n" not in conn.buffer:
             if len(conn.buffer) > protocol.MAX_MESSAGE:
@@ -167,6 +172,35 @@ class RendezvousServer:
             self._reply(conn, {"error": f"the rendezvous at {self.endpoint} refused this node: {reason}."})
             return
         self._join(conn, request)
+
+    def _member_said(self, conn: _Conn, data: bytes) -> None:
+        """A member's leave line (protocol step 4); anything else a joined node sends is ignored."""
+        if self.members.get(conn.request.name if conn.request else "") is not conn:
+            return
+        conn.buffer += data
+        if len(conn.buffer) > protocol.MAX_MESSAGE:
+            self._close(conn)
+            return
+        while b"\n" in conn.buffer:
+            line, _, rest = bytes(conn.buffer).partition(b"\n")
+            conn.buffer = bytearray(rest)
+            try:
+                leave = protocol.decode(line).get("leave")
+            except ValueError:
+                continue
+            if isinstance(leave, dict):
+                conn.leave = leave
+
+    def _notify(self, notice: protocol.Notice) -> None:
+        """Tell every other member of the running round, once: their launchers stop their workers at once
+        instead of waiting for a collective to time out."""
+        if self.noticed or self._stop.is_set():
+            return
+        self.noticed = True
+        log.debug("telling the job: %s", notice.line())
+        for name, conn in list(self.members.items()):
+            if name != notice.by:
+                self._send(conn, {"notice": notice.to_dict()})
 
     def _join(self, conn: _Conn, request: JoinRequest) -> None:
         if self.formed is not None and self.round >= self.rounds:
@@ -187,6 +221,10 @@ class RendezvousServer:
         if why:
             self._reply(conn, {"error": why})
             return
+        member = self.members.get(request.name)
+        if member is not None and member is not conn and member.leave is None:
+            # A node of the running round meets again: its workers failed. The others are still running.
+            self._notify(protocol.Notice(request.name, "its workers failed; it is meeting the others again"))
         old = self.joined.pop(request.name, None)
         if old is not None:  # the same node again (its launcher retried): the newer connection counts
             self._close(old)
@@ -243,6 +281,7 @@ class RendezvousServer:
                 self._close(conn)  # the node's connection of the round before (it rejoined on a new one)
         self.round += 1
         self.first_join = None
+        self.noticed = False
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -288,6 +327,9 @@ class RendezvousServer:
             del self.joined[conn.request.name]  # a joined node that went away is no longer counted
         if conn.request is not None and self.members.get(conn.request.name) is conn:
             del self.members[conn.request.name]  # a member that went away: the next round goes on without it
+            notice = protocol.leave_notice(conn.request.name, conn.leave)
+            if notice is not None:
+                self._notify(notice)
         try:
             self.selector.unregister(conn.sock)
         except (KeyError, ValueError):
