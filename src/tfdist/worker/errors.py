@@ -16,6 +16,10 @@ from types import TracebackType
 from typing import Any
 
 from tfdist import files, variables
+from tfdist.errors import ConfigError
+
+#: A worker's exit code for a user mistake, as the CLI's (the launcher does not restart it).
+USER_ERROR_CODE = 2
 
 #: Longest first line kept (a whole tensor can sit on one line).
 MAX_LINE = 400
@@ -71,8 +75,23 @@ def describe(exc_type: type[BaseException], exc: BaseException, tb: TracebackTyp
     }
 
 
+def user_error_exit(exc: BaseException) -> None:
+    """End the process as the CLI ends on a user mistake: its one line, exit code 2, no traceback.
+
+    ``os._exit``: after an uncaught exception the interpreter's own exit code is 1, and a process of a
+    multi-worker job may otherwise wait at TensorFlow's shutdown barrier for peers that hit the same error.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"{type(exc).__name__}: {first_line(str(exc))}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(USER_ERROR_CODE)
+
+
 def install(environ: Mapping[str, str] = os.environ) -> None:
-    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook)."""
+    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook); a
+    tfdist ConfigError ends the process with its one line and exit code 2 (:func:`user_error_exit`)."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory:
         return
@@ -86,6 +105,8 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
                 files.write_json(path, describe(exc_type, exc, tb))
         except Exception:  # never hide the user's own traceback behind ours
             pass
+        if issubclass(exc_type, ConfigError):
+            user_error_exit(exc)
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook

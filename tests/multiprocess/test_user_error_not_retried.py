@@ -1,0 +1,32 @@
+"""A worker's ConfigError is a user mistake: the launcher does not spend restarts on it (the same inputs
+give the same error) and ends with the worker's one line, exit code 2 (real processes, no TensorFlow)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+HELPER = str(Path(__file__).parent.parent / "helpers" / "user_error.py")
+LINE = "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10."
+
+
+def test_a_config_error_in_a_worker_is_not_restarted_and_ends_with_its_line(tmp_path: Path) -> None:
+    out, run = tmp_path / "out", tmp_path / "run"
+    argv = ["-n", "2", "--cpu", "--max-restarts", "3", "--log-dir", str(run), HELPER, str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", "launch", *argv], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == f"tfdist launch: error: {LINE}", proc.stderr
+    assert "tfdist launch: not restarted: the same error would come back." in proc.stderr
+    assert "restarting" not in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["attempt-0-0", "attempt-0-1"]  # one attempt only
+    assert not (run / "attempt-1").exists()
+    # The worker's own output is that one line too, not a traceback.
+    log = (run / "attempt-0" / "worker1.log").read_text()
+    assert LINE in log and "Traceback" not in log, log
