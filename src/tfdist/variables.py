@@ -92,6 +92,25 @@ VARIABLES: dict[str, Variable] = _declare(
     ),
     Variable("TFDIST_MPI_SPIN_US", "float", "5000", "MPI backend: microseconds to spin before sleeping"),
     Variable("TFDIST_MPI_POLL_SLEEP_US", "float", "100", "MPI backend: sleep between polls after spinning"),
+    Variable(
+        "TFDIST_COMPRESSION",
+        "str",
+        "none",
+        "MPI backend: gradients across nodes as none, fp16 or bf16 (16-bit floats: lossy, half the bytes)",
+    ),
+    Variable(
+        "TFDIST_BUCKET_MB",
+        "float",
+        "0",
+        "MPI backend: gradient bucket size in MB, each summed while the backward pass goes on (0: one sum "
+        "after it)",
+    ),
+    Variable(
+        "TFDIST_MPI_PROGRESS_US",
+        "float",
+        "200",
+        "MPI backend: microseconds between polls of sums running while the backward pass goes on",
+    ),
     Variable("TFDIST_API_TOKEN", "str", None, "redacted by tfdist env (an example of a secret it hides)"),
     Variable("TFDIST_RANK", "int", None, "this worker's training rank", "launcher"),
     Variable("TFDIST_LOCAL_RANK", "int", "0", "this worker's index on its node", "launcher"),

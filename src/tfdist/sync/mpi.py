@@ -26,6 +26,7 @@ from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, layout
+from tfdist.sync.wire import WireOptions, plan_buckets
 
 log = get_logger(__name__)
 
@@ -67,11 +68,25 @@ class MPISync(ProcessLevel):
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
+        # Sums that run while the backward pass computes must not spin on the core it computes on.
+        self.background = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6)
         self._executors: dict[str, Callable[[list[Request]], None]] = {SUM: self._sums}
         self._reducing = threading.Lock()  # the caller's and the coordinator's sums share the windows
         self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute)
+        self.options = WireOptions()
+        self.configure(WireOptions.from_environment())
+        self._exchanges = 0  # traced bucketed exchanges: names their sums, the same on every rank
         if self.rank == 0:
             log.info("MPI backend: %s", self.reducer.describe())
+
+    def configure(self, options: WireOptions) -> None:
+        """Compression and buckets of the gradient sums traced from now on (``tfdist.fit``'s options, else
+        TFDIST_COMPRESSION / TFDIST_BUCKET_MB)."""
+        self.options = options
+        if options.bucket_mb > 0:  # the coordinator's rounds then run beside the backward pass
+            self.coordinator.waiter = self.background
+        if self.rank == 0 and options != WireOptions():
+            log.info("MPI backend: gradients %s, buckets %s MB", options.compression, options.bucket_mb)
 
     def register(self, kinds: Iterable[str], execute: Callable[[list[Request]], None]) -> None:
         """Let ``execute`` run the matched requests of ``kinds`` (Horovod's collectives): the same list,
@@ -91,6 +106,77 @@ class MPISync(ProcessLevel):
             stateful=True,
         )
         return [tf.ensure_shape(o, p.shape) for o, p in zip(outs, parts, strict=True)]
+
+    def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """The step's gradient sums (compressed and in buckets as :attr:`options` says) and metric sums."""
+        import tensorflow as tf
+
+        dense = [tf.convert_to_tensor(g) for g in grads]  # IndexedSlices become dense tensors
+        sizes = [g.shape.num_elements() for g in dense]
+        options = self.options
+        if self.size == 1 or options == WireOptions() or not dense or None in sizes:
+            return super().exchange(grads, sums)
+        if options.bucket_mb <= 0:
+            compression = options.compression
+            parts = [tf.cast(p, tf.float32) for p in [*dense, sums]]
+            outs = tf.numpy_function(
+                lambda *arrays: self.packed_sum(arrays, len(dense), len(dense), compression),
+                parts,
+                [tf.float32] * len(parts),
+                stateful=True,
+            )
+        else:
+            buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
+            outs = self._bucketed(dense, sums, buckets)
+            order = [i for bucket in buckets for i in bucket]
+            by_index = dict(zip(order, outs[:-1], strict=True))
+            outs = [*(by_index[i] for i in range(len(dense))), outs[-1]]
+        shaped = [tf.ensure_shape(o, p.shape) for o, p in zip(outs, [*dense, sums], strict=True)]
+        return [tf.cast(r, g.dtype) for r, g in zip(shaped[:-1], dense, strict=True)], shaped[-1]
+
+    def _bucketed(self, dense: list[Any], sums: Any, buckets: list[list[int]]) -> list[Any]:
+        """Graph ops: each bucket but the last submitted to the coordinator as soon as its gradients exist
+        (the coordinator's thread sums it while the backward pass goes on); one last op submits the last
+        bucket with the metric sums and waits for every bucket. Outputs in bucket order, then the sums."""
+        import tensorflow as tf
+
+        self._exchanges += 1
+        tag, compression = f"tfdist.grads{self._exchanges}", self.options.compression
+        tickets = []
+        for number, bucket in enumerate(buckets[:-1]):
+            tickets.append(
+                tf.numpy_function(
+                    lambda *arrays, name=f"{tag}/b{number}": self._submit(name, arrays, compression, 0),
+                    [tf.cast(dense[i], tf.float32) for i in bucket],
+                    tf.int64,
+                    stateful=True,
+                )
+            )
+        last = [tf.cast(dense[i], tf.float32) for i in buckets[-1]]
+        total = sum(len(b) for b in buckets) + 1
+
+        def finish(*given: Any) -> list[np.ndarray]:
+            mine = self._submit(f"{tag}/b{len(buckets) - 1}", given[len(tickets) :], compression, 1)
+            results: list[np.ndarray] = []
+            for ticket in [*given[: len(tickets)], mine]:
+                done = self.coordinator.wait(int(ticket))
+                if done.error:
+                    raise RuntimeError(done.error)
+                results += done.result
+            return results
+
+        return list(
+            tf.numpy_function(
+                finish, [*tickets, *last, tf.cast(sums, tf.float32)], [tf.float32] * total, stateful=True
+            )
+        )
+
+    def _submit(self, name: str, arrays: Sequence[np.ndarray], compression: str, exact: int) -> np.int64:
+        """Hand one bucket to the coordinator (the last ``exact`` arrays are never compressed)."""
+        parts = [np.asarray(a, np.float32) for a in arrays]
+        return np.int64(
+            self.coordinator.submit(Request(name, SUM, parts, args=(compression, exact), local=0))
+        )
 
     def allreduce(
         self, parts: Sequence[np.ndarray], keep: int = 0, name: str | None = None
@@ -115,16 +201,27 @@ class MPISync(ProcessLevel):
             raise RuntimeError(done.error)
         return done.result
 
-    def packed_sum(self, parts: Sequence[np.ndarray], keep: int = 0) -> list[np.ndarray]:
+    def packed_sum(
+        self,
+        parts: Sequence[np.ndarray],
+        keep: int = 0,
+        compressed: int = 0,
+        compression: str = "none",
+        waiter: Waiter | None = None,
+    ) -> list[np.ndarray]:
         """Sums of ``parts`` through ONE packed all-reduce, now, unmatched: for unnamed sums and for the
         coordinator's executors, where every rank runs the same list of requests; ``keep`` as in
-        :meth:`allreduce`."""
+        :meth:`allreduce`. The first ``compressed`` parts cross nodes as ``compression`` (gradients); the
+        others stay exact float32 (metric sums and counts)."""
         offsets, length = layout([p.size for p in parts])
+        exact_from = offsets[compressed] if compressed < len(parts) else length
         with self._reducing:
             row = self.reducer.input_row(length)
             for part, start in zip(parts, offsets, strict=True):
                 row[start : start + part.size] = part.ravel()
-            result = self.reducer.allreduce(length)
+            result = self.reducer.allreduce(
+                length, compression if compressed else "none", waiter, exact_from=exact_from
+            )
         views = [
             result[start : start + p.size].reshape(p.shape) for p, start in zip(parts, offsets, strict=True)
         ]
@@ -138,14 +235,24 @@ class MPISync(ProcessLevel):
             execute(batch)
 
     def _sums(self, requests: list[Request]) -> None:
-        """This round's sums, in one packed all-reduce."""
-        parts = [a for r in requests for a in r.arrays]
-        views = self.packed_sum(parts, keep=len(parts))
-        at = 0
+        """This round's sums, in one packed all-reduce: the gradients that may be compressed first."""
+        compression = next((r.args[0] for r in requests if r.args), "none")
+        slots = [
+            (r, i, bool(r.args) and i < len(r.arrays) - r.args[1])
+            for r in requests
+            for i in range(len(r.arrays))
+        ]
+        slots.sort(key=lambda slot: not slot[2])  # stable: the compressed ones first, each in order
+        parts = [r.arrays[i] for r, i, _ in slots]
+        compressed = sum(1 for *_, c in slots if c)
+        waiter = self.background if any(r.args for r in requests) else None
+        views = self.packed_sum(parts, len(parts), compressed, compression, waiter)
+        results: dict[int, dict[int, np.ndarray]] = {}
+        for (request, index, _), view in zip(slots, views, strict=True):
+            results.setdefault(id(request), {})[index] = view
         for request in requests:
-            mine, keep = views[at : at + len(request.arrays)], request.local
-            at += len(request.arrays)
-            request.result = mine[:keep] + [v.copy() for v in mine[keep:]]
+            mine, keep = results.get(id(request), {}), request.local
+            request.result = [mine[i] if i < keep else mine[i].copy() for i in range(len(request.arrays))]
 
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import SetupError
+from tfdist.sync.wire import decode, encode
 
 ALIGN_FLOATS = 16  # 64 bytes: TensorFlow's CPU alignment, below which it copies a returned array
 
@@ -82,6 +83,8 @@ class NodeReducer:
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         self.cross = comm.Split(self.local_rank, comm.Get_rank())
         self._windows: dict[int, tuple[Any, np.ndarray]] = {}
+        #: What this rank's last sum across nodes put on the wire: (dtype, bytes); None before any.
+        self.wire: tuple[Any, int] | None = None
 
     def describe(self) -> str:
         """The two levels as they run, e.g. ``4 ranks on 2 nodes (2 per node): shared memory within a
@@ -119,30 +122,74 @@ class NodeReducer:
             self._windows[length] = (window, table)
         return self._windows[length][1][self.local_rank]
 
-    def allreduce(self, length: int) -> np.ndarray:
+    def allreduce(
+        self,
+        length: int,
+        compression: str = "none",
+        waiter: Waiter | None = None,
+        exact_from: int | None = None,
+    ) -> np.ndarray:
         """Sum the input rows of ``length`` floats over all ranks (after filling :meth:`input_row`).
 
         Returns the result row. It stays valid until this rank's next call with the same length: a rank
         writes its next input only after every local rank passed the final barrier of this call, that is,
         after they all finished summing, and the result is rewritten only after the next call's first barrier.
+        ``compression`` (``fp16``/``bf16``) applies across nodes only (:func:`cross_sum_16`), to the floats
+        before ``exact_from`` (the rest, metric sums and counts, stay float32); ``waiter`` replaces this
+        reducer's own (a background thread polls without spinning).
         """
+        waiter = waiter or self.waiter
         window, table = self._windows[length]
         result = table[-1]
         if self.local_size > 1:
-            self._node_barrier(window)
+            self._node_barrier(window, waiter)
             lo, hi = chunk(length, self.local_rank, self.local_size)
             np.sum(table[: self.local_size, lo:hi], axis=0, out=result[lo:hi])
         else:
             lo, hi = 0, length
         if self.cross.Get_size() > 1:
-            self.waiter.wait(self.cross.Iallreduce(self.mpi.IN_PLACE, result[lo:hi], op=self.mpi.SUM))
+            split = hi if compression == "none" or exact_from is None else max(lo, min(hi, exact_from))
+            if split > lo and compression != "none":
+                self.wire = cross_sum_16(self.cross, result[lo:split], compression, waiter)
+                lo = split
+            else:
+                self.wire = (np.dtype(np.float32), 4 * (hi - lo))
+            if hi > lo:
+                waiter.wait(self.cross.Iallreduce(self.mpi.IN_PLACE, result[lo:hi], op=self.mpi.SUM))
         if self.local_size > 1:
-            self._node_barrier(window)
+            self._node_barrier(window, waiter)
         return result
 
-    def _node_barrier(self, window: Any) -> None:
+    def _node_barrier(self, window: Any, waiter: Waiter) -> None:
         # The barrier orders the ranks; Sync makes the shared window's stores visible across them (MPI-3's
         # unified memory model asks for both).
         window.Sync()
-        self.waiter.wait(self.node.Ibarrier())
+        waiter.wait(self.node.Ibarrier())
         window.Sync()
+
+
+def cross_sum_16(comm: Any, values: np.ndarray, compression: str, waiter: Waiter) -> tuple[Any, int]:
+    """Sum float32 ``values`` in place over ``comm``, sending 16-bit floats; returns (wire dtype, bytes
+    this rank sent in one message).
+
+    A reduce-scatter then an all-gather, as a ring all-reduce moves the data (2 (n-1)/n of the buffer per
+    rank): every rank sends slice j of its encoded values to rank j (one all-to-all), rank j adds the n
+    decoded slices in float32 in rank order, encodes its sum and every rank gathers all sums (one
+    all-gather). Every rank decodes the same bits, so all ranks end with identical values; each value was
+    rounded twice (before the sum and after it).
+    """
+    size = comm.Get_size()
+    step = aligned(-(-values.size // size))
+    padded = np.zeros(step * size, np.float32)
+    padded[: values.size] = values
+    sent = encode(padded, compression)
+    received = np.empty_like(sent)
+    # As 16-bit integers: MPI has no standard 16-bit float type, and the bits are all that travel.
+    waiter.wait(comm.Ialltoall(sent.view(np.uint16), received.view(np.uint16)))
+    mine = decode(received[:step], compression)
+    for rank in range(1, size):
+        mine += decode(received[rank * step : (rank + 1) * step], compression)
+    gathered = np.empty_like(sent)
+    waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered.view(np.uint16)))
+    decode(gathered[: values.size], compression, out=values)
+    return sent.dtype, int(sent.nbytes)
