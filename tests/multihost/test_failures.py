@@ -118,6 +118,18 @@ def failed(tmp_path: Path, node: str, attempt: int = 0) -> bool:
     return any((tmp_path / f"run-{node}" / f"attempt-{attempt}").glob("*.error.json"))
 
 
+def ended_at(tmp_path: Path, node: str, attempt: int = 0) -> float | None:
+    """When (wall clock) ``node``'s launcher ended ``attempt``, from its record, or None yet."""
+    try:
+        return float(
+            json.loads((tmp_path / f"run-{node}" / f"attempt-{attempt}" / "ended.json").read_text())[
+                "ended_at"
+            ]
+        )
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
 def processes_on(host: str) -> list[int]:
     """PIDs running in ``host``'s network namespace (what a host still runs)."""
     proc = subprocess.run(
@@ -130,28 +142,34 @@ def processes_on(host: str) -> list[int]:
 def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
     hosts: None, reference: np.ndarray, tmp_path: Path
 ) -> None:
-    """node2's link is cut at step 5: both nodes end their attempt within the collective timeout, name the
-    other side; with the link back, the job meets again (round 1) and ends at the uninterrupted weights."""
+    """node2's link is cut at step 5: both nodes end their attempt (each side's rendezvous connection times
+    out, or its collective does), name the other side; with the link back, the job meets again (round 1)
+    and ends at the uninterrupted weights."""
     procs = start_job(tmp_path, 2, "2", "--max-restarts", "1")
     try:
         wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
         hosts_script("cut", "node2")
-        cut = time.monotonic()
-        ended = {
-            node: wait_for(f"failure on {node}", lambda n=node: failed(tmp_path, n)) - cut for node in procs
-        }
+        cut = time.time()
+        wait_for("both attempts ended", lambda: all(ended_at(tmp_path, n) for n in procs))
+        ended = {node: (ended_at(tmp_path, node) or 0.0) - cut for node in procs}
         hosts_script("plug", "node2")
         results = dict(zip(procs, finish(list(procs.values())), strict=True))
     finally:
         hosts_script("plug", "node2")
     print(f"cut link: each node's attempt ended {ended} s after the cut (collective timeout 5 s)")
+    for node in procs:
+        record = json.loads((tmp_path / f"run-{node}" / "attempt-0" / "ended.json").read_text())
+        print(f"  {node}: {record['failure']['line']}")
     assert all(seconds <= COLLECTIVE_TIMEOUT + MARGIN for seconds in ended.values()), ended
     for code, output in results.values():
         assert code == 0, output[-3000:]
         assert "(round 1)" in output and "resumed from" in output
+    # Each side names the other: its worker's lost-peer probe, or the rendezvous connection's keep-alive.
+    silent = "left the job: it stopped answering the rendezvous (TCP keep-alive): host or link down"
     node1, node2 = results["node1"][1], results["node2"][1]
-    assert "lost contact with worker 1 on node2 (10.88.0.2:" in node1 and "host or link down" in node1
-    assert "lost contact with worker 0 on node1 (10.88.0.1:" in node2
+    assert "lost contact with worker 1 on node2 (10.88.0.2:" in node1 or f"node node2 {silent}" in node1
+    assert "lost contact with worker 0 on node1 (10.88.0.1:" in node2 or f"node node1 {silent}" in node2
+    assert "host or link down" in node1 and "host or link down" in node2
     for rank in range(2):
         assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-6
     assert processes_on("node1") == [] and processes_on("node2") == []
@@ -187,23 +205,24 @@ def test_a_host_unreachable_at_the_start(hosts: None, tmp_path: Path) -> None:
 def test_elastic_three_hosts_lose_one_and_finish_on_two(
     hosts: None, reference: np.ndarray, tmp_path: Path
 ) -> None:
-    """--nnodes 2:3: node3 loses power at step 5; node1 and node2 meet again at once (node3's connection
-    to the rendezvous closed), restart from the last checkpoint with the same global batch of 12 (6 per
-    replica instead of 4) and end at the uninterrupted run's weights. The time to recover is measured."""
+    """--nnodes 2:3: node3 loses power at step 5; the rendezvous tells node1 and node2 at once (node3's
+    connection to it closed), both stop their workers without waiting for a collective to time out, meet
+    again at once, restart from the last checkpoint with the same global batch of 12 (6 per replica
+    instead of 4) and end at the uninterrupted run's weights. The time to recover is measured."""
     procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1")
     wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
     hosts_script("kill", "node3")
-    killed = time.monotonic()
-    first = wait_for("a failure", lambda: failed(tmp_path, "node1") or failed(tmp_path, "node2"))
-    detected = wait_for("both failures", lambda: failed(tmp_path, "node1") and failed(tmp_path, "node2"))
+    killed, killed_wall = time.monotonic(), time.time()
+    wait_for("both attempts ended", lambda: all(ended_at(tmp_path, n) for n in ("node1", "node2")))
+    stopped = {n: (ended_at(tmp_path, n) or 0.0) - killed_wall for n in ("node1", "node2")}
     met = wait_for("round 1", lambda: (tmp_path / "run-node1" / "attempt-1").exists())
     at_restart = progress(tmp_path)
     stepped = wait_for("a step after the restart", lambda: progress(tmp_path) != at_restart, timeout=120)
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     times = {
-        "first survivor fails": first - killed,
-        "both survivors failed": detected - killed,
-        "teardown + rendezvous": met - detected,
+        "node1 stopped its workers": stopped["node1"],
+        "node2 stopped its workers": stopped["node2"],
+        "rendezvous (both back)": met - killed - max(stopped.values()),
         "restart + restore + first step": stepped - met,
         "fault to first step": stepped - killed,
     }
@@ -212,12 +231,23 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
         code, output = results[node]
         assert code == 0, output[-3000:]
         assert "the job goes on with 2 node(s) instead of 3" in output and "(round 1)" in output
+        # Told by the rendezvous (node3's launcher is gone), or by its own worker's failed collective.
+        assert "node node3 left the job" in output or "lost contact with worker 2" in output, output[-3000:]
     assert results["node3"][0] != 0  # killed with its host
     for rank in range(2):
         run = json.loads((tmp_path / "out" / f"run-{rank}.json").read_text())
         assert run["world"] == 2
         assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-5
-    assert times["teardown + rendezvous"] < 10  # survivors did not wait out the last call (10 s)
+    # Neither survivor waited out the collective timeout: each was told by the rendezvous, or its own
+    # worker failed at once (connection refused); no worker's collective timed out.
+    for node in ("node1", "node2"):
+        record = json.loads((tmp_path / f"run-{node}" / "attempt-0" / "ended.json").read_text())
+        assert record["failure"]["name"] in ("node node3", "w0"), record
+        for error in (tmp_path / f"run-{node}" / "attempt-0").glob("*.error.json"):
+            assert "timed out" not in error.read_text().lower(), error.read_text()
+    told = [n for n in ("node1", "node2") if "node node3 left the job" in results[n][1]]
+    assert told, "no survivor was told through the rendezvous"
+    assert times["rendezvous (both back)"] < 10  # survivors did not wait out the last call (10 s)
     assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
 
 

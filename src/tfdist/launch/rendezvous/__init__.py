@@ -20,7 +20,7 @@ from tfdist.errors import ConfigError
 from tfdist.launch.ports import free_ports
 from tfdist.launch.rendezvous import client, protocol
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
-from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer
+from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer, keepalive
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -194,6 +194,7 @@ class Rendezvous:
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
+                keepalive(sock)  # a cut link is found within seconds on this side too
             return assignment
         finally:
             for sock in previous:  # after the new join was sent: the server never sees this node absent
@@ -223,7 +224,7 @@ class Rendezvous:
     def notice(self) -> Notice | None:
         """What the server said on the held connection about another node of this round, if anything yet
         (never blocks: the launcher asks between polls of its workers)."""
-        return client.notice(self.held, self._inbox)
+        return client.notice(self.held, self._inbox, self.spec.host)
 
     def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
         """Leave the job: the server stops counting this node. ``stop``: this node ends the job for good

@@ -4,6 +4,7 @@ wait for the assignment."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import time
 from collections.abc import Callable
@@ -102,13 +103,22 @@ def join(
     )
 
 
-def notice(held: list[socket.socket], inbox: bytearray) -> Notice | None:
+def notice(held: list[socket.socket], inbox: bytearray, endpoint: str = "") -> Notice | None:
     """The server's notice on a held (non-blocking) connection, if one arrived; ``inbox`` keeps a partial
-    line between calls. Never blocks."""
+    line between calls. Never blocks.
+
+    A held connection that timed out (keep-alive) means this node no longer reaches the endpoint's node:
+    its host or the link between them is down, and the job's collectives cannot complete either, so that
+    is a notice too. A connection the endpoint closed is not: its launcher may have ended well first.
+    """
     for sock in held:
         try:
             data = sock.recv(protocol.MAX_MESSAGE)
-        except OSError:  # nothing yet (BlockingIOError), or the connection is gone
+        except OSError as exc:  # nothing yet (BlockingIOError), or the connection is gone
+            if exc.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH):
+                held.remove(sock)  # told once
+                sock.close()
+                return Notice(endpoint or "serving the rendezvous", protocol.SILENT)
             continue
         inbox += data[: max(0, protocol.MAX_MESSAGE - len(inbox))]
     while b"\n" in inbox:

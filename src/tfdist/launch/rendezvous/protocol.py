@@ -146,12 +146,19 @@ class Notice:
             raise ValueError(f"malformed notice: {exc}") from None
 
 
-def leave_notice(name: str, leave: Mapping[str, Any] | None) -> Notice | None:
-    """The notice for the others when node ``name`` closes its connection after ``leave`` (or without one).
+#: Why a node whose connection timed out left (TCP keep-alive found it gone).
+SILENT = "it stopped answering the rendezvous (TCP keep-alive): host or link down"
+
+
+def leave_notice(name: str, leave: Mapping[str, Any] | None, silent: bool = False) -> Notice | None:
+    """The notice for the others when node ``name`` closes its connection after ``leave`` (or without one;
+    ``silent``: the connection timed out rather than closed).
 
     Input/Output: ``("b", {"stop": False, "code": 0, "why": ""})`` -> None (the job ended well there);
     ``("b", None)`` -> ``Notice("b", "its launcher's connection to the rendezvous closed …")``.
     """
+    if leave is None and silent:
+        return Notice(name, SILENT)
     if leave is None:
         return Notice(
             name, "its launcher's connection to the rendezvous closed (the launcher or its host is gone)"

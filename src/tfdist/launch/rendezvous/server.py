@@ -9,6 +9,7 @@ connection, :data:`HANDSHAKE_S` seconds to authenticate, and one thread whatever
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
@@ -35,7 +36,8 @@ LAST_CALL_S = 10.0
 KEEPALIVE = (2, 1, 3)
 
 
-def _keepalive(sock: socket.socket) -> None:
+def keepalive(sock: socket.socket) -> None:
+    """Turn on :data:`KEEPALIVE` for ``sock`` (either side of a member's connection)."""
     idle, interval, probes = KEEPALIVE
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -55,6 +57,7 @@ class _Conn:
     buffer: bytearray = field(default_factory=bytearray)
     request: JoinRequest | None = None
     leave: dict[str, object] | None = None  # what a member said before closing (see protocol step 4)
+    silent: bool = False  # its connection timed out (keep-alive): host or link down, not a closed launcher
 
 
 class RendezvousServer:
@@ -150,7 +153,8 @@ class RendezvousServer:
             data = conn.sock.recv(protocol.MAX_MESSAGE + 1)
         except (BlockingIOError, InterruptedError):
             return
-        except OSError:
+        except OSError as exc:
+            conn.silent = exc.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH)
             data = b""
         if not data:
             self._close(conn)
@@ -271,7 +275,7 @@ class RendezvousServer:
             rank = assignment.names.index(conn.request.name)
             if keep:
                 self._send(conn, {"assignment": assignment.to_dict(rank)})
-                _keepalive(conn.sock)
+                keepalive(conn.sock)
                 self.members[conn.request.name] = conn
             else:
                 self._reply(conn, {"assignment": assignment.to_dict(rank)})
@@ -327,7 +331,7 @@ class RendezvousServer:
             del self.joined[conn.request.name]  # a joined node that went away is no longer counted
         if conn.request is not None and self.members.get(conn.request.name) is conn:
             del self.members[conn.request.name]  # a member that went away: the next round goes on without it
-            notice = protocol.leave_notice(conn.request.name, conn.leave)
+            notice = protocol.leave_notice(conn.request.name, conn.leave, silent=conn.silent)
             if notice is not None:
                 self._notify(notice)
         try:
