@@ -23,6 +23,8 @@ from hostcluster import HOSTS_SCRIPT, finish, one_process, unavailable_reason
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
+#: The same job as a plain Keras script: model.fit + BackupAndRestore, no tfdist import.
+KERAS_SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_keras_fit.py")
 PY = sys.executable
 PREFIX = "tfde"
 #: Seconds a collective waits for a silent peer in these tests (TensorFlow's default here is 300).
@@ -75,16 +77,18 @@ def start_job(
     *args: str,
     rdzv_timeout: str = "120",
     script_args: tuple[str, ...] = (),
+    keras_fit: bool = False,
 ) -> dict[str, subprocess.Popen[str]]:
-    """`tfdist launch` of elastic_fit.py on node1..node<nodes> (the endpoint's node last)."""
+    """`tfdist launch` of elastic_fit.py (or, ``keras_fit``, of elastic_keras_fit.py with its backup dir)
+    on node1..node<nodes> (the endpoint's node last)."""
     endpoint = f"node1:{next(_ports)}"
     (tmp_path / "out").mkdir(exist_ok=True)
     common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", rdzv_timeout, "--cpu", "-n", "1"]
     script = [
-        SCRIPT,
+        KERAS_SCRIPT if keras_fit else SCRIPT,
         str(tmp_path / "out"),
         str(tmp_path / "ckpt"),
-        *SCRIPT_ARGS,
+        *(("--epochs", "4") if keras_fit else SCRIPT_ARGS),
         "--pace",
         "0.25",
         *script_args,
@@ -264,4 +268,58 @@ def test_a_global_batch_the_survivors_cannot_divide_is_refused_at_the_restart(
         code, output = results[node]
         assert code != 0 and "the job goes on with 2 node(s) instead of 3" in output, output[-3000:]
         assert "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10." in output
+    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+
+
+@pytest.mark.slow
+def test_two_hosts_lose_one_and_the_job_goes_on_as_one_process(
+    hosts: None, reference: np.ndarray, tmp_path: Path
+) -> None:
+    """--nnodes 1:2: node2 loses power at step 5; node1 is told at once, meets alone (round 1) and goes
+    on as a single worker with the same global batch of 12, to the uninterrupted run's weights."""
+    procs = start_job(tmp_path, 2, "1:2", "--max-restarts", "1")
+    wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
+    hosts_script("kill", "node2")
+    results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    code, output = results["node1"]
+    assert code == 0, output[-3000:]
+    assert "the job goes on with 1 node(s) instead of 2" in output and "(round 1)" in output
+    run = json.loads((tmp_path / "out" / "run-0.json").read_text())
+    assert run["world"] == 1
+    assert np.max(np.abs(np.load(tmp_path / "out" / "weights-0.npy") - reference)) <= 1e-5
+    assert processes_on("node1") == [] and processes_on("node2") == []
+
+
+@pytest.fixture(scope="module")
+def keras_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """The plain Keras script's uninterrupted weights: one process, global batch 12, 4 epochs."""
+    out = tmp_path_factory.mktemp("keras-single")
+    one_process(KERAS_SCRIPT, str(out), str(out / "backup"), "--epochs", "4")
+    return np.load(out / "weights-0.npy")
+
+
+@pytest.mark.slow
+def test_model_fit_with_backup_and_restore_loses_a_host_and_finishes_on_two(
+    hosts: None, keras_reference: np.ndarray, tmp_path: Path
+) -> None:
+    """A plain model.fit script (BackupAndRestore, no tfdist import) on 3 hosts, --nnodes 2:3: node3 loses
+    power in epoch 2 (step 7 of 5-step epochs). The survivors restart on 2 nodes; BackupAndRestore resumes
+    at the start of epoch 2 (its backup of epoch 1's end), the epoch is run again with the same global
+    batch (6 per replica instead of 4) over the same examples in the same order, so the run ends at the
+    uninterrupted run's weights."""
+    procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1", keras_fit=True)
+    wait_for("step 7", lambda: progress(tmp_path) >= 7, every=0.02)
+    hosts_script("kill", "node3")
+    results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    for node in ("node1", "node2"):
+        code, output = results[node]
+        assert code == 0, output[-3000:]
+        assert "the job goes on with 2 node(s) instead of 3" in output and "(round 1)" in output
+    for rank in range(2):
+        run = json.loads((tmp_path / "out" / f"run-{rank}.json").read_text())
+        # Resumed, not started over: the restarted fit ran epochs 2-4 only.
+        assert run == {"world": 2, "epochs_run": 3}, run
+        diff = np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - keras_reference))
+        print(f"model.fit 3 -> 2 nodes: weights differ from the uninterrupted run by {diff:.1e}")
+        assert diff <= 1e-5
     assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
