@@ -128,6 +128,52 @@ def test_a_node_that_ended_the_job_for_good_passes_on_its_line_and_code(job: Job
     assert notice.line() == f"node a ended the job: {line}"
 
 
+def test_the_endpoint_closing_in_order_is_no_news_and_its_stop_is_passed_on(job: Job) -> None:
+    job.server.stop(Notice("a", "stopped by SIGINT", stop=True, code=130))
+    assert job.notice("b") == Notice("a", "stopped by SIGINT", True, 130)
+    assert job.notice("c") == Notice("a", "stopped by SIGINT", True, 130)
+    again = Job()
+    try:
+        again.join(NAMES)
+        again.server.stop()  # its launcher ended well (its job may have finished before the others')
+        assert again.notice("b", wait=0.5) is None and again.notice("c", wait=0.1) is None
+    finally:
+        again.close()
+
+
+def test_an_endpoint_gone_without_a_word_ends_the_job() -> None:
+    """The launcher serving the rendezvous died: its connection just closes, and no round can follow."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    assignment = Assignment(0, ("a",), ("127.0.0.1",), ((4000,),), 1, f"127.0.0.1:{port}")
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(protocol.encode({"hello": protocol.VERSION, "nonce": "00"}))
+        conn.recv(protocol.MAX_MESSAGE)
+        conn.sendall(protocol.encode({"assignment": assignment.to_dict(0)}))
+        time.sleep(0.3)
+        conn.close()  # no bye
+
+    thread = threading.Thread(target=serve_once)
+    thread.start()
+    held: list[socket.socket] = []
+    try:
+        assert client.join("127.0.0.1", port, lambda: "s", request("a"), 10, hold=held) == assignment
+        held[0].setblocking(False)
+        deadline, found = time.monotonic() + 3, None
+        while found is None and time.monotonic() < deadline:
+            found = client.notice(held, bytearray(), "node1")
+            time.sleep(0.02)
+        assert found == Notice("node1", protocol.ENDPOINT_GONE, stop=True), found
+        assert held == []  # told once
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+
+
 @pytest.mark.parametrize(
     ("leave", "expected"),
     [
@@ -143,7 +189,11 @@ def test_a_node_that_ended_the_job_for_good_passes_on_its_line_and_code(job: Job
             Notice("n", "stopped by SIGINT", True, 130),
         ),
         ({"stop": True, "code": "x", "why": ""}, Notice("n", "stopped", True, 1)),
+        ("silent", Notice("n", protocol.SILENT)),
     ],
 )
-def test_what_a_leaving_node_means(leave: dict[str, object] | None, expected: Notice | None) -> None:
-    assert protocol.leave_notice("n", leave) == expected
+def test_what_a_leaving_node_means(leave: dict[str, object] | str | None, expected: Notice | None) -> None:
+    if leave == "silent":  # no leave line, and the connection timed out (keep-alive)
+        assert protocol.leave_notice("n", None, silent=True) == expected
+        return
+    assert protocol.leave_notice("n", leave) == expected  # type: ignore[arg-type]

@@ -63,6 +63,16 @@ class Worker:
         return latest
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, theirs, ...), or [] when it is gone."""
+    import psutil
+
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 class WorkerGroup:
     """The processes of one attempt. Each runs in its own session so a signal reaches its whole tree."""
 
@@ -125,10 +135,17 @@ class WorkerGroup:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every process group (including ones whose leader already exited) and reap."""
+        """SIGKILL every process group (including ones whose leader already exited) and every descendant
+        of a live worker, and reap."""
+        # An MPI launcher's ranks run in process groups of their own (Hydra's proxy makes them): SIGKILL
+        # to the launcher's group alone would leave them running, orphaned. Their pids are taken first.
+        strays = [pid for worker in self.running() for pid in _descendants(worker.popen.pid)]
         for worker in self.workers:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.popen.pid, signal.SIGKILL)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         for worker in self.workers:
             try:
                 worker.popen.wait(timeout=10)

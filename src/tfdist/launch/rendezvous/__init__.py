@@ -190,7 +190,7 @@ class Rendezvous:
                 secret,
                 request,
                 max(0.1, deadline - time.monotonic()),
-                hold=self.held if self.restarts else None,
+                hold=self.held,
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
@@ -239,6 +239,9 @@ class Rendezvous:
                 pass
             sock.close()
         self.held = []
+        if self.server is not None:  # this launcher serves the endpoint: say goodbye to the others
+            name = socket.gethostname()
+            self.server.stop(Notice(name, why[:400] or "stopped", True, code) if stop else None)
 
 
 def rendezvous(

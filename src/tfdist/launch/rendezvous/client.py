@@ -107,27 +107,43 @@ def notice(held: list[socket.socket], inbox: bytearray, endpoint: str = "") -> N
     """The server's notice on a held (non-blocking) connection, if one arrived; ``inbox`` keeps a partial
     line between calls. Never blocks.
 
-    A held connection that timed out (keep-alive) means this node no longer reaches the endpoint's node:
-    its host or the link between them is down, and the job's collectives cannot complete either, so that
-    is a notice too. A connection the endpoint closed is not: its launcher may have ended well first.
+    The connection's end is news too. Timed out (keep-alive): this node no longer reaches the endpoint's
+    node (host or link down), so the job's collectives cannot complete either. Closed without the server's
+    ``bye``: the launcher serving the rendezvous is gone, so no round can follow (a stop). A connection
+    closed after ``bye`` is not news: that launcher ended in order (its job may have finished first).
     """
-    for sock in held:
+    for sock in list(held):
         try:
             data = sock.recv(protocol.MAX_MESSAGE)
-        except OSError as exc:  # nothing yet (BlockingIOError), or the connection is gone
+        except BlockingIOError:
+            data = None
+        except OSError as exc:
+            held.remove(sock)  # told once
+            sock.close()
             if exc.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH):
-                held.remove(sock)  # told once
+                return Notice(endpoint, protocol.SILENT)
+            return Notice(endpoint, protocol.ENDPOINT_GONE, stop=True)
+        if data:
+            inbox += data[: max(0, protocol.MAX_MESSAGE - len(inbox))]
+        while b"\n" in inbox:
+            line, _, rest = bytes(inbox).partition(b"\n")
+            inbox[:] = rest
+            try:
+                message = protocol.decode(line)
+            except ValueError:
+                continue
+            if message.get("bye"):
+                held.remove(sock)
                 sock.close()
-                return Notice(endpoint or "serving the rendezvous", protocol.SILENT)
-            continue
-        inbox += data[: max(0, protocol.MAX_MESSAGE - len(inbox))]
-    while b"\n" in inbox:
-        line, _, rest = bytes(inbox).partition(b"\n")
-        inbox[:] = rest
-        try:
-            body = protocol.decode(line).get("notice")
+                return None
+            body = message.get("notice")
             if isinstance(body, dict):
-                return Notice.from_dict(body)
-        except ValueError:
-            continue
+                try:
+                    return Notice.from_dict(body)
+                except ValueError:
+                    continue
+        if data == b"":  # closed, and no bye came first
+            held.remove(sock)
+            sock.close()
+            return Notice(endpoint, protocol.ENDPOINT_GONE, stop=True)
     return None

@@ -148,6 +148,10 @@ class Notice:
 
 #: Why a node whose connection timed out left (TCP keep-alive found it gone).
 SILENT = "it stopped answering the rendezvous (TCP keep-alive): host or link down"
+#: Why the job ends when the launcher serving the rendezvous went away without saying so.
+ENDPOINT_GONE = (
+    "the launcher serving the rendezvous is gone (killed, or its host lost power); no round can follow"
+)
 
 
 def leave_notice(name: str, leave: Mapping[str, Any] | None, silent: bool = False) -> Notice | None:

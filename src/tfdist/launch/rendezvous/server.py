@@ -97,6 +97,7 @@ class RendezvousServer:
         # Whether the running round's other members were told of a failure (once a round: the first
         # failure starts the next round; the rest is the same news).
         self.noticed = False
+        self._farewell: dict[str, object] = {"bye": True}
         self._stop = threading.Event()
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ)
@@ -108,10 +109,13 @@ class RendezvousServer:
         self.thread.start()
         return self
 
-    def stop(self) -> None:
-        """Close every connection and the listener."""
+    def stop(self, farewell: protocol.Notice | None = None) -> None:
+        """Close every connection and the listener, telling the members first: ``farewell`` (this node
+        ends the job for good), else that the endpoint closes in order (``{"bye": true}``)."""
+        self._farewell = {"notice": farewell.to_dict()} if farewell is not None else {"bye": True}
         self._stop.set()
-        self.thread.join(timeout=5)
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
 
     def _serve(self) -> None:
         try:
@@ -123,6 +127,12 @@ class RendezvousServer:
                         self._read(self.conns[key.fd])
                 self._expire()
         finally:
+            for conn in list(self.members.values()):
+                self._send(conn, self._farewell)  # what the members' launchers make of the closing
+            notice = self._farewell.get("notice")
+            if isinstance(notice, dict):  # nodes waiting for the next round: it will not form
+                for conn in list(self.joined.values()):
+                    self._send(conn, {"error": protocol.Notice.from_dict(notice).line()})
             for conn in list(self.conns.values()):
                 self._close(conn)
             self.selector.unregister(self.listener)
@@ -268,17 +278,15 @@ class RendezvousServer:
             self.joined.clear()
             return
         self.formed = assignment
-        keep = self.round + 1 < self.rounds  # another round may follow: members hold their connections
+        # Members hold their connections while the job runs, in the last round too: a node that fails or
+        # leaves is told to the others at once (the next round, or the end of the job without a timeout).
         old_members, self.members = self.members, {}
         for conn in list(self.joined.values()):
             assert conn.request is not None
             rank = assignment.names.index(conn.request.name)
-            if keep:
-                self._send(conn, {"assignment": assignment.to_dict(rank)})
-                keepalive(conn.sock)
-                self.members[conn.request.name] = conn
-            else:
-                self._reply(conn, {"assignment": assignment.to_dict(rank)})
+            self._send(conn, {"assignment": assignment.to_dict(rank)})
+            keepalive(conn.sock)
+            self.members[conn.request.name] = conn
         self.joined.clear()
         for conn in old_members.values():
             if conn.request is not None and self.members.get(conn.request.name) is not conn:

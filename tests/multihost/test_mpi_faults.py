@@ -1,0 +1,147 @@
+"""The MPI backend across test hosts (`tfdist launch --backend mpi --nnodes 2 --rdzv …`, Hydra's proxies
+started by tfdist): a peer host lost or a link cut mid-training ends the job on every node that can still
+act, without a watchdog: each node's launcher is told through the rendezvous (the lost node's connection
+closed, or TCP keep-alive found it gone) and ends its ranks. Times are printed (pytest -s) for
+docs/guides/failures.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import hostcluster
+import pytest
+from hostcluster import HOSTS_SCRIPT, finish, unavailable_reason
+
+pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
+SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
+PREFIX = "tfdf"
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
+    "TFDIST_HOSTS_PREFIX": PREFIX,
+    "TFDIST_HOSTS_SUBNET": "10.89.0",
+    "TFDIST_RDZV_TOKEN": "mpi-faults-5e2a",
+}
+_ports = itertools.count(29800)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[None]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test hosts: {reason}")
+    made = subprocess.run([HOSTS_SCRIPT, "up", "2"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    yield
+    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+
+
+def hosts_script(*args: str) -> None:
+    subprocess.run([HOSTS_SCRIPT, *args], env=ENV, check=True, capture_output=True, timeout=60)
+
+
+def start(tmp_path: Path, *args: str) -> dict[str, subprocess.Popen[str]]:
+    """An MPI-backend tfdist.fit job on node1 and node2, one rank each, paced so that it runs ~10 s."""
+    endpoint = f"node1:{next(_ports)}"
+    (tmp_path / "out").mkdir()
+    common = ["--nnodes", "2", "--rdzv", endpoint, "--rdzv-timeout", "60", "--cpu", "-n", "1"]
+    script = [SCRIPT, str(tmp_path / "out"), str(tmp_path / "ckpt"), "--epochs", "8", "--steps", "5"]
+    return {
+        f"node{i}": hostcluster.launch_on(
+            f"node{i}",
+            ENV,
+            *common,
+            "--backend",
+            "mpi",
+            "--log-dir",
+            str(tmp_path / f"run-node{i}"),
+            *args,
+            *script,
+            "--pace",
+            "0.25",
+        )
+        for i in (2, 1)
+    }
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120) -> float:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+    return time.monotonic()
+
+
+def progress(tmp_path: Path) -> int:
+    try:
+        return int((tmp_path / "out" / "progress").read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def ended(tmp_path: Path, node: str) -> dict[str, object] | None:
+    """The launcher's record of how its attempt ended (wall-clock time, the failure line), or None yet."""
+    try:
+        return dict(json.loads((tmp_path / f"run-{node}" / "attempt-0" / "ended.json").read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def processes_on(host: str) -> list[int]:
+    proc = subprocess.run(
+        ["ip", "netns", "pids", f"{PREFIX}-{host}"], capture_output=True, text=True, timeout=30
+    )
+    return [int(pid) for pid in proc.stdout.split()]
+
+
+def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path: Path) -> None:
+    """node2 loses power at step 5: node1's launcher is told (node2's rendezvous connection closed), ends
+    its ranks and Hydra, names node2; no watchdog is set."""
+    procs = start(tmp_path)
+    wait_for("step 5", lambda: progress(tmp_path) >= 5)
+    hosts_script("kill", "node2")
+    killed = time.time()
+    (code, output), _ = finish([procs["node1"], procs["node2"]], timeout=120)
+    record = ended(tmp_path, "node1")
+    assert record is not None, output[-3000:]
+    took = float(record["ended_at"]) - killed  # type: ignore[arg-type]
+    print(f"MPI, host lost: node1 ended its ranks {took:.1f} s after the kill: {record['failure']}")
+    assert code != 0 and "node node2 left the job" in output, output[-3000:]
+    assert processes_on("node1") == [] and processes_on("node2") == []
+
+
+def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) -> None:
+    """node2's link is cut at step 5: MPI itself would wait forever; each side's rendezvous connection
+    times out (TCP keep-alive) and each launcher ends its ranks, naming the other side."""
+    procs = start(tmp_path)
+    try:
+        wait_for("step 5", lambda: progress(tmp_path) >= 5)
+        hosts_script("cut", "node2")
+        cut = time.time()
+        wait_for(
+            "both ends", lambda: ended(tmp_path, "node1") is not None and ended(tmp_path, "node2") is not None
+        )
+        results = dict(
+            zip(("node1", "node2"), finish([procs["node1"], procs["node2"]], timeout=120), strict=True)
+        )
+    finally:
+        hosts_script("plug", "node2")
+    for node in ("node1", "node2"):
+        record = ended(tmp_path, node)
+        assert record is not None
+        took = float(record["ended_at"]) - cut  # type: ignore[arg-type]
+        print(f"MPI, link cut: {node} ended its ranks {took:.1f} s after the cut: {record['failure']}")
+        code, output = results[node]
+        assert code != 0 and "host or link down" in output, output[-3000:]
+    assert "node node2 left the job" in results["node1"][1]
+    assert "node node1 left the job" in results["node2"][1]
+    left = processes_on("node1") + processes_on("node2")
+    assert left == [], subprocess.run(
+        ["ps", "-o", "pid,ppid,etime,args", "-p", ",".join(map(str, left))], capture_output=True, text=True
+    ).stdout
