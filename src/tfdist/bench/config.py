@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
 from tfdist.launch.hosts import check_hosts
+from tfdist.sync.wire import COMPRESSIONS, check_bucket_mb, check_compression
 from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
@@ -43,6 +44,22 @@ def _parse_names(text: str, flag: str, known: tuple[str, ...], available: str, w
     if len(set(names)) != len(names):
         raise ConfigError(f"{flag} {text!r} repeats a {what}.")
     return names
+
+
+def parse_compressions(text: str) -> tuple[str, ...]:
+    """``"none,fp16"`` -> ("none", "fp16"): the MPI backend's wire compressions to measure."""
+    return _parse_names(text, "--compression", COMPRESSIONS, ", ".join(COMPRESSIONS), "compression")
+
+
+def parse_bucket_sizes(text: str) -> tuple[float, ...]:
+    """``"0,4"`` -> (0.0, 4.0): bucket sizes in MB (0 = one sum after the backward pass), distinct."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError(f"--bucket-mb {text!r} is empty. Hint: a comma-separated list such as 0,4.")
+    sizes = tuple(check_bucket_mb(p, "--bucket-mb") for p in parts)
+    if len(set(sizes)) != len(sizes):
+        raise ConfigError(f"--bucket-mb {text!r} repeats a size.")
+    return sizes
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
@@ -92,6 +109,9 @@ class BenchConfig:
     #: Every measured tfdist run also writes a Chrome trace per rank (``tfdist.fit``'s ``timeline``) under
     #: its run directory.
     timeline: bool = False
+    #: The MPI backend's variants: each compression x each bucket size (``()``: the default size).
+    compression: tuple[str, ...] = ("none",)
+    bucket_mb: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         # The training options are TrainConfig's: one place validates workload and dataset names.
@@ -119,6 +139,19 @@ class BenchConfig:
             )
         if self.run_timeout <= 0:
             raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
+        self._check_wire()
+
+    def _check_wire(self) -> None:
+        for value in self.compression:
+            check_compression(value, "--compression")
+        for size in self.bucket_mb:
+            check_bucket_mb(size, "--bucket-mb")
+        varied = self.compression != ("none",) or self.bucket_mb
+        if varied and "mpi" not in self.backends:
+            raise ConfigError(
+                "--compression/--bucket-mb vary the mpi backend, but --backend is "
+                f"{','.join(self.backends)}. Hint: add mpi, e.g. --backend tf,mpi."
+            )
 
     def _check_nodes(self) -> None:
         if not self.hosts:

@@ -25,6 +25,29 @@ class RunSpec:
     replicas: int
     backend: str
     nodes: int = 1
+    #: The MPI backend's wire: compression (none, fp16, bf16) and bucket size in MB (None: the default).
+    compression: str = "none"
+    bucket_mb: float | None = None
+
+    @property
+    def variant(self) -> str:
+        """``fp16-b4`` for compression fp16 with 4 MB buckets; ``""`` for the backend's defaults."""
+        parts = [self.compression] if self.compression != "none" else []
+        parts += [f"b{self.bucket_mb:g}"] if self.bucket_mb is not None else []
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """The backend with its variant, e.g. ``mpi-fp16-b4``: one line of the report's plot."""
+        return f"{self.backend}-{self.variant}" if self.variant else self.backend
+
+    @property
+    def wire_env(self) -> dict[str, str]:
+        """The environment that selects the variant in every rank."""
+        env = {"TFDIST_COMPRESSION": self.compression} if self.compression != "none" else {}
+        if self.bucket_mb is not None:
+            env["TFDIST_BUCKET_MB"] = f"{self.bucket_mb:g}"
+        return env
 
     @property
     def devices(self) -> int:
@@ -38,8 +61,8 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        """Stable identifier, e.g. ``mpi-w2-r1``, or ``tf-n2-w2-r1`` across 2 nodes."""
-        return self.backend + self.size
+        """Stable identifier, e.g. ``mpi-w2-r1``, ``tf-n2-w2-r1`` across 2 nodes, ``mpi-fp16-b4-n2-w2-r1``."""
+        return self.label + self.size
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,11 @@ def _expand(config: BenchConfig, size: RunSpec, gpus: int, runs: list[RunSpec], 
             skipped.append(
                 f"mpi with {replicas} replicas per worker: the MPI backend runs one replica per rank."
             )
+            continue
+        if backend == "mpi":
+            for compression in config.compression:
+                for bucket_mb in config.bucket_mb or (None,):
+                    runs.append(RunSpec(workers, replicas, backend, nodes, compression, bucket_mb))
             continue
         runs.append(RunSpec(workers, replicas, backend, nodes))
     for reference in config.compare:
@@ -178,7 +206,7 @@ def command_for(
     GPUs, replicas are logical CPU devices (TFDIST_CPU_REPLICAS); with GPUs, one worker's replicas are
     its first ``replicas`` GPUs and several workers get one GPU each from the launcher.
     """
-    env = thread_settings(threads)
+    env = {**thread_settings(threads), **spec.wire_env}
     if gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.replicas > 1:

@@ -83,12 +83,31 @@ def register(sub: Any) -> None:
         action="store_true",
         help="write a Chrome trace per rank of every measured tfdist run (runs/<run>/timeline/)",
     )
+    p.add_argument(
+        "--compression",
+        default="none",
+        help="the mpi backend's gradients across nodes: none, fp16, bf16 (lossy), or a comma-separated "
+        "list to compare",
+    )
+    p.add_argument(
+        "--bucket-mb",
+        default=None,
+        help="the mpi backend's gradient bucket sizes in MB to compare, e.g. 0,4 (0: one sum after the "
+        "backward pass; default TFDIST_BUCKET_MB)",
+    )
     p.set_defaults(run=run)
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated BenchConfig from parsed flags."""
-    from tfdist.bench.config import BenchConfig, parse_backends, parse_compare, parse_counts
+    from tfdist.bench.config import (
+        BenchConfig,
+        parse_backends,
+        parse_bucket_sizes,
+        parse_compare,
+        parse_compressions,
+        parse_counts,
+    )
     from tfdist.bench.nodes import resolve_nodes
     from tfdist.launch.api import new_run_id
 
@@ -118,6 +137,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         on_host=on_host,
         base_port=args.base_port,
         timeline=args.timeline,
+        compression=parse_compressions(args.compression),
+        bucket_mb=parse_bucket_sizes(args.bucket_mb) if args.bucket_mb is not None else (),
     )
 
 

@@ -76,6 +76,8 @@ class MPISync(ProcessLevel):
         self.options = WireOptions()
         self.configure(WireOptions.from_environment())
         self._exchanges = 0  # traced bucketed exchanges: names their sums, the same on every rank
+        #: Called with "sent bN" / "summed bN" (the timeline's stamps), when set.
+        self.marker: Callable[[str], None] | None = None
         if self.rank == 0:
             log.info("MPI backend: %s", self.reducer.describe())
 
@@ -127,6 +129,8 @@ class MPISync(ProcessLevel):
             )
         else:
             buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
+            if self.rank == 0:
+                log.info("MPI backend: %d gradient(s) in %d bucket(s)", len(dense), len(buckets))
             outs = self._bucketed(dense, sums, buckets)
             order = [i for bucket in buckets for i in bucket]
             by_index = dict(zip(order, outs[:-1], strict=True))
@@ -152,6 +156,14 @@ class MPISync(ProcessLevel):
                     stateful=True,
                 )
             )
+        if self.marker is not None:  # the timeline's "gradients ready", made after the sends (see it)
+            mark = self.marker
+            with tf.control_dependencies([*dense, sums]):
+                tickets.append(
+                    tf.numpy_function(
+                        lambda: np.int64(mark("gradients ready") or -1), [], tf.int64, stateful=True
+                    )
+                )
         last = [tf.cast(dense[i], tf.float32) for i in buckets[-1]]
         total = sum(len(b) for b in buckets) + 1
 
@@ -159,6 +171,8 @@ class MPISync(ProcessLevel):
             mine = self._submit(f"{tag}/b{len(buckets) - 1}", given[len(tickets) :], compression, 1)
             results: list[np.ndarray] = []
             for ticket in [*given[: len(tickets)], mine]:
+                if ticket < 0:  # the timeline's stamp, not a sum
+                    continue
                 done = self.coordinator.wait(int(ticket))
                 if done.error:
                     raise RuntimeError(done.error)
@@ -171,8 +185,15 @@ class MPISync(ProcessLevel):
             )
         )
 
+    @property
+    def overlaps(self) -> bool:
+        """Whether gradient sums start during the backward pass (buckets on, more than one rank)."""
+        return self.size > 1 and self.options.bucket_mb > 0
+
     def _submit(self, name: str, arrays: Sequence[np.ndarray], compression: str, exact: int) -> np.int64:
         """Hand one bucket to the coordinator (the last ``exact`` arrays are never compressed)."""
+        if self.marker is not None:
+            self.marker(f"sent {name.rsplit('/', 1)[-1]}")
         parts = [np.asarray(a, np.float32) for a in arrays]
         return np.int64(
             self.coordinator.submit(Request(name, SUM, parts, args=(compression, exact), local=0))
@@ -251,6 +272,8 @@ class MPISync(ProcessLevel):
         for (request, index, _), view in zip(slots, views, strict=True):
             results.setdefault(id(request), {})[index] = view
         for request in requests:
+            if request.args and self.marker is not None:  # a bucket: when its sum came back
+                self.marker(f"summed {request.name.rsplit('/', 1)[-1]}")
             mine, keep = results.get(id(request), {}), request.local
             request.result = [mine[i] if i < keep else mine[i].copy() for i in range(len(request.arrays))]
 

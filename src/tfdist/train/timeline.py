@@ -101,10 +101,13 @@ class Timeline:
         inside = [_event("forward + backward", start, ready, self.rank, tid=1)]
         if self.synchroniser == "tf":  # the exchange returns at once; apply_gradients all-reduces
             return [*inside, _event("all-reduce + update", ready, end, self.rank, tid=1)]
+        # Buckets summed during the backward pass (their own marks): instants on the step's row.
+        buckets = [_instant(n, t, self.rank) for n, t in marks if n not in (READY, EXCHANGED)]
         return [
             *inside,
             _event("all-reduce", ready, done, self.rank, tid=1),
             _event("update", done, end, self.rank, tid=1),
+            *buckets,
         ]
 
     def write(self) -> None:
@@ -129,8 +132,18 @@ class MarkedSync:
         return getattr(self._sync, name)
 
     def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
-        """The wrapped exchange, between two time stamps that wait for its inputs and its outputs."""
-        *grads, sums = self._stamped(READY, [*grads, sums])
+        """The wrapped exchange, between two time stamps that wait for its inputs and its outputs.
+
+        A synchroniser that overlaps (gradient buckets summed during the backward pass) gets its inputs
+        as they come and makes the stamps itself through ``marker``: when each bucket was sent and summed,
+        and when the last gradient existed (after its sends: see below).
+        """
+        if getattr(self._sync, "overlaps", False):
+            # Not a stamp here: TensorFlow runs a function's stateful ops in program order, so a stamp
+            # made before the buckets' sends would hold them until the backward pass is over.
+            self._sync.marker = self._timeline.mark
+        else:
+            *grads, sums = self._stamped(READY, [*grads, sums])
         reduced, summed = self._sync.exchange(grads, sums)
         *reduced, summed = self._stamped(EXCHANGED, [*reduced, summed])
         return list(reduced), summed
@@ -160,6 +173,10 @@ def _event(name: str, start: float, end: float, rank: int, tid: int = 0) -> dict
         "pid": rank,
         "tid": tid,
     }
+
+
+def _instant(name: str, at: float, rank: int) -> dict[str, Any]:
+    return {"name": name, "ph": "i", "s": "t", "ts": at * 1e6, "pid": rank, "tid": 1}
 
 
 def open_timeline(directory: str | None, rank: int) -> Timeline | NoTimeline:

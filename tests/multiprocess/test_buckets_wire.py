@@ -1,0 +1,71 @@
+"""The MPI backend's gradient buckets and 16-bit wire on 2 local ranks (each its own node: TFDIST_MPI_SHM=0,
+so every sum crosses MPI as it does between hosts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
+HELPERS = Path(__file__).parent.parent / "helpers"
+
+
+def launch(out: Path, script: str, *args: str, env: dict[str, str]) -> None:
+    argv = ["launch", "--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(out / "run")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist", *argv, str(HELPERS / script), str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TFDIST_MPI_SHM": "0", **env},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The probe's training in one process (the reference of every case)."""
+    out = tmp_path_factory.mktemp("single")
+    probe = str(HELPERS / "fit_probe.py")
+    subprocess.run([sys.executable, probe, str(out)], check=True, capture_output=True, timeout=300)
+    return out
+
+
+def test_horovod_fp16_compression_sends_half_the_bytes(tmp_path: Path) -> None:
+    launch(tmp_path, "hvd_fp16_wire.py", env={})
+    for rank in (0, 1):
+        wire = json.loads((tmp_path / f"wire-{rank}.json").read_text())
+        assert wire["none"]["dtype"] == "float32" and wire["fp16"]["dtype"] == "float16"
+        assert wire["fp16"]["bytes"] * 2 == wire["none"]["bytes"] >= 400_000
+        # Back in the tensor's own dtype; inputs rounded to float16, the sum rounded once more.
+        assert wire["fp16"]["result_dtype"] == "float32"
+        assert wire["fp16"]["max_rel_error"] <= 2 * 2.0**-11
+
+
+@pytest.mark.parametrize(
+    ("bucket_mb", "compression", "tolerance"), [("0.00003", "none", 1e-5), ("0", "bf16", 5e-3)]
+)
+def test_buckets_and_compression_against_one_process(
+    bucket_mb: str, compression: str, tolerance: float, single: Path, tmp_path: Path
+) -> None:
+    """Buckets change only when each sum starts: ≡ one process; bf16 stays within its stated error."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    launch(ranks, "fit_probe.py", env={"TFDIST_BUCKET_MB": bucket_mb, "TFDIST_COMPRESSION": compression})
+    w0, w1 = np.load(ranks / "weights-0.npy"), np.load(ranks / "weights-1.npy")
+    assert np.array_equal(w0, w1)
+    error = np.max(np.abs(w0 - np.load(single / "weights-0.npy")))
+    assert error <= tolerance
+    if compression != "none":
+        assert error > 0  # the 16-bit wire really was used
+    logs = (ranks / "run").rglob("*.log")
+    said = "".join(p.read_text(errors="replace") for p in logs)
+    assert f"gradients {compression}, buckets {float(bucket_mb)} MB" in said
+    if float(bucket_mb):
+        assert "4 gradient(s) in 3 bucket(s)" in said
