@@ -173,7 +173,12 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["bench", "--out", "afile"], {}, "--out 'afile' is a file"),
     (["bench", "--workload", "gpt"], {}, "gpt"),
     # ---- tfdist slurm
-    (["slurm", "script", "--nodes", "two", "--", "python", "x.py"], {}, "'two' is not an integer"),
+    (
+        ["slurm", "script", "--nodes", "two", "--", "python", "x.py"],
+        {},
+        "--nodes='two' must be a number of nodes",
+    ),
+    (["slurm", "submit", "--nodes", "3-2", "--", "python", "x.py"], {}, "MIN=3 is above MAX=2"),
     (["slurm", "script", "--nodes", "0", "--", "python", "x.py"], {}, "--nodes=0 must be at least 1"),
     (["slurm", "script"], {}, "no command to run"),
     (["slurm", "script", "--time", "forever", "--", "x"], {}, "--time"),

@@ -160,7 +160,15 @@ def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.Captu
         (["slurm", "script", "--time", "soon", "--", "x"], "--time='soon'"),
         (["slurm", "script", "--mem", "lots", "--", "x"], "--mem='lots'"),
         (["slurm", "script", "--nodes", "0", "--", "x"], "--nodes=0"),
-        (["slurm", "script", "--nodes", "two", "--", "x"], "'two' is not an integer"),
+        (
+            ["slurm", "script", "--nodes", "two", "--", "x"],
+            "--nodes='two' must be a number of nodes N or a range",
+        ),
+        (
+            ["slurm", "script", "--nodes", "3-2", "--", "x"],
+            "--nodes=3-2: MIN=3 is above MAX=2. Hint: --nodes 2-3",
+        ),
+        (["slurm", "script", "--nodes", "0-2", "--", "x"], "--nodes=0-2: MIN=0 must be at least 1 node."),
         (["slurm", "script", "--gpus-per-task", "1", "--", "x"], "CPU-only spec"),
         (["slurm", "script", "--export", "NOVALUE", "--", "x"], "must be NAME=VALUE"),
         (["slurm", "script"], "no command to run"),
@@ -191,3 +199,25 @@ def test_submit_without_sbatch_says_how_to_get_it(
         ["slurm", "submit", "--run-dir", str(tmp_path / "run"), "--", "python", "x.py"], capsys
     )
     assert code == 2 and "`sbatch` is not on PATH" in err and "slurm-local.sh" in err
+
+
+@pytest.mark.parametrize(
+    ("nodes", "command", "expected"),
+    [
+        ("2-3", ("python", "train.py"), "#SBATCH --nodes=2-3"),
+        ("3-3", ("python", "train.py"), "#SBATCH --nodes=3\n"),
+        ("1-2", ("tfdist", "train", "--global-batch-size", "12"), "#SBATCH --nodes=1-2"),
+    ],
+)
+def test_a_node_range_lets_slurm_start_with_fewer(
+    nodes: str, command: tuple[str, ...], expected: str
+) -> None:
+    from tfdist.slurm.script import parse_nodes
+
+    low, high = parse_nodes(nodes)
+    assert expected in render_sbatch(SbatchSpec(command=command, nodes=high, min_nodes=low))
+
+
+def test_a_global_batch_must_divide_every_node_count_of_the_range() -> None:
+    with pytest.raises(ConfigError, match=r"not divisible by the 2 replicas of 2 node\(s\) \(--nodes=2-3\)"):
+        SbatchSpec(command=("tfdist", "train", "--global-batch-size", "9"), nodes=3, min_nodes=2)

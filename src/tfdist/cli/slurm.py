@@ -14,7 +14,7 @@ from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
 _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--nodes", {"type": integer}),
+    ("--nodes", {"metavar": "N|MIN-MAX", "help": "nodes; MIN-MAX: Slurm may start (or restart) with fewer"}),
     ("--ntasks-per-node", {"type": integer}),
     ("--gpus-per-node", {"type": integer}),
     ("--gpus-per-task", {"type": integer}),
@@ -158,6 +158,10 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         if getattr(args, dest):
             values[dest] = getattr(args, dest)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    if isinstance(values.get("nodes"), str):  # from the flag: N or MIN-MAX
+        from tfdist.slurm.script import parse_nodes
+
+        values["min_nodes"], values["nodes"] = parse_nodes(values["nodes"])
     if args.export:
         values["exports"] = dict(_parse_export(item) for item in args.export)
     if args.per_node or values.get("per_node") in (True, "mirrored"):

@@ -31,6 +31,9 @@ class SbatchSpec:
     command: tuple[str, ...]
     job_name: str = "tfdist"
     nodes: int = 1
+    #: The fewest nodes the job may start with (``--nodes=MIN-MAX``; ``nodes`` is then the most): Slurm
+    #: picks the count at each start, so a requeued job may start on fewer nodes after one was lost.
+    min_nodes: int | None = None
     ntasks_per_node: int | None = None
     gpus_per_node: int = 0
     gpus_per_task: int | None = None
@@ -134,14 +137,16 @@ class SbatchSpec:
         batch = train_global_batch(self.command)
         if batch is None:
             return
-        replicas = self.nodes * (self.gpus_per_node if self.per_node else self.tasks_per_node)
-        if batch % replicas:
-            per = "--gpus-per-node" if self.per_node else "--ntasks-per-node"
-            raise ConfigError(
-                f"--global-batch-size={batch} (in the job's command) is not divisible by the {replicas} "
-                f"replicas of --nodes={self.nodes} x {per}={replicas // self.nodes}. Hint: a global batch "
-                f"that is a multiple of {replicas}, or another task count."
-            )
+        per_node = self.gpus_per_node if self.per_node else self.tasks_per_node
+        for nodes in range(self.min_nodes or self.nodes, self.nodes + 1):  # any count Slurm may start
+            replicas = nodes * per_node
+            if batch % replicas:
+                per = "--gpus-per-node" if self.per_node else "--ntasks-per-node"
+                raise ConfigError(
+                    f"--global-batch-size={batch} (in the job's command) is not divisible by the {replicas} "
+                    f"replicas of {nodes} node(s) (--nodes={self.node_range}) x {per}={per_node}. Hint: a "
+                    f"global batch that is a multiple of {replicas}, or another task count."
+                )
 
     def _check_backend(self) -> None:
         if self.backend not in ("tf", *MPI_BACKENDS):
@@ -166,6 +171,11 @@ class SbatchSpec:
     def _check_resources(self) -> None:
         if self.nodes <= 0:
             raise ConfigError(f"--nodes={self.nodes} must be at least 1.")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
+            raise ConfigError(
+                f"--nodes={self.min_nodes}-{self.nodes}: MIN must be at least 1 and at most MAX. Hint: "
+                f"--nodes {min(self.min_nodes, self.nodes)}-{max(self.min_nodes, self.nodes)} (fewest-most)."
+            )
         if self.ntasks_per_node is not None and self.ntasks_per_node <= 0:
             raise ConfigError(f"--ntasks-per-node={self.ntasks_per_node} must be at least 1.")
         if self.gpus_per_node < 0 or (self.gpus_per_task is not None and self.gpus_per_task <= 0):
@@ -191,6 +201,13 @@ class SbatchSpec:
                 f"--mem={self.mem!r} is not a Slurm size: a number with an optional K, M, G or T suffix "
                 "(e.g. 32G)."
             )
+
+    @property
+    def node_range(self) -> str:
+        """``sbatch --nodes``: ``3``, or ``2-3`` when Slurm may start the job with fewer."""
+        if self.min_nodes is not None and self.min_nodes < self.nodes:
+            return f"{self.min_nodes}-{self.nodes}"
+        return str(self.nodes)
 
     @property
     def tasks_per_node(self) -> int:
@@ -242,7 +259,7 @@ def train_global_batch(command: tuple[str, ...]) -> int | None:
 def _sbatch_lines(spec: SbatchSpec) -> list[str]:
     options: list[tuple[str, object]] = [
         ("job-name", spec.job_name),
-        ("nodes", spec.nodes),
+        ("nodes", spec.node_range),
         ("ntasks-per-node", spec.tasks_per_node),
         (
             "gres" if spec.gres else "gpus-per-node",
@@ -334,3 +351,24 @@ def render_sbatch(spec: SbatchSpec) -> str:
         ),
     ]
     return "\n".join(body) + "\n"
+
+
+def parse_nodes(text: str) -> tuple[int | None, int]:
+    """``--nodes N`` or ``--nodes MIN-MAX`` (sbatch's form) -> ``(MIN or None, MAX)``; ConfigError else.
+
+    >>> parse_nodes("3"), parse_nodes("2-3")
+    ((None, 3), (2, 3))
+    """
+    match = re.match(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", text)
+    if not match:
+        raise ConfigError(f"--nodes={text!r} must be a number of nodes N or a range MIN-MAX, e.g. 2-3.")
+    if match.group(2) is None:
+        return None, int(match.group(1))
+    low, high = int(match.group(1)), int(match.group(2))
+    if low > high:
+        raise ConfigError(
+            f"--nodes={text}: MIN={low} is above MAX={high}. Hint: --nodes {high}-{low} (fewest-most)."
+        )
+    if low < 1:
+        raise ConfigError(f"--nodes={text}: MIN={low} must be at least 1 node.")
+    return low, high
