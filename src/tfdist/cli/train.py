@@ -66,6 +66,18 @@ def register(sub: Any) -> None:
         "an MPI launcher are installed, tf otherwise",
     )
     p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
+    p.add_argument(
+        "--compression",
+        default=None,
+        help="with --backend mpi: gradients across nodes as none | fp16 | bf16 (16-bit: lossy, half the "
+        "bytes; default TFDIST_COMPRESSION)",
+    )
+    p.add_argument(
+        "--bucket-mb",
+        default=None,
+        help="with --backend mpi: gradient bucket size in MB, each summed while the backward pass goes on "
+        "(0: one sum after it; default TFDIST_BUCKET_MB)",
+    )
     p.set_defaults(run=run)
 
 
@@ -108,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             "the per-replica batch times the replicas)."
         )
     config = config_from_args(args)
+    wire_env(args, args.backend if args.workers is not None else "tf")  # bad values fail before anything
     preflight(config)
     if args.workers is None and args.backend not in (None, "tf"):
         raise ConfigError(
@@ -130,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             "(one replica each on CPU). Hint: a multiple of the worker count."
         )
     backend = args.backend or _default_backend(gpus, args.workers)
+    wire = wire_env(args, backend)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,
         cpu=not gpus,
@@ -138,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         log_dir=os.path.join(config.output_dir, "logs"),
         backend=backend,
+        extra_env=wire,
     )
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
@@ -146,6 +161,26 @@ def run(args: argparse.Namespace) -> int:
     files.write_text(config_path, replace(config, resume=True).to_json())
     result = launch(launch_config, ["-m", "tfdist.workloads.job", config_path])
     return result.exit_code
+
+
+def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
+    """``--compression`` / ``--bucket-mb`` as the workers' TFDIST_COMPRESSION / TFDIST_BUCKET_MB;
+    ConfigError for a bad value or a backend other than mpi (``None``: not chosen yet)."""
+    from tfdist.sync.wire import check_bucket_mb, check_compression
+
+    env = {}
+    if args.compression is not None:
+        env["TFDIST_COMPRESSION"] = check_compression(args.compression, "--compression")
+    if args.bucket_mb is not None:
+        env["TFDIST_BUCKET_MB"] = f"{check_bucket_mb(args.bucket_mb, '--bucket-mb'):g}"
+    asked = env.get("TFDIST_COMPRESSION", "none") != "none" or float(env.get("TFDIST_BUCKET_MB", "0")) > 0
+    if asked and backend not in (None, "mpi"):
+        raise ConfigError(
+            "--compression/--bucket-mb set how the mpi backend sums gradients, but "
+            f"{'no --workers were given' if args.workers is None else f'the backend is {backend}'}. "
+            "Hint: add --workers N --backend mpi."
+        )
+    return env
 
 
 def _default_backend(gpus: int, workers: int) -> str:

@@ -85,8 +85,8 @@ class MPISync(ProcessLevel):
         """Compression and buckets of the gradient sums traced from now on (``tfdist.fit``'s options, else
         TFDIST_COMPRESSION / TFDIST_BUCKET_MB)."""
         self.options = options
-        if options.bucket_mb > 0:  # the coordinator's rounds then run beside the backward pass
-            self.coordinator.waiter = self.background
+        # With buckets the coordinator's rounds run beside the backward pass: poll, do not spin.
+        self.coordinator.waiter = self.background if options.bucket_mb > 0 else self.reducer.waiter
         if self.rank == 0 and options != WireOptions():
             log.info("MPI backend: gradients %s, buckets %s MB", options.compression, options.bucket_mb)
 

@@ -54,6 +54,7 @@ def fit(
         fit_options = FitOptions(epochs=epochs, **options)
     except TypeError as exc:
         raise ConfigError(f"tfdist.fit: {exc}") from None
+    configure_wire(fit_options)
     if fit_options.validation_split and validation_data is None:
         train_data, validation_data = split_for_validation(train_data, fit_options.validation_split)
     # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
@@ -65,6 +66,31 @@ def fit(
     if backup is not None and backup.delete_at_end:
         remove_backup(backup.directory)
     return history
+
+
+def configure_wire(options: FitOptions) -> None:
+    """Hand ``compression`` / ``bucket_mb`` (else the environment's) to the MPI backend; ConfigError when
+    they are asked of another backend."""
+    from tfdist import context
+    from tfdist.sync import process_sync
+    from tfdist.sync.wire import WireOptions
+
+    backend = context.current().backend
+    if backend != "mpi":
+        if options.compression not in (None, "none") or options.bucket_mb:
+            given = f"compression={options.compression!r}, bucket_mb={options.bucket_mb!r}"
+            raise ConfigError(
+                f"tfdist.fit({given}) is for the mpi backend, but this run's backend is {backend}. Hint: "
+                "launch with --backend mpi, or leave these options out."
+            )
+        return
+    default = WireOptions.from_environment()
+    process_sync("mpi").configure(
+        WireOptions(
+            default.compression if options.compression is None else options.compression,
+            default.bucket_mb if options.bucket_mb is None else options.bucket_mb,
+        )
+    )
 
 
 def with_backup(options: dict[str, Any], backup: Backup) -> dict[str, Any]:

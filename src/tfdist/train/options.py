@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import ConfigError
+from tfdist.sync.wire import check_bucket_mb, check_compression
 from tfdist.train.scaling import RULES
 
 
@@ -39,8 +40,17 @@ class FitOptions:
     validation_steps: int | None = None
     #: A directory: each rank writes a Chrome trace of its steps there (tfdist.train.timeline).
     timeline: str | None = None
+    #: The MPI backend's gradients across nodes: none, fp16 or bf16 (lossy); None: TFDIST_COMPRESSION.
+    compression: str | None = None
+    #: The MPI backend's gradient bucket size in MB (0: one sum after the backward pass); None:
+    #: TFDIST_BUCKET_MB.
+    bucket_mb: float | None = None
 
     def __post_init__(self) -> None:
+        if self.compression is not None:
+            object.__setattr__(self, "compression", check_compression(self.compression, "compression"))
+        if self.bucket_mb is not None:
+            object.__setattr__(self, "bucket_mb", check_bucket_mb(self.bucket_mb, "bucket_mb"))
         if self.timeline is not None and (not isinstance(self.timeline, str) or not self.timeline):
             raise ConfigError(f"timeline={self.timeline!r} must be a directory path (a non-empty string).")
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
