@@ -149,3 +149,66 @@ def test_a_lost_node_ends_the_job_names_it_and_the_requeued_job_resumes(
     assert resumed_from and resumed_from.group(1) == report.group(1), log[-4000:]
     print(f"node lost -> job ended in {ended_after:.1f} s; resumed from {resumed_from.group(1)}")
     assert_same_run(out, tmp_path, 2)
+
+
+ELASTIC = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
+ELASTIC_ARGS = ("--epochs", "3", "--steps", "5")
+
+
+def progress(out: Path) -> int:
+    try:
+        return int((out / "progress").read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+def test_a_job_with_a_node_range_is_requeued_on_the_nodes_left(cluster: Cluster, tmp_path: Path) -> None:
+    """`--nodes 2-3`: the job starts on 3 nodes; node3 is lost at step 5, the tasks left name it and
+    requeue the job; node3 stays down, so Slurm starts the requeued job on the 2 nodes left, and
+    tfdist.fit resumes from its checkpoint with the same global batch of 12 (6 per replica instead of 4)
+    to the weights of an uninterrupted run."""
+    out, ckpt, run = tmp_path / "out", tmp_path / "ckpt", tmp_path / "run"
+    out.mkdir()
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    one_process(ELASTIC, str(ref), str(ref / "ckpt"), *ELASTIC_ARGS)
+    job_id = cluster.submit(
+        run,
+        PY,
+        ELASTIC,
+        str(out),
+        str(ckpt),
+        *ELASTIC_ARGS,
+        "--pace",
+        "0.3",
+        options=("--nodes", "2-3", "--ntasks-per-node", "1", "--export", "TFDIST_COLLECTIVE_TIMEOUT=10"),
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while progress(out) < 5:
+            assert time.monotonic() < deadline, (run / f"slurm-{job_id}.out").read_text()[-3000:]
+            time.sleep(0.1)
+        assert cluster.job(job_id)["NumNodes"] == "3"
+        killed = cluster.hosts_script("kill", "node3")
+        assert killed.returncode == 0, killed.stderr
+        cluster.wait(job_id, ("PENDING", "REQUEUED", "REQUEUE_HOLD", *FINAL), 120)
+        log = (run / f"slurm-{job_id}.out").read_text()
+        assert "lost contact with worker 2" in log and f"asked Slurm to requeue job {job_id}" in log, log[
+            -4000:
+        ]
+        wait_node(cluster, "node3", ("down",), 120)  # Slurm's SlurmdTimeout: node3 is not coming back
+        eligible_now(cluster, job_id)
+        job = cluster.wait(job_id, FINAL, 420, restarts=1)
+        log = (run / f"slurm-{job_id}.out").read_text()
+        assert job["JobState"] == "COMPLETED", log[-4000:]
+        assert job["NumNodes"] == "2" and "node3" not in job["NodeList"], job
+        assert re.search(r"resumed from \S+ at step \d+", log), log[-4000:]
+    finally:
+        back = cluster.slurm_script("node-start", "node3")
+    assert back.returncode == 0, back.stderr
+    wait_node(cluster, "node3", ("idle", "mix", "alloc"), 120)  # the shared cluster whole again
+    reference = np.load(ref / "weights-0.npy")
+    for rank in range(2):
+        assert json.loads((out / f"run-{rank}.json").read_text())["world"] == 2
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5

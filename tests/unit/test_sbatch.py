@@ -218,6 +218,13 @@ def test_a_node_range_lets_slurm_start_with_fewer(
     assert expected in render_sbatch(SbatchSpec(command=command, nodes=high, min_nodes=low))
 
 
+def test_a_node_range_reserves_cpus_per_node_not_a_task_count() -> None:
+    """sbatch --ntasks-per-node with a range makes Slurm allocate MIN nodes only: --mincpus instead."""
+    text = render_sbatch(SbatchSpec(command=("python", "t.py"), nodes=3, min_nodes=2, ntasks_per_node=2))
+    assert "#SBATCH --mincpus=2" in text and "#SBATCH --ntasks-per-node" not in text
+    assert "srun --ntasks-per-node=2 " in text
+
+
 def test_a_global_batch_must_divide_every_node_count_of_the_range() -> None:
     with pytest.raises(ConfigError, match=r"not divisible by the 2 replicas of 2 node\(s\) \(--nodes=2-3\)"):
         SbatchSpec(command=("tfdist", "train", "--global-batch-size", "9"), nodes=3, min_nodes=2)

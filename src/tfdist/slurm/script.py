@@ -281,6 +281,15 @@ def _sbatch_lines(spec: SbatchSpec) -> list[str]:
         ("chdir", spec.workdir),
         ("nodelist", spec.nodelist),
     ]
+    if spec.node_range != str(spec.nodes):
+        # With --ntasks-per-node, sbatch counts MIN x N tasks and Slurm then allocates only MIN nodes
+        # (measured, Slurm 22.05); --mincpus reserves the CPUs of N tasks on every node it gives instead,
+        # and the srun line below starts N tasks on each.
+        per_task = spec.cpus_per_task or 1
+        options = [
+            ("mincpus", spec.tasks_per_node * per_task) if n == "ntasks-per-node" else (n, v)
+            for n, v in options
+        ]
     lines = [f"#SBATCH --{name}={value}" for name, value in options if value is not None]
     if spec.requeue:
         # A requeued job appends to its log instead of truncating the first run's output.
