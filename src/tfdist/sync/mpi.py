@@ -25,8 +25,8 @@ from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
-from tfdist.sync.reduce import NodeReducer, Waiter, layout
-from tfdist.sync.wire import WireOptions, plan_buckets
+from tfdist.sync.reduce import NodeReducer, Waiter, cross_sum_bits, layout
+from tfdist.sync.wire import WireOptions, decode, encode, plan_buckets
 
 log = get_logger(__name__)
 
@@ -118,23 +118,14 @@ class MPISync(ProcessLevel):
         options = self.options
         if self.size == 1 or options == WireOptions() or not dense or None in sizes:
             return super().exchange(grads, sums)
-        if options.bucket_mb <= 0:
-            compression = options.compression
-            parts = [tf.cast(p, tf.float32) for p in [*dense, sums]]
-            outs = tf.numpy_function(
-                lambda *arrays: self.packed_sum(arrays, len(dense), len(dense), compression),
-                parts,
-                [tf.float32] * len(parts),
-                stateful=True,
-            )
-        else:
-            buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
-            if self.rank == 0:
-                log.info("MPI backend: %d gradient(s) in %d bucket(s)", len(dense), len(buckets))
-            outs = self._bucketed(dense, sums, buckets)
-            order = [i for bucket in buckets for i in bucket]
-            by_index = dict(zip(order, outs[:-1], strict=True))
-            outs = [*(by_index[i] for i in range(len(dense))), outs[-1]]
+        # Buckets, or compression (then one bucket: it is cast to 16 bits in the graph, see _bucketed).
+        buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
+        if self.rank == 0:
+            log.info("MPI backend: %d gradient(s) in %d bucket(s)", len(dense), len(buckets))
+        outs = self._bucketed(dense, sums, buckets)
+        order = [i for bucket in buckets for i in bucket]
+        by_index = dict(zip(order, outs[:-1], strict=True))
+        outs = [*(by_index[i] for i in range(len(dense))), outs[-1]]
         shaped = [tf.ensure_shape(o, p.shape) for o, p in zip(outs, [*dense, sums], strict=True)]
         return [tf.cast(r, g.dtype) for r, g in zip(shaped[:-1], dense, strict=True)], shaped[-1]
 
@@ -146,12 +137,15 @@ class MPISync(ProcessLevel):
 
         self._exchanges += 1
         tag, compression = f"tfdist.grads{self._exchanges}", self.options.compression
+        # 16-bit gradients are cast in the graph (TensorFlow's casts are several times faster than
+        # NumPy's float16 conversion on the core the step computes on) and come back 16-bit.
+        wire = {"none": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[compression]
         tickets = []
         for number, bucket in enumerate(buckets[:-1]):
             tickets.append(
                 tf.numpy_function(
                     lambda *arrays, name=f"{tag}/b{number}": self._submit(name, arrays, compression, 0),
-                    [tf.cast(dense[i], tf.float32) for i in bucket],
+                    [tf.cast(dense[i], wire) for i in bucket],
                     tf.int64,
                     stateful=True,
                 )
@@ -164,8 +158,8 @@ class MPISync(ProcessLevel):
                         lambda: np.int64(mark("gradients ready") or -1), [], tf.int64, stateful=True
                     )
                 )
-        last = [tf.cast(dense[i], tf.float32) for i in buckets[-1]]
-        total = sum(len(b) for b in buckets) + 1
+        last = [tf.cast(dense[i], wire) for i in buckets[-1]]
+        total = sum(len(b) for b in buckets)
 
         def finish(*given: Any) -> list[np.ndarray]:
             mine = self._submit(f"{tag}/b{len(buckets) - 1}", given[len(tickets) :], compression, 1)
@@ -179,11 +173,10 @@ class MPISync(ProcessLevel):
                 results += done.result
             return results
 
-        return list(
-            tf.numpy_function(
-                finish, [*tickets, *last, tf.cast(sums, tf.float32)], [tf.float32] * total, stateful=True
-            )
+        outs = tf.numpy_function(
+            finish, [*tickets, *last, tf.cast(sums, tf.float32)], [wire] * total + [tf.float32], stateful=True
         )
+        return [tf.cast(o, tf.float32) for o in outs[:-1]] + [outs[-1]]
 
     @property
     def overlaps(self) -> bool:
@@ -194,7 +187,7 @@ class MPISync(ProcessLevel):
         """Hand one bucket to the coordinator (the last ``exact`` arrays are never compressed)."""
         if self.marker is not None:
             self.marker(f"sent {name.rsplit('/', 1)[-1]}")
-        parts = [np.asarray(a, np.float32) for a in arrays]
+        parts = [np.asarray(a) for a in arrays]
         return np.int64(
             self.coordinator.submit(Request(name, SUM, parts, args=(compression, exact), local=0))
         )
@@ -256,26 +249,55 @@ class MPISync(ProcessLevel):
             execute(batch)
 
     def _sums(self, requests: list[Request]) -> None:
-        """This round's sums, in one packed all-reduce: the gradients that may be compressed first."""
-        compression = next((r.args[0] for r in requests if r.args), "none")
-        slots = [
-            (r, i, bool(r.args) and i < len(r.arrays) - r.args[1])
-            for r in requests
-            for i in range(len(r.arrays))
-        ]
-        slots.sort(key=lambda slot: not slot[2])  # stable: the compressed ones first, each in order
-        parts = [r.arrays[i] for r, i, _ in slots]
-        compressed = sum(1 for *_, c in slots if c)
-        waiter = self.background if any(r.args for r in requests) else None
-        views = self.packed_sum(parts, len(parts), compressed, compression, waiter)
-        results: dict[int, dict[int, np.ndarray]] = {}
-        for (request, index, _), view in zip(slots, views, strict=True):
-            results.setdefault(id(request), {})[index] = view
+        """This round's sums: the float32 ones in one packed all-reduce, the 16-bit gradients (cast in the
+        graph) in one all-reduce of their bits."""
+        slots = [(r, i) for r in requests for i in range(len(r.arrays))]
+        halves = [(r, i) for r, i in slots if r.arrays[i].dtype.itemsize == 2]
+        exact = [(r, i) for r, i in slots if r.arrays[i].dtype.itemsize != 2]
+        results: dict[tuple[int, int], np.ndarray] = {}
+        if halves:
+            compression = next(r.args[0] for r, _ in halves)
+            summed = self._half_sums([r.arrays[i] for r, i in halves], compression)
+            results.update({(id(r), i): v for (r, i), v in zip(halves, summed, strict=True)})
+        if exact:
+            # Requests of the MPI backend's own buckets carry (compression, exact tail); float32 arrays
+            # of a bucket before its tail may be compressed in the packed buffer: they go first.
+            flagged = [(r, i, bool(r.args) and i < len(r.arrays) - r.args[1]) for r, i in exact]
+            flagged.sort(key=lambda slot: not slot[2])  # stable
+            parts = [r.arrays[i] for r, i, _ in flagged]
+            count = sum(1 for *_, c in flagged if c)
+            compression = next((r.args[0] for r, _ in exact if r.args), "none")
+            waiter = self.background if any(r.args for r, _ in exact) else None
+            views = self.packed_sum(parts, len(parts), count, compression, waiter)
+            results.update({(id(r), i): v for (r, i, _), v in zip(flagged, views, strict=True)})
         for request in requests:
             if request.args and self.marker is not None:  # a bucket: when its sum came back
                 self.marker(f"summed {request.name.rsplit('/', 1)[-1]}")
-            mine, keep = results.get(id(request), {}), request.local
-            request.result = [mine[i] if i < keep else mine[i].copy() for i in range(len(request.arrays))]
+            keep = request.local
+            mine = [results[id(request), i] for i in range(len(request.arrays))]
+            request.result = [
+                v if i < keep or v.dtype.itemsize == 2 else v.copy() for i, v in enumerate(mine)
+            ]
+
+    def _half_sums(self, arrays: list[np.ndarray], compression: str) -> list[np.ndarray]:
+        """Sums of 16-bit arrays (float16, or bfloat16), as arrays of the same dtype.
+
+        One rank per node: their bits go straight to the wire (:func:`cross_sum_bits`). Otherwise the
+        node's shared-memory level needs float32: decoded, summed as the other gradients, encoded again.
+        """
+        bits = np.concatenate([a.reshape(-1).view(np.uint16) for a in arrays])
+        if self.reducer.local_size == 1 and self.reducer.cross.Get_size() > 1:
+            with self._reducing:
+                summed = cross_sum_bits(self.reducer.cross, bits, compression, self.background)
+                self.reducer.wire = (arrays[0].dtype, int(bits.nbytes))
+        else:
+            (total,) = self.packed_sum([decode(bits, compression)], 1, 1, compression, self.background)
+            summed = encode(total, compression).view(np.uint16)
+        out, at = [], 0
+        for a in arrays:
+            out.append(summed[at : at + a.size].view(a.dtype).reshape(a.shape))
+            at += a.size
+        return out
 
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import SetupError
-from tfdist.sync.wire import decode, encode
+from tfdist.sync.wire import WIRE_DTYPES, decode, encode
 
 ALIGN_FLOATS = 16  # 64 bytes: TensorFlow's CPU alignment, below which it copies a returned array
 
@@ -178,18 +178,23 @@ def cross_sum_16(comm: Any, values: np.ndarray, compression: str, waiter: Waiter
     all-gather). Every rank decodes the same bits, so all ranks end with identical values; each value was
     rounded twice (before the sum and after it).
     """
+    padded = encode(values, compression).view(np.uint16)
+    decode(cross_sum_bits(comm, padded, compression, waiter), compression, out=values)
+    return WIRE_DTYPES[compression], int(padded.nbytes)
+
+
+def cross_sum_bits(comm: Any, bits: np.ndarray, compression: str, waiter: Waiter) -> np.ndarray:
+    """The sum over ``comm`` of 16-bit floats given as their bits (uint16), as bits (see
+    :func:`cross_sum_16`: one all-to-all, float32 additions in rank order, one all-gather)."""
     size = comm.Get_size()
-    step = aligned(-(-values.size // size))
-    padded = np.zeros(step * size, np.float32)
-    padded[: values.size] = values
-    sent = encode(padded, compression)
+    step = aligned(-(-bits.size // size))
+    sent = np.zeros(step * size, np.uint16)  # the padding is +0.0 in both formats
+    sent[: bits.size] = bits
     received = np.empty_like(sent)
-    # As 16-bit integers: MPI has no standard 16-bit float type, and the bits are all that travel.
-    waiter.wait(comm.Ialltoall(sent.view(np.uint16), received.view(np.uint16)))
+    waiter.wait(comm.Ialltoall(sent, received))
     mine = decode(received[:step], compression)
     for rank in range(1, size):
         mine += decode(received[rank * step : (rank + 1) * step], compression)
     gathered = np.empty_like(sent)
-    waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered.view(np.uint16)))
-    decode(gathered[: values.size], compression, out=values)
-    return sent.dtype, int(sent.nbytes)
+    waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered))
+    return gathered[: bits.size]

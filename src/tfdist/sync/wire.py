@@ -119,11 +119,12 @@ def encode(values: np.ndarray, compression: str) -> np.ndarray:
 
 def decode(wire: np.ndarray, compression: str, out: np.ndarray | None = None) -> np.ndarray:
     """The float32 values of :func:`encode`'s output (exact: every 16-bit value is a float32 value)."""
+    # ``wire`` may be the bits (uint16) or the 16-bit type itself (float16, bfloat16).
     if compression == "bf16":
-        wide = wire.astype(np.uint32) << np.uint32(16)
+        wide = wire.view(np.uint16).astype(np.uint32) << np.uint32(16)
         values = wide.view(np.float32)
     else:
-        values = wire.astype(np.float32)
+        values = wire.view(np.float16).astype(np.float32)
     if out is None:
         return values
     out[...] = values
