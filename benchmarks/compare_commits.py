@@ -7,6 +7,7 @@ a hand-written loop and Keras fit, one device) and ``tfdist bench --workers 1,2 
 --repeats 1`` (mnist-cnn, batch 64 per worker, one thread per worker).
     python benchmarks/compare_commits.py --base 56da971 --repeats 3
         --out benchmarks/results/compare_commits.json
+    python benchmarks/compare_commits.py --base 29eb2b0 --no-fit --backend mpi  # the bench grid only
 """
 
 from __future__ import annotations
@@ -54,10 +55,10 @@ def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
     return medians
 
 
-def scaling(src: Path, tmp: Path, steps: int) -> dict[str, float]:
+def scaling(src: Path, tmp: Path, steps: int, backends: str = "tf,mpi") -> dict[str, float]:
     out = tmp / "bench"
     cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += ["--workers", "1,2", "--backend", "tf,mpi", "--steps", str(steps), "--warmup", "10"]
+    cmd += ["--workers", "1,2", "--backend", backends, "--steps", str(steps), "--warmup", "10"]
     cmd += ["--repeats", "1", "--batch-size-per-replica", "64", "--threads", "1", "--out", str(out)]
     run(cmd, src, 1800)
     payload = json.loads((out / "results.json").read_text())
@@ -70,6 +71,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
+    parser.add_argument("--backend", default="tf,mpi", help="the bench grid's backends")
+    parser.add_argument("--no-fit", action="store_true", help="the bench grid only (no fit_overhead.py)")
     args = parser.parse_args()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     base = subprocess.run(
@@ -78,15 +81,16 @@ def main() -> int:
     samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        trees = {"base": export(args.base, tmp / "base"), "head": ROOT / "src"}
+        # HEAD as committed (not the working tree): edits made while it runs do not enter the figures.
+        trees = {"base": export(args.base, tmp / "base"), "head": export("HEAD", tmp / "head")}
         for repeat in range(args.repeats):
             order = ["base", "head"] if repeat % 2 == 0 else ["head", "base"]
             for which in order:
                 work = tmp / f"{which}-{repeat}"
                 work.mkdir()
                 numbers = {
-                    **fit_overhead(trees[which], work, args.steps),
-                    **scaling(trees[which], work, args.steps),
+                    **({} if args.no_fit else fit_overhead(trees[which], work, args.steps)),
+                    **scaling(trees[which], work, args.steps, args.backend),
                 }
                 for key, value in numbers.items():
                     samples[which].setdefault(key, []).append(value)
