@@ -1,8 +1,9 @@
 """tfdist.fit with a fixed GLOBAL batch of 12 (any 1, 2, 3 or 4 workers share it) and step-exact checkpoints.
 
-argv: OUT_DIR CKPT_DIR [--epochs E] [--steps S] [--pace SECONDS] [--batch B]
+argv: OUT_DIR CKPT_DIR [--epochs E] [--steps S] [--pace SECONDS] [--batch B] [--wide N]
 Rank 0 writes OUT_DIR/progress (the last finished global step) so a test knows when to break something;
-``--pace`` sleeps after every step so there is a mid-run to break. Every worker saves its final weights.
+``--pace`` sleeps after every step so there is a mid-run to break; ``--wide N`` adds a hidden layer of N
+units (N=512: 266k weights, ~1 MB a step for the links to carry). Every worker saves its final weights.
 """
 
 import json
@@ -21,18 +22,21 @@ out, ckpt = sys.argv[1], sys.argv[2]
 
 
 def option(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+    # The last occurrence wins: a test may override an option given before.
+    return sys.argv[len(sys.argv) - 1 - sys.argv[::-1].index(name) + 1] if name in sys.argv else default
 
 
 epochs, steps = int(option("--epochs", "4")), int(option("--steps", "6"))
 pace, batch = float(option("--pace", "0")), int(option("--batch", "12"))
+wide = int(option("--wide", "0"))
 rng = np.random.default_rng(0)
 x = rng.normal(size=(240, 6)).astype("float32")
 y = (x @ rng.normal(size=(6, 1)) + 0.3).astype("float32")
 keras.utils.set_random_seed(42)
 with strategy.scope():
+    hidden = [keras.layers.Dense(wide, activation="tanh")] if wide else []
     model = keras.Sequential(
-        [keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+        [keras.Input((6,)), keras.layers.Dense(wide or 8, activation="tanh"), *hidden, keras.layers.Dense(1)]
     )
     model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
 rank = max(tfdist.rank(), 0)

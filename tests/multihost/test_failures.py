@@ -323,3 +323,29 @@ def test_model_fit_with_backup_and_restore_loses_a_host_and_finishes_on_two(
         print(f"model.fit 3 -> 2 nodes: weights differ from the uninterrupted run by {diff:.1e}")
         assert diff <= 1e-5
     assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+
+
+@pytest.mark.slow
+def test_a_host_slowed_to_10_mbit_is_reported_as_slow_and_the_job_goes_on(
+    hosts: None, tmp_path: Path
+) -> None:
+    """node2's link is capped at 10 Mbit/s at step 6 of a job that moves ~1 MB per step: every step waits
+    for that link (~1 s instead of a fraction), no collective times out, and every worker says once that
+    the steps are slow and that node2's link is the slow one; the job finishes."""
+    procs = start_job(tmp_path, 3, "3", script_args=("--wide", "512", "--pace", "0"))
+    try:
+        wait_for("step 6", lambda: progress(tmp_path) >= 6, every=0.02)
+        hosts_script("cap", "node2", "10mbit")
+        results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    finally:
+        hosts_script("cap", "node2", "off")
+    for node, (code, output) in results.items():
+        assert code == 0, output[-3000:]
+        slow = [line for line in output.splitlines() if "steps are slow:" in line]
+        assert len(slow) == 1, output[-3000:]
+        print(f"{node}: {slow[0]}")
+        if node == "node2":
+            assert "this node's (node2) link is slow" in slow[0]
+        else:
+            assert "node2 is slow to answer" in slow[0]
+        assert "The job goes on" in slow[0]

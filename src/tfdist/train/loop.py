@@ -28,6 +28,7 @@ from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
+from tfdist.train.slowness import SlowWatch
 from tfdist.train.timeline import open_timeline
 
 log = get_logger(__name__)
@@ -140,6 +141,9 @@ class SyncTrainer:
             tensorboard_dir=options.tensorboard_dir,
         )
         self.stop, self.heartbeat = StopRequest(), Heartbeat()
+        own = self.env.cluster_spec.get(self.env.role, [])
+        own_address = own[self.env.task_index] if 0 <= self.env.task_index < len(own) else None
+        self.slow = SlowWatch(self.env.cluster_spec, own_address)  # one line when a link slows the steps
         self.iterator: Any = None  # one input iterator for the whole run, made at the first epoch
         # (global step, wall time) at every sync point, and when the run's first step finished: what
         # `tfdist bench` reads step times and time-to-first-step from.
@@ -345,6 +349,7 @@ class SyncTrainer:
             self._check_finite(values, block, step, epoch)
             block = []
             self.timeline.append((step, time.time()))
+            self.slow.observe(step, time.monotonic())
             totals += values[:-1]
             self.epoch_sums.assign(totals)
             self.heartbeat.beat()
