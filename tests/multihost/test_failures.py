@@ -122,15 +122,13 @@ def failed(tmp_path: Path, node: str, attempt: int = 0) -> bool:
     return any((tmp_path / f"run-{node}" / f"attempt-{attempt}").glob("*.error.json"))
 
 
-def ended_at(tmp_path: Path, node: str, attempt: int = 0) -> float | None:
-    """When (wall clock) ``node``'s launcher ended ``attempt``, from its record, or None yet."""
+def ended_at(tmp_path: Path, node: str, attempt: int = 0, key: str = "ended_at") -> float | None:
+    """When (wall clock) ``node``'s launcher ended ``attempt`` (``key="detected_at"``: learnt of its
+    failure), from its record, or None yet."""
     try:
-        return float(
-            json.loads((tmp_path / f"run-{node}" / f"attempt-{attempt}" / "ended.json").read_text())[
-                "ended_at"
-            ]
-        )
-    except (FileNotFoundError, ValueError, KeyError):
+        path = tmp_path / f"run-{node}" / f"attempt-{attempt}" / "ended.json"
+        return float(json.loads(path.read_text())[key])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -219,15 +217,21 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
     killed, killed_wall = time.monotonic(), time.time()
     wait_for("both attempts ended", lambda: all(ended_at(tmp_path, n) for n in ("node1", "node2")))
     stopped = {n: (ended_at(tmp_path, n) or 0.0) - killed_wall for n in ("node1", "node2")}
+    detected = {
+        n: (ended_at(tmp_path, n, key="detected_at") or 0.0) - killed_wall for n in ("node1", "node2")
+    }
     met = wait_for("round 1", lambda: (tmp_path / "run-node1" / "attempt-1").exists())
     at_restart = progress(tmp_path)
+    log = tmp_path / "run-node1" / "attempt-1" / "worker0.log"
+    resumed = wait_for("the restore", lambda: log.exists() and "resumed from" in log.read_text(), timeout=120)
     stepped = wait_for("a step after the restart", lambda: progress(tmp_path) != at_restart, timeout=120)
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     times = {
-        "node1 stopped its workers": stopped["node1"],
-        "node2 stopped its workers": stopped["node2"],
+        "detection (both survivors)": max(detected.values()),
+        "teardown": max(stopped.values()) - max(detected.values()),
         "rendezvous (both back)": met - killed - max(stopped.values()),
-        "restart + restore + first step": stepped - met,
+        "start, import, strategy, restore": resumed - met,
+        "first step": stepped - resumed,
         "fault to first step": stepped - killed,
     }
     print("host lost, 3 -> 2 nodes: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))

@@ -323,7 +323,7 @@ def _from_one_node(args: argparse.Namespace) -> int:
 def _leave(meeting: Any, result: Any) -> None:
     """Leave the rendezvous, telling the other nodes whether the job ended well here or for good (then
     they end too, with this node's exit code and line, instead of meeting again without it)."""
-    from tfdist.launch.api import failure_line
+    from tfdist.launch.outcome import failure_line
 
     if result is not None and result.exit_code == 0:
         meeting.close()

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
-from tfdist import files, variables
+from tfdist import variables
 from tfdist.errors import ConfigError, WorkerFailedError
 from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.join import JoinCheck
-from tfdist.launch.logs import console_print, error_lines, lost_contact, read_error_record
+from tfdist.launch.logs import console_print, read_error_record
+from tfdist.launch.outcome import FailureInfo, deterministic, failure_line, record_end, report
 from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Outcome, Stop, decide
 from tfdist.launch.ports import free_ports
@@ -30,20 +31,6 @@ POLL_S = 0.05
 #: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
 HUNG_GRACE_S = 4.0
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
-#: The exception a worker records for a user mistake (tfdist.worker.errors exits 2 with its one line).
-_USER_ERROR = "ConfigError"
-
-
-@dataclass(frozen=True)
-class FailureInfo:
-    """The first process that failed in an attempt, and how."""
-
-    name: str
-    code: int
-    how: str
-    log_path: str
-    tail: tuple[str, ...]
-    error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
 
 
 @dataclass(frozen=True)
@@ -137,6 +124,7 @@ class _Attempt:
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
+        self.detected_at: float | None = None  # wall clock: when this launcher learnt of the failure
 
     def run(self) -> tuple[Outcome, FailureInfo | None]:
         """How the attempt ended, and the failure that ended it (FAILED, REFUSED)."""
@@ -169,10 +157,12 @@ class _Attempt:
         first = _first_failed(new)
         if first is not None:
             worker, code = first
+            self.detected_at = time.time()
             self.group.close(self.config.grace)
             return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
         notice = self.told() if self.told is not None else None
         if notice is not None:
+            self.detected_at = time.time()
             # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd
             # tfdist.fit would wait for one (its save at the step boundary). Checkpoints are never left
             # half-written, so this node's workers are ended at once.
@@ -239,55 +229,6 @@ def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:
     env = group.workers[0].spec.env
     world = int(variables.get("TFDIST_WORLD_SIZE", env))
     return JoinCheck(str(variables.raw("TFDIST_ATTEMPT_DIR", env)), world) if world > 1 else None
-
-
-def failure_line(failure: FailureInfo) -> str:
-    """One line for the failure: the recorded exception (``ConfigError: …``), else how the process ended."""
-    if failure.error and failure.error.get("type"):
-        return f"{failure.error['type']}: {failure.error.get('message', '')}".rstrip()
-    return failure.how
-
-
-def _deterministic(failure: FailureInfo | None) -> bool:
-    """A worker's user error (exit 2 with a ConfigError): the same inputs give it again on a restart."""
-    return (
-        failure is not None
-        and failure.code == 2
-        and bool(failure.error)
-        and (failure.error or {}).get("type") == _USER_ERROR
-    )
-
-
-def _record_end(run_dir: str, attempt: int, outcome: Outcome, failure: FailureInfo | None) -> None:
-    """``attempt-K/ended.json``: how and when (wall clock) the attempt ended on this node, and why."""
-    record = {
-        "outcome": outcome.value,
-        "ended_at": time.time(),
-        "failure": None if failure is None else {"name": failure.name, "line": failure_line(failure)},
-    }
-    try:
-        directory = os.path.join(run_dir, f"attempt-{attempt}")
-        os.makedirs(directory, exist_ok=True)
-        files.write_json(os.path.join(directory, "ended.json"), record)
-    except OSError:  # the record helps a reader; a full or read-only disk must not end the launch
-        pass
-
-
-def _report(failure: FailureInfo, final: bool) -> None:
-    if not failure.log_path:  # another node's failure, told through the rendezvous
-        console_print(f"tfdist launch: {failure.how}; this node's workers were stopped at once.")
-        return
-    lost = lost_contact(failure.log_path)
-    lines = [
-        f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
-        *error_lines(failure.error, failure.how),
-        *([f"  {lost}"] if lost else []),
-        f"  log: {failure.log_path}",
-    ]
-    if final and failure.tail:
-        lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
-        lines.extend(f"    {line}" for line in failure.tail)
-    console_print("\n".join(lines))
 
 
 def launch(
@@ -369,8 +310,9 @@ def launch(
                 group = placement.group(specs, config, _console_names(config))
             else:
                 group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
-            outcome, failure = _Attempt(group, config, deadline, signals, told).run()
-            _record_end(run_dir, attempt, outcome, failure)
+            supervised = _Attempt(group, config, deadline, signals, told)
+            outcome, failure = supervised.run()
+            record_end(run_dir, attempt, outcome, failure, supervised.detected_at)
             if failure is not None:
                 failures.append(failure)
             decision = decide(
@@ -382,13 +324,13 @@ def launch(
                 port_conflict=failure is not None and _port_conflict(failure),
                 auto_ports=auto_ports,
                 signum=signals.signum or signal.SIGINT,
-                deterministic=_deterministic(failure),
+                deterministic=deterministic(failure),
             )
             if decision.report_failure and failure is not None:
-                _report(failure, final=isinstance(decision, Stop) and decision.with_tail)
+                report(failure, final=isinstance(decision, Stop) and decision.with_tail)
             if decision.message:
                 console_print(f"tfdist launch: {decision.message}")
-            if isinstance(decision, Stop) and failure is not None and _deterministic(failure):
+            if isinstance(decision, Stop) and failure is not None and deterministic(failure):
                 console_print(f"tfdist launch: error: {failure_line(failure)}")  # the user's one line, last
             if isinstance(decision, Stop):
                 elapsed = time.monotonic() - started

@@ -1,0 +1,82 @@
+"""What the launcher says about an attempt that ended: the first failure, its one line, the report on the
+console and the record in the run directory (``attempt-K/ended.json``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist import files
+from tfdist.launch.logs import console_print, error_lines, lost_contact
+from tfdist.launch.policy import Outcome
+
+#: The exception a worker records for a user mistake (tfdist.worker.errors exits 2 with its one line).
+_USER_ERROR = "ConfigError"
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    """The first process that failed in an attempt, and how."""
+
+    name: str
+    code: int
+    how: str
+    log_path: str
+    tail: tuple[str, ...]
+    error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
+
+
+def failure_line(failure: FailureInfo) -> str:
+    """One line for the failure: the recorded exception (``ConfigError: …``), else how the process ended."""
+    if failure.error and failure.error.get("type"):
+        return f"{failure.error['type']}: {failure.error.get('message', '')}".rstrip()
+    return failure.how
+
+
+def deterministic(failure: FailureInfo | None) -> bool:
+    """A worker's user error (exit 2 with a ConfigError): the same inputs give it again on a restart."""
+    return (
+        failure is not None
+        and failure.code == 2
+        and bool(failure.error)
+        and (failure.error or {}).get("type") == _USER_ERROR
+    )
+
+
+def record_end(
+    run_dir: str, attempt: int, outcome: Outcome, failure: FailureInfo | None, detected_at: float | None
+) -> None:
+    """``attempt-K/ended.json``: how and when (wall clock) the attempt ended on this node, when this
+    launcher learnt of its failure (its workers' end, or another node's notice), and why."""
+    record = {
+        "outcome": outcome.value,
+        "detected_at": detected_at,
+        "ended_at": time.time(),
+        "failure": None if failure is None else {"name": failure.name, "line": failure_line(failure)},
+    }
+    try:
+        directory = os.path.join(run_dir, f"attempt-{attempt}")
+        os.makedirs(directory, exist_ok=True)
+        files.write_json(os.path.join(directory, "ended.json"), record)
+    except OSError:  # the record helps a reader; a full or read-only disk must not end the launch
+        pass
+
+
+def report(failure: FailureInfo, final: bool) -> None:
+    """The failure report on the console (``final``: with the tail of the failed process's log)."""
+    if not failure.log_path:  # another node's failure, told through the rendezvous
+        console_print(f"tfdist launch: {failure.how}; this node's workers were stopped at once.")
+        return
+    lost = lost_contact(failure.log_path)
+    lines = [
+        f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
+        *error_lines(failure.error, failure.how),
+        *([f"  {lost}"] if lost else []),
+        f"  log: {failure.log_path}",
+    ]
+    if final and failure.tail:
+        lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
+        lines.extend(f"    {line}" for line in failure.tail)
+    console_print("\n".join(lines))
