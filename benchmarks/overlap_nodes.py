@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,17 +63,36 @@ def bench(out: Path, src: Path, steps: int, *extra: str, env: dict[str, str] | N
     return results
 
 
+def per_repeat(row: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
+    """Ratios of one configuration to a reference taken repeat by repeat (the bench runs every
+    configuration once per repeat, in a rotated order: a repeat's runs are minutes apart, the repeats
+    tens of minutes), and their median: steadier than the ratio of medians on a machine whose load moves."""
+    if reference is None:
+        return {"each": None, "median": None}
+    each = [
+        a / b for a, b in zip(row["examples_per_sec_all"], reference["examples_per_sec_all"], strict=True)
+    ]
+    return {"each": each, "median": statistics.median(each)}
+
+
 def ratios(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each configuration's examples/s (median of the repeats), ratio to independent and to raw-tf."""
+    """Each configuration's examples/s (median of the repeats), ratio to independent and to raw-tf (of the
+    medians, as the bench reports them, and repeat by repeat)."""
+    size = "-n2-w2-r1"
+    rows = {r["name"]: r for r in results["runs"]}
+    independent, raw_tf = rows.get("independent" + size), rows.get("raw-tf" + size)
     return {
-        r["name"]: {
+        name: {
             "examples_per_sec": r["examples_per_sec"],
             "examples_per_sec_all": r["examples_per_sec_all"],
             "step_time_median_s": r["step_time_median_s"],
+            "load_1min": r["load_1min"],
             "vs_independent": r["vs_independent"],
             "vs_raw_tf": r["vs_raw_tf"],
+            "vs_independent_per_repeat": per_repeat(r, independent),
+            "vs_raw_tf_per_repeat": per_repeat(r, raw_tf),
         }
-        for r in results["runs"]
+        for name, r in rows.items()
     }
 
 
@@ -113,14 +133,14 @@ def main() -> int:
                     out / rate, src, args.steps, *variants, "--compare", "independent,raw-tf", *repeats
                 )
                 summary["links"][rate] = {"mnist-cnn": ratios(results), "link": results.get("link")}
-                (out / "summary.json").write_text(json.dumps(summary, indent=2))
+                (out / args.summary).write_text(json.dumps(summary, indent=2))
             if "big-gradient" not in skip:
                 cap("1gbit")
                 print("1gbit: big-gradient", flush=True)
                 results = bench(out / "1gbit-big-gradient", src, 20, "--workload", "big-gradient", *variants,
                                 "--compare", "independent", *repeats)  # fmt: skip
                 summary["big_gradient_1gbit"] = ratios(results)
-                (out / "summary.json").write_text(json.dumps(summary, indent=2))
+                (out / args.summary).write_text(json.dumps(summary, indent=2))
             if "progress" not in skip:
                 cap("1gbit")
                 print("1gbit: MPICH's async progress thread", flush=True)
@@ -131,7 +151,7 @@ def main() -> int:
         finally:
             hosts("down")
     summary["finished"] = context()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / args.summary).write_text(json.dumps(summary, indent=2))
     return 0
 
 
