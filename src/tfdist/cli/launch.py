@@ -329,8 +329,9 @@ def _leave(meeting: Any, result: Any) -> None:
         meeting.close()
         return
     failure = getattr(result, "failure", None)
-    why = failure_line(failure) if failure is not None else "its launcher stopped"
-    meeting.close(stop=True, code=result.exit_code if result is not None else 1, why=why)
+    code = result.exit_code if result is not None else 1
+    why = failure_line(failure) if failure is not None else f"its launcher stopped (exit code {code})"
+    meeting.close(stop=True, code=code, why=why)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -150,8 +150,12 @@ class Rendezvous:
         *,
         restarts: int = 0,
         last_call: float = LAST_CALL_S,
+        hold: bool = True,
     ) -> None:
-        """``nodes``: the fewest and the most nodes of a round; ``restarts``: rounds after the first."""
+        """``nodes``: the fewest and the most nodes of a round; ``restarts``: rounds after the first;
+        ``hold``: keep the connection of each round open (the server's sign that this node lives, and
+        where it hears of the others: :meth:`notice`)."""
+        self.hold = hold
         self.spec, self.nodes, self.nproc, self.tasks = spec, nodes, nproc, tasks
         self.command, self.digest = command, digest
         self.restarts, self.last_call = restarts, last_call
@@ -190,7 +194,7 @@ class Rendezvous:
                 secret,
                 request,
                 max(0.1, deadline - time.monotonic()),
-                hold=self.held,
+                hold=self.held if self.hold else None,
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
@@ -248,7 +252,7 @@ def rendezvous(
     spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
 ) -> Assignment:
     """Meet the other ``nnodes - 1`` nodes at the endpoint once and return this node's assignment."""
-    return Rendezvous(spec, (nnodes, nnodes), nproc, tasks, command, digest).meet()
+    return Rendezvous(spec, (nnodes, nnodes), nproc, tasks, command, digest, hold=False).meet()
 
 
 __all__ = [
