@@ -49,7 +49,8 @@ def test_horovod_fp16_compression_sends_half_the_bytes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bucket_mb", "compression", "tolerance"), [("0.00003", "none", 1e-5), ("0", "bf16", 5e-3)]
+    ("bucket_mb", "compression", "tolerance"),
+    [("0.00003", "none", 1e-5), pytest.param("0", "bf16", 5e-3, marks=pytest.mark.slow)],
 )
 def test_buckets_and_compression_against_one_process(
     bucket_mb: str, compression: str, tolerance: float, single: Path, tmp_path: Path
