@@ -222,7 +222,9 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
     }
     met = wait_for("round 1", lambda: (tmp_path / "run-node1" / "attempt-1").exists())
     at_restart = progress(tmp_path)
-    log = tmp_path / "run-node1" / "attempt-1" / "worker0.log"
+    attempt = tmp_path / "run-node1" / "attempt-1"
+    built = wait_for("the strategy", lambda: (attempt / "rank0.strategy.json").exists(), timeout=120)
+    log = attempt / "worker0.log"
     resumed = wait_for("the restore", lambda: log.exists() and "resumed from" in log.read_text(), timeout=120)
     stepped = wait_for("a step after the restart", lambda: progress(tmp_path) != at_restart, timeout=120)
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
@@ -230,7 +232,8 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
         "detection (both survivors)": max(detected.values()),
         "teardown": max(stopped.values()) - max(detected.values()),
         "rendezvous (both back)": met - killed - max(stopped.values()),
-        "start, import, strategy, restore": resumed - met,
+        "start, import TensorFlow, strategy": built - met,
+        "model, restore": resumed - built,
         "first step": stepped - resumed,
         "fault to first step": stepped - killed,
     }
