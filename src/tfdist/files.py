@@ -1,13 +1,18 @@
 """Atomic writes: a reader (another worker, the launcher, a user's script) never sees half a file.
 
 Every file tfdist writes goes to a temporary name in the same directory, then ``os.replace`` puts it in
-place (atomic on POSIX within one filesystem).
+place (atomic on POSIX within one filesystem). Scratch directories that must live until the process
+ends (:func:`scratch_dir`) are removed at exit, and by :func:`remove_scratch_dirs` on an exit that skips
+``atexit`` (``os._exit``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,3 +44,23 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 def write_json(path: str | os.PathLike[str], payload: Any, **dump_options: Any) -> None:
     """Write ``payload`` as JSON to ``path`` atomically."""
     write_text(path, json.dumps(payload, **dump_options))
+
+
+#: Scratch directories of this process, removed when it ends.
+_SCRATCH: list[str] = []
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh temporary directory that is removed when this process exits (also through ``os._exit``
+    when the caller runs :func:`remove_scratch_dirs` first)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    if not _SCRATCH:
+        atexit.register(remove_scratch_dirs)
+    _SCRATCH.append(path)
+    return path
+
+
+def remove_scratch_dirs() -> None:
+    """Remove every directory :func:`scratch_dir` made (idempotent)."""
+    while _SCRATCH:
+        shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)

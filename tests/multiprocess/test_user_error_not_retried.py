@@ -25,7 +25,9 @@ def test_a_config_error_in_a_worker_is_not_restarted_and_ends_with_its_line(tmp_
     assert lines[-1] == f"tfdist launch: error: {LINE}", proc.stderr
     assert "tfdist launch: not restarted: the same error would come back." in proc.stderr
     assert "restarting" not in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["attempt-0-0", "attempt-0-1"]  # one attempt only
+    assert sorted(p.name for p in out.iterdir()) == ["attempt-0-0", "attempt-0-1", "scratch-1"]  # one attempt
+    scratch = Path((out / "scratch-1").read_text())
+    assert scratch.name.startswith("tfdist-worker1-") and not scratch.exists()  # removed before os._exit
     assert not (run / "attempt-1").exists()
     # The worker's own output is that one line too, not a traceback.
     log = (run / "attempt-0" / "worker1.log").read_text()

@@ -11,12 +11,11 @@ private temporary directory that is removed when the process exits:
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
-import tempfile
 from typing import Any
 
+from tfdist import files
 from tfdist._log import get_logger
 
 log = get_logger(__name__)
@@ -34,9 +33,7 @@ def worker_identity(strategy: Any) -> tuple[bool, int]:
 
 def private_dir(task_id: int) -> str:
     """A fresh temporary directory for this worker's throw-away files, removed at exit."""
-    path = tempfile.mkdtemp(prefix=f"tfdist-worker{task_id}-")
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
+    return files.scratch_dir(f"tfdist-worker{task_id}-")
 
 
 def moved_path(path: str, into: str) -> str:

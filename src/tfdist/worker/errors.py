@@ -85,6 +85,7 @@ def user_error_exit(exc: BaseException) -> None:
         sys.stdout.flush()
         sys.stderr.write(f"{type(exc).__name__}: {first_line(str(exc))}\n")
         sys.stderr.flush()
+        files.remove_scratch_dirs()  # os._exit skips atexit: a worker's private files would stay behind
     finally:
         os._exit(USER_ERROR_CODE)
 
