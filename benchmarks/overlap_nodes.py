@@ -114,6 +114,7 @@ def main() -> int:
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: grid, big-gradient, progress"
     )
+    parser.add_argument("--summary", default="summary.json", help="the summary's file name under --out")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
