@@ -189,7 +189,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (
         ["slurm", "script", "--config", "types.toml", "--", "x"],
         {},
-        "key 'nodes' must be an integer, got 'two'",
+        "--config 'types.toml': nodes='two' must be a number of nodes N or a range MIN-MAX, e.g. 2-3.",
     ),
     (["slurm", "script", "--config", "bool.toml", "--", "x"], {}, "key 'requeue' must be a boolean, got 1"),
     (["slurm", "script", "--config", "list.toml", "--", "x"], {}, "key 'modules' must be a list of strings"),

@@ -155,6 +155,19 @@ def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"), [("3", "#SBATCH --nodes=3\n"), ('"2-3"', "#SBATCH --nodes=2-3\n")]
+)
+def test_a_config_file_takes_a_node_count_or_range(
+    value: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(f"nodes = {value}\n")
+    code, out, err = cli(["slurm", "script", "--config", str(config), "--", "python", "t.py"], capsys)
+    assert code == 0, err
+    assert expected in out
+
+
+@pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["slurm", "script", "--time", "soon", "--", "x"], "--time='soon'"),
@@ -166,7 +179,7 @@ def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.Captu
         ),
         (
             ["slurm", "script", "--nodes", "3-2", "--", "x"],
-            "--nodes=3-2: MIN=3 is above MAX=2. Hint: --nodes 2-3",
+            "--nodes=3-2: MIN=3 is above MAX=2. Hint: write 2-3",
         ),
         (["slurm", "script", "--nodes", "0-2", "--", "x"], "--nodes=0-2: MIN=0 must be at least 1 node."),
         (["slurm", "script", "--gpus-per-task", "1", "--", "x"], "CPU-only spec"),

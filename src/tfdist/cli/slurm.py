@@ -109,10 +109,8 @@ def _load_toml(path: str) -> dict[str, Any]:
 
 #: The TOML type of each key that is not a plain string.
 _TOML_TYPES = {
-    **{
-        k: "an integer"
-        for k in ("nodes", "ntasks_per_node", "gpus_per_node", "gpus_per_task", "cpus_per_task")
-    },
+    **{k: "an integer" for k in ("ntasks_per_node", "gpus_per_node", "gpus_per_task", "cpus_per_task")},
+    "nodes": 'an integer or a "MIN-MAX" string',
     **{k: "a boolean" for k in ("gres", "requeue")},
     **{k: "a list of strings" for k in ("modules", "binds", "extra_sbatch")},
     "exports": "a table of strings",
@@ -130,6 +128,8 @@ def _check_toml_type(path: str, key: str, value: Any) -> None:
         "a list of strings": isinstance(value, list) and all(isinstance(v, str) for v in value),
         "a table of strings": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
         'a boolean or "mirrored"': isinstance(value, bool) or value == "mirrored",
+        'an integer or a "MIN-MAX" string': (isinstance(value, int) and not isinstance(value, bool))
+        or isinstance(value, str),  # the string's form is checked with the flag's (parse_nodes)
         "a string": isinstance(value, str),
     }[want]
     if not ok:
@@ -158,10 +158,11 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         if getattr(args, dest):
             values[dest] = getattr(args, dest)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    if isinstance(values.get("nodes"), str):  # from the flag: N or MIN-MAX
+    if isinstance(values.get("nodes"), str):  # from the flag or the file: N or MIN-MAX
         from tfdist.slurm.script import parse_nodes
 
-        values["min_nodes"], values["nodes"] = parse_nodes(values["nodes"])
+        source = "--nodes" if args.nodes is not None else f"--config {args.config!r}: nodes"
+        values["min_nodes"], values["nodes"] = parse_nodes(values["nodes"], source)
     if args.export:
         values["exports"] = dict(_parse_export(item) for item in args.export)
     if args.per_node or values.get("per_node") in (True, "mirrored"):
