@@ -101,9 +101,9 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable(
         "TFDIST_BUCKET_MB",
         "float",
-        "0",
-        "MPI backend: gradient bucket size in MB, each summed while the backward pass goes on (0: one sum "
-        "after it)",
+        "2",
+        "MPI backend, across nodes: gradient bucket size in MB, each summed while the backward pass goes on "
+        "(0: one sum after it)",
     ),
     Variable(
         "TFDIST_MPI_PROGRESS_US",

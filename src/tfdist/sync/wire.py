@@ -8,7 +8,10 @@ mantissa, float32's range). Within one node (shared memory) nothing travels, so 
 
 Buckets: the gradients are grouped, in the order the backward pass produces them (the last layer's
 first), into buckets of at least ``bucket_mb`` MB; each bucket's sum starts as soon as its gradients
-exist, while the backward pass goes on. ``bucket_mb`` 0: one packed sum after the backward pass.
+exist, while the backward pass goes on. ``bucket_mb`` 0: one packed sum after the backward pass. The
+default, 2 MB, was measured across two test hosts (mnist-cnn, one rank per host, 5 alternated repeats):
+0.68x two unsynchronised copies against 0.57x without buckets at 1 Gbit/s, 0.75x against 0.78x on the
+uncapped link (benchmarks/results/overlap-nodes-5x).
 
 Pure: no TensorFlow, no MPI.
 """
