@@ -92,7 +92,7 @@ class MPISync(ProcessLevel):
         self.coordinator.waiter = self.background if self.options.bucket_mb > 0 else self.reducer.waiter
         if self.rank == 0 and self.options != WireOptions():
             log.info("MPI backend: gradients %s, buckets %s MB", options.compression, options.bucket_mb)
-        elif self.rank == 0 and options != WireOptions():
+        elif self.rank == 0 and options.compression != "none":  # asked for, and not done: say why
             log.info("MPI backend: one node, so gradients uncompressed, no buckets (nothing crosses a link)")
 
     def register(self, kinds: Iterable[str], execute: Callable[[list[Request]], None]) -> None:
