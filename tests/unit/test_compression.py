@@ -125,3 +125,18 @@ def test_fit_option_for_another_backend_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match="compression='fp8' is not a compression"):
         FitOptions(epochs=1, compression="fp8")
     assert FitOptions(epochs=1, compression="FP16", bucket_mb=2).compression == "fp16"
+
+
+def test_the_bench_says_when_wire_variants_cannot_differ() -> None:
+    from tfdist.bench.config import BenchConfig
+    from tfdist.bench.plan import plan_bench
+
+    one_node = BenchConfig(out="x", backends=("mpi",), compression=("none", "fp16"), bucket_mb=(0.0, 2.0))
+    plan = plan_bench(one_node, cores=2, gpus=0)
+    assert [s.name for s in plan.runs if s.workers == 2] == [
+        "mpi-b0-w2-r1", "mpi-b2-w2-r1", "mpi-fp16-b0-w2-r1", "mpi-fp16-b2-w2-r1"
+    ]  # fmt: skip
+    assert plan.runs[-1].wire_env == {"TFDIST_COMPRESSION": "fp16", "TFDIST_BUCKET_MB": "2"}
+    assert any("on one node they share memory" in w for w in plan.warnings)
+    across = BenchConfig(out="x", backends=("mpi",), bucket_mb=(2.0,), hosts=("n1", "n2"), nodes=(2,))
+    assert not any("--bucket-mb" in w for w in plan_bench(across, cores=2, gpus=0).warnings)

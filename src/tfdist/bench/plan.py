@@ -131,6 +131,11 @@ def _expand(config: BenchConfig, size: RunSpec, gpus: int, runs: list[RunSpec], 
 
 def _warnings(config: BenchConfig, threads: int, cores: int, gpus: int) -> list[str]:
     out = []
+    if (config.compression != ("none",) or config.bucket_mb) and max(config.node_counts) == 1:
+        out.append(
+            "--compression/--bucket-mb shape the mpi backend's sums across nodes; on one node they share "
+            "memory and every variant runs as one uncompressed sum. Hint: --hosts n1,n2 --nodes 2."
+        )
     max_workers, max_replicas = max(config.workers), max(config.replicas)
     if gpus:
         if max_workers * max_replicas > gpus:
