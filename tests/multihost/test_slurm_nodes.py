@@ -252,7 +252,7 @@ TRAIN_96 = (PY, "-m", "tfdist", "train", "--global-batch-size", "96", "--epochs"
             ("--nodes", "2", "--ntasks-per-node", "5"),
             TRAIN_96,
             "--global-batch-size=96 (in the job's command) is not divisible by the 10 replicas of "
-            "--nodes=2 x --ntasks-per-node=5",
+            "2 node(s) (--nodes=2) x --ntasks-per-node=5",
         ),
     ],
 )
