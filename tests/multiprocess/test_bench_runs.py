@@ -71,6 +71,7 @@ def test_scaling_grid_over_both_backends_and_the_references(tmp_path: Path) -> N
     assert "speed-up" in proc.stdout and "mpi-w2-r1" in proc.stdout  # the console table
 
 
+@pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_slow_input_pipeline_is_named_input_bound(tmp_path: Path) -> None:
     proc = bench(
         tmp_path / "slow",

@@ -67,7 +67,7 @@ def checkpoint_values(path: Path) -> dict[str, np.ndarray]:
         pytest.param("mnist-cnn", "tf", marks=pytest.mark.slow),
         pytest.param("mnist-cnn", "mpi", marks=pytest.mark.slow),
         pytest.param("big-gradient", "tf", marks=pytest.mark.slow),
-        ("big-gradient", "mpi"),
+        pytest.param("big-gradient", "mpi", marks=pytest.mark.slow),  # MPI resume: test_mpi_backend.py
     ],
 )
 def test_kill_9_at_a_random_step_resumes_exactly(workload: str, backend: str, tmp_path: Path) -> None:
