@@ -13,9 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import pytest
 
 ROOT = Path(__file__).parent.parent.parent
 HOSTS_SCRIPT = str(ROOT / "scripts" / "testhosts.sh")
@@ -124,6 +127,22 @@ def unavailable_reason() -> str | None:
         [HOSTS_SCRIPT, "check"], env={**os.environ, **CLUSTER_ENV}, capture_output=True, text=True, timeout=30
     )
     return None if proc.returncode == 0 else (proc.stdout + proc.stderr).strip() or "cannot make test hosts"
+
+
+def made_hosts(env: dict[str, str], count: int, *then: tuple[str, ...]) -> Iterator[None]:
+    """Test hosts node1..node<count> under ``env``'s prefix for a module's tests (skipped where they cannot be
+    made), with ``then``'s ``testhosts.sh`` commands run after (e.g. ``("cap", "node3", "200mbit")``);
+    removed afterwards. A module's fixture: ``yield from made_hosts(ENV, 3)``."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no test hosts: {reason}")
+    try:
+        for args in (("up", str(count)), *then):
+            made = subprocess.run([HOSTS_SCRIPT, *args], env=env, capture_output=True, text=True, timeout=60)
+            assert made.returncode == 0, made.stderr
+        yield
+    finally:
+        subprocess.run([HOSTS_SCRIPT, "down"], env=env, capture_output=True, timeout=60)
 
 
 #: The output file of each launcher started by :func:`launch_on`, until :func:`finish` reads it.

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostcluster import HOSTS_SCRIPT, Cluster, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, Cluster, made_hosts
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
 ENV = {
@@ -27,14 +27,7 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    for args in (("up", "3"), ("cap", "node3", "200mbit")):  # node3: the slow host
-        made = subprocess.run([HOSTS_SCRIPT, *args], env=ENV, capture_output=True, text=True, timeout=60)
-        assert made.returncode == 0, made.stderr
-    yield
-    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+    yield from made_hosts(ENV, 3, ("cap", "node3", "200mbit"))  # node3: the slow host
 
 
 def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tmp_path: Path) -> None:

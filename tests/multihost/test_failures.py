@@ -19,7 +19,7 @@ from pathlib import Path
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, one_process, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
@@ -45,13 +45,7 @@ SCRIPT_ARGS = ("--epochs", "3", "--steps", "5")
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    made = subprocess.run([HOSTS_SCRIPT, "up", "3"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    yield
-    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+    yield from made_hosts(ENV, 3)
 
 
 @pytest.fixture(scope="module")

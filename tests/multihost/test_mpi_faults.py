@@ -17,7 +17,7 @@ from pathlib import Path
 
 import hostcluster
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, finish, made_hosts
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
@@ -33,13 +33,7 @@ _ports = itertools.count(29800)
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    made = subprocess.run([HOSTS_SCRIPT, "up", "2"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    yield
-    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+    yield from made_hosts(ENV, 2)
 
 
 def hosts_script(*args: str) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, one_process, unavailable_reason
+from hostcluster import finish, made_hosts, one_process
 
 pytestmark = [pytest.mark.multihost, pytest.mark.multiprocess, pytest.mark.tf, pytest.mark.timeout(600)]
 PROBE = str(Path(__file__).parent.parent / "helpers" / "overlap_probe.py")
@@ -33,13 +32,7 @@ BUCKET_MB = "0.00003"
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    made = subprocess.run([HOSTS_SCRIPT, "up", "3"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    yield
-    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+    yield from made_hosts(ENV, 3)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import hostcluster
 import numpy as np
 import psutil
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, one_process, received_bytes, unavailable_reason
+from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process, received_bytes
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
@@ -37,13 +37,7 @@ _ports = itertools.count(29500)
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    made = subprocess.run([HOSTS_SCRIPT, "up", "3"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
-    yield
-    subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
+    yield from made_hosts(ENV, 3)
 
 
 def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
