@@ -176,10 +176,18 @@ plug_link() {
 }
 
 kill_host() {
-  local host="$1" pid n=0
+  # A power loss: every process of the host, including those forked while the first ones were killed
+  # (a launcher's probe, a rank's helper), so the sweep repeats until the host is empty (bounded).
+  local host="$1" pid n=0 round pids
   host_index "$host" >/dev/null
-  for pid in $(ip netns pids "$(host_ns "$host")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null && n=$((n + 1)); done
-  log "$host: killed $n process(es)"
+  for round in $(seq 1 50); do
+    pids=$(ip netns pids "$(host_ns "$host")" 2>/dev/null || true)
+    [ -n "$pids" ] || break
+    for pid in $pids; do kill -9 "$pid" 2>/dev/null && n=$((n + 1)); done
+    sleep 0.1
+  done
+  [ -z "$(ip netns pids "$(host_ns "$host")" 2>/dev/null || true)" ] || die "$host: processes survive kill -9"
+  log "$host: killed $n process(es) in $round round(s)"
 }
 
 loopback_name() {

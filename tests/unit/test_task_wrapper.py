@@ -12,7 +12,8 @@ import pytest
 from tfdist.env import detect_environment
 from tfdist.errors import ConfigError
 from tfdist.worker import boot_dir
-from tfdist.worker.task import has_mpich_wheel, plan_task_env, pmi1_safe_netmod
+from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
+from tfdist.worker.task import plan_task_env
 
 
 def srun_task(rank: int, tasks: int = 2, **extra: str) -> dict[str, str]:
@@ -145,3 +146,17 @@ def test_bad_commands_are_one_line_exit_2(args: tuple[str, ...], expected: str) 
     proc = tfdist_run(*args, env={"PATH": os.environ["PATH"]})
     assert proc.returncode == 2
     assert proc.stderr.startswith(expected) and proc.stderr.count("\n") == 1
+
+
+def test_a_rank_srun_started_without_tfdist_run_gets_the_netmod_before_mpi_init() -> None:
+    """``srun --mpi=pmi2 python train.py`` (a hand-written sbatch): tfdist's own MPI import sets it."""
+    probe = (
+        "import os, mpi4py; mpi4py.rc.initialize = False\n"  # the variable is what is checked, not MPI_Init
+        "from tfdist.sync.mpi import import_mpi; import_mpi()\n"
+        "print(os.environ.get('MPIR_CVAR_CH4_NETMOD'))\n"
+    )
+    env = {**os.environ, **PMI2_TASK}
+    env.pop("MPIR_CVAR_CH4_NETMOD", None)
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ofi"

@@ -49,11 +49,14 @@ _LOCK = threading.Lock()
 
 
 def _mpi() -> Any:
+    """``mpi4py.MPI`` (started as :func:`tfdist.sync.mpi.import_mpi` starts it), or None without mpi4py."""
+    from tfdist.errors import SetupError
+    from tfdist.sync.mpi import import_mpi
+
     try:
-        from mpi4py import MPI
-    except ImportError:
+        return import_mpi()
+    except SetupError:
         return None
-    return MPI
 
 
 def init(execute: Callable[[list[Any]], None], comm: Any = None) -> None:

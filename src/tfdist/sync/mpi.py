@@ -13,6 +13,7 @@ the same step was slower (mnist-cnn, 2 ranks, 5 alternated repeats: 1,959 agains
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import numpy as np
 from tfdist import variables
 from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
+from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
@@ -34,7 +36,13 @@ SUM = "SUM"  # the kind of this synchroniser's own requests: float32 sums
 
 
 def import_mpi() -> Any:
-    """``mpi4py.MPI``, or a SetupError saying how to install it."""
+    """``mpi4py.MPI``, or a SetupError saying how to install it.
+
+    Importing ``mpi4py.MPI`` runs ``MPI_Init``, which reads MPICH's variables: the pmi2-safe network
+    module is put in the environment first (:mod:`tfdist.env.mpich`), for a rank that ``srun --mpi=pmi2``
+    started without ``tfdist run``.
+    """
+    os.environ.update(pmi1_safe_netmod(os.environ, has_mpich_wheel()))
     try:
         from mpi4py import MPI
     except ImportError as exc:

@@ -17,42 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
+from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
 from tfdist.worker import with_bootstrap
 
 #: Where the NVIDIA driver lists the GPUs of a node: counting them needs neither TensorFlow nor nvidia-smi.
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
-#: MPICH's variable that picks its network module (the mpich wheel has ucx and ofi).
-NETMOD_VARIABLE = "MPIR_CVAR_CH4_NETMOD"
-
-
-def pmi1_safe_netmod(environ: Mapping[str, str], mpich_wheel: bool) -> dict[str, str]:
-    """``MPIR_CVAR_CH4_NETMOD=ofi`` for an MPICH-wheel rank started by ``srun --mpi=pmi2``, unless set.
-
-    Why: Slurm's pmi2 plugin reads each PMI-1 request with one ``read`` of at most 1,024 bytes
-    (``handle_pmi1_cmd``, "TODO: read until newline"), while the mpich wheel's PMI-1 client writes a
-    segment of up to 1,024 value bytes plus its ``cmd=put kvsname=... key=...`` head. UCX's business card
-    is hex with run-length zeros, 9 segments of 150-600 bytes measured, some runs longer: such a line is
-    cut in two, Slurm logs "value not properly terminated in client request" and the peer's MPI_Init
-    fails ("failed to unpack address") or waits forever. The ofi module's card is one 65-byte line, and
-    a 4.8 MB all-reduce across two hosts takes the same time (4.4-5.0 ms ofi, 5.1-6.0 ms ucx).
-    """
-    if not mpich_wheel or environ.get("SLURM_MPI_TYPE") != "pmi2" or "PMI_FD" not in environ:
-        return {}
-    if NETMOD_VARIABLE in environ or "MPICH_CH4_NETMOD" in environ:
-        return {}  # the user's choice
-    return {NETMOD_VARIABLE: "ofi"}
-
-
-def has_mpich_wheel() -> bool:
-    """Whether this Python has the mpich wheel (its metadata only: MPI itself is not loaded)."""
-    from importlib import metadata
-
-    try:
-        metadata.version("mpich")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
