@@ -70,3 +70,21 @@ def test_buckets_and_compression_against_one_process(
     assert f"gradients {compression}, buckets {float(bucket_mb)} MB" in said
     if float(bucket_mb):
         assert "4 gradient(s) in 3 bucket(s)" in said
+
+
+def test_horovod_tape_gradients_in_buckets_equal_one_process(tmp_path: Path) -> None:
+    """Horovod's DistributedGradientTape across "nodes": each gradient's bucket is its own collective,
+    submitted as the backward pass produces it; the training is still one process's."""
+    ranks, single = tmp_path / "ranks", tmp_path / "single"
+    ranks.mkdir()
+    launch(ranks, "hvd_loop.py", env={"TFDIST_BUCKET_MB": "0.00003"})
+    one = [sys.executable, str(HELPERS / "hvd_loop.py"), str(single), "--batch", "64"]
+    subprocess.run(one, check=True, capture_output=True, timeout=300)
+    w0, w1, w_one = (
+        np.load(path) for path in (ranks / "rank0.npz", ranks / "rank1.npz", single / "rank0.npz")
+    )
+    for name in w_one.files:
+        assert np.array_equal(w0[name], w1[name])
+        assert np.max(np.abs(w0[name] - w_one[name])) <= 1e-5, name
+    said = "".join(p.read_text(errors="replace") for p in (ranks / "run").rglob("*.log"))
+    assert "Horovod: 4 gradient(s) in 4 bucket(s)" in said, said[-3000:]

@@ -1,13 +1,24 @@
-"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``: every dense
-gradient of a step in ONE packed all-reduce, as ``tfdist.fit``'s MPI backend does."""
+"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``.
+
+Within one node every dense gradient of a step goes in ONE packed all-reduce (shared memory: ~0.4 ms, nothing
+to hide). Across nodes, inside a ``tf.function``, the gradients are reduced in buckets, as ``tfdist.fit``'s
+MPI backend does: grouped in the order the backward pass produces them (``TFDIST_BUCKET_MB``, or Horovod's
+``groups=``/``num_groups=``), each bucket one collective whose submit runs as soon as its gradients exist, so
+the coordinator's thread sums it while TensorFlow computes the rest of the backward pass (Horovod's
+background thread and tensor fusion do the same for its users).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist._log import get_logger
 from tfdist.horovod import functions, ops
 from tfdist.horovod.compression import Compression
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -18,6 +29,9 @@ class GradientOptions:
     compression: Any = Compression.none
     sparse_as_dense: bool = False
     gradient_predivide_factor: float = 1.0
+    #: Horovod's ``groups``: a count (``num_groups``), a list of lists of variables, or None/0 (buckets by
+    #: ``TFDIST_BUCKET_MB`` across nodes, one group within a node).
+    groups: Any = None
 
     def __post_init__(self) -> None:
         ops.resolve_op(self.op, None)  # Adasum and unknown ops: one clear error
@@ -27,8 +41,11 @@ class GradientOptions:
             raise ValueError(f"gradient_predivide_factor={self.gradient_predivide_factor} must be positive.")
 
 
-def allreduce_gradients(grads: list[Any], options: GradientOptions) -> list[Any]:
-    """Each gradient reduced over all ranks (None stays None); dense ones packed into one all-reduce.
+def allreduce_gradients(
+    grads: list[Any], options: GradientOptions, variables: Sequence[Any] | None = None
+) -> list[Any]:
+    """Each gradient reduced over all ranks (None stays None); the dense ones of a group packed into one
+    all-reduce (groups: :func:`gradient_groups`; ``variables``, the gradients' own, place ``groups=`` lists).
 
     With ``gradient_predivide_factor`` f, gradients are scaled by 1/f before the sum and by f/size after.
     """
@@ -40,17 +57,90 @@ def allreduce_gradients(grads: list[Any], options: GradientOptions) -> list[Any]
         for g in grads
     ]
     present = [i for i, g in enumerate(prepared) if g is not None]
-    reduced = functions.grouped_allreduce(
-        [prepared[i] for i in present],
-        compression=options.compression,
-        op=options.op,
-        prescale_factor=1.0 / f,
-        postscale_factor=f,
-    )
+    groups = gradient_groups([prepared[i] for i in present], options.groups, _refs(variables, present))
     out: list[Any] = [None] * len(grads)
-    for i, g in zip(present, reduced, strict=True):
-        out[i] = g
+    # Submitted in the order the backward pass produces the gradients (the last layer's group first): a
+    # tf.function runs the submits in program order, each once its own gradients exist.
+    for group in groups:
+        reduced = functions.grouped_allreduce(
+            [prepared[present[k]] for k in group],
+            compression=options.compression,
+            op=options.op,
+            prescale_factor=1.0 / f,
+            postscale_factor=f,
+        )
+        for k, g in zip(group, reduced, strict=True):
+            out[present[k]] = g
     return out
+
+
+def _refs(variables: Sequence[Any] | None, present: list[int]) -> list[Any] | None:
+    if variables is None:
+        return None
+    return [_ref(variables[i]) for i in present]
+
+
+def _ref(variable: Any) -> Any:
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
+
+
+def gradient_groups(grads: Sequence[Any], groups: Any, refs: Sequence[Any] | None = None) -> list[list[int]]:
+    """The gradients' indices in groups, each reduced as one collective, in submission order.
+
+    - ``groups`` lists of variable references (Horovod's explicit groups, ``refs`` naming each gradient's
+      variable): those together, every other gradient a group of its own;
+    - ``groups`` a count n > 0 (Horovod's ``num_groups``): n groups of consecutive gradients;
+    - otherwise: in a ``tf.function`` on a job whose sums cross nodes with buckets on, buckets of
+      ``TFDIST_BUCKET_MB`` (:func:`tfdist.sync.wire.plan_buckets`); else one group.
+
+    Groups are submitted from the last variables' back: the order the backward pass produces them.
+    """
+    count = len(grads)
+    if count == 0:
+        return []
+    if isinstance(groups, list | tuple) and groups:
+        if refs is None:
+            return [list(range(count))[::-1]]
+        where = {ref: g for g, members in enumerate(groups) for ref in members}
+        explicit: dict[int, list[int]] = {}
+        alone: list[list[int]] = []
+        for index in range(count - 1, -1, -1):
+            group = where.get(refs[index])
+            if group is None:
+                alone.append([index])
+            else:
+                explicit.setdefault(group, []).append(index)
+        return sorted([*explicit.values(), *alone], key=lambda g: -max(g))
+    if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
+        import numpy as np
+
+        split = np.array_split(np.arange(count), min(groups, count))
+        return [[int(i) for i in part[::-1]] for part in split[::-1]]
+    return _buckets(grads)
+
+
+def _buckets(grads: Sequence[Any]) -> list[list[int]]:
+    import tensorflow as tf
+
+    from tfdist.sync.wire import plan_buckets
+
+    whole = [list(range(len(grads)))[::-1]]
+    if tf.executing_eagerly():
+        return whole  # every gradient exists already: nothing to overlap
+    world = functions.runtime.world()
+    if world.size == 1 or world.mpi is None:
+        return whole
+    sync = world.float_sync()
+    sizes = [g.shape.num_elements() if hasattr(g, "shape") else None for g in grads]
+    if not sync.overlaps or None in sizes or any(isinstance(g, tf.IndexedSlices) for g in grads):
+        return whole
+    itemsize = [g.dtype.size for g in grads]
+    buckets = plan_buckets(
+        [n * b for n, b in zip(sizes, itemsize, strict=True)], sync.options.bucket_mb * 2**20
+    )
+    if world.rank == 0 and len(buckets) > 1:
+        log.info("Horovod: %d gradient(s) in %d bucket(s)", len(grads), len(buckets))
+    return buckets
 
 
 class DistributedGradientTape:
@@ -73,11 +163,13 @@ class DistributedGradientTape:
         process_set: Any = None,
         scale_local_gradients: bool = True,
     ) -> None:
-        del device_dense, device_sparse, num_groups, groups  # one packed group: every gradient at once
+        del device_dense, device_sparse
         if process_set is not None:
             functions._check_process_set(process_set)
         self._tape = gradtape
-        self._options = GradientOptions(op, compression, sparse_as_dense, gradient_predivide_factor)
+        self._options = GradientOptions(
+            op, compression, sparse_as_dense, gradient_predivide_factor, groups_option(groups, num_groups)
+        )
         self._local_sources: set[Any] = set()
         self._scale_local_gradients = scale_local_gradients
 
@@ -98,7 +190,9 @@ class DistributedGradientTape:
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients)
         flat_sources, flat_grads = tf.nest.flatten(sources), tf.nest.flatten(grads, expand_composites=False)
         shared = [i for i, s in enumerate(flat_sources) if not self._is_local(s)]
-        reduced = allreduce_gradients([flat_grads[i] for i in shared], self._options)
+        reduced = allreduce_gradients(
+            [flat_grads[i] for i in shared], self._options, [flat_sources[i] for i in shared]
+        )
         out = list(flat_grads)
         for i, g in zip(shared, reduced, strict=True):
             out[i] = g
@@ -159,6 +253,8 @@ def PartialDistributedGradientTape(
         sparse_as_dense=sparse_as_dense,
         op=op,
         gradient_predivide_factor=gradient_predivide_factor,
+        num_groups=num_groups,
+        groups=groups,
         process_set=process_set,
         scale_local_gradients=scale_local_gradients,
     )
@@ -166,6 +262,21 @@ def PartialDistributedGradientTape(
         for var in layer.trainable_weights:
             tape.register_local_source(var)
     return tape
+
+
+def groups_option(groups: Any, num_groups: int) -> Any:
+    """Horovod's ``groups`` (a count or lists of variables), else its deprecated ``num_groups``."""
+    if groups is not None and not isinstance(groups, int | list | tuple):
+        raise ValueError(
+            f"groups must be a non-negative integer or a list of lists of variables, got {groups!r}"
+        )
+    if (isinstance(groups, int) and groups < 0) or num_groups < 0:
+        raise ValueError(
+            f"groups must be a non-negative integer, got {groups if groups is not None else num_groups}"
+        )
+    if isinstance(groups, list | tuple):  # hashable (options key the optimizer classes) and by reference
+        return tuple(tuple(_ref(v) for v in members) for members in groups)
+    return groups if groups is not None else num_groups
 
 
 def divided(grad: Any, size: float) -> Any:

@@ -87,7 +87,8 @@ def _fused_half_sums(requests: list[Request]) -> None:
     wire carries 16 bits across nodes: the float16 values are exact in the float32 buffer and exact again
     when sent as float16; the sums are added in float32 and rounded to float16 once, as Horovod does."""
     parts = [a.astype(np.float32) * np.float32(r.args[1]) for r in requests for a in r.arrays]
-    views = runtime.world().float_sync().packed_sum(parts, 0, len(parts), "fp16")
+    sync = runtime.world().float_sync()
+    views = sync.packed_sum(parts, 0, len(parts), "fp16", _waiter(sync))
     at = 0
     for request in requests:
         factor = np.float32(_factor(request))
@@ -95,6 +96,12 @@ def _fused_half_sums(requests: list[Request]) -> None:
         at += len(request.arrays)
         summed = [(v * factor if factor != 1.0 else v).astype(np.float16) for v in mine]
         request.result = _scatter(request, summed) if request.kind == REDUCESCATTER else summed
+
+
+def _waiter(sync: Any) -> Any:
+    """How this thread waits for the sum: polling without spinning while buckets run beside the backward
+    pass (a spin would take the core TensorFlow computes on), the synchroniser's own waiter otherwise."""
+    return sync.background if sync.overlaps else None
 
 
 def _prescaled(request: Request) -> list[np.ndarray]:
@@ -112,7 +119,11 @@ def _fused_sums(requests: list[Request]) -> None:
     world = runtime.world()
     parts = [p for r in requests for p in _prescaled(r)]
     # Views of shared memory (the next all-reduce overwrites them): the scaling pass is also the copy.
-    views = world.float_sync().packed_sum(parts, keep=len(parts)) if world.size > 1 else parts
+    if world.size > 1:
+        sync = world.float_sync()
+        views = sync.packed_sum(parts, len(parts), waiter=_waiter(sync))
+    else:
+        views = parts
     at = 0
     for request in requests:
         factor = np.float32(_factor(request))

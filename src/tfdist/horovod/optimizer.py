@@ -2,7 +2,8 @@
 
 Horovod's own wrapper overrides Keras 2 methods (``get_gradients``, ``_compute_gradients``) that Keras 3
 never calls, so on Keras 3 it trains each rank on its own gradients. This one overrides ``apply`` (what
-``model.fit``'s step and ``apply_gradients`` call), packs every gradient into one all-reduce, and supports
+``model.fit``'s step and ``apply_gradients`` call), reduces the gradients as
+:mod:`tfdist.horovod.gradients` groups them (one packed all-reduce, or buckets across nodes), and supports
 ``backward_passes_per_step`` (local accumulation, one all-reduce every N steps).
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from tfdist.horovod import functions, ops
 from tfdist.horovod.compression import Compression
-from tfdist.horovod.gradients import GradientOptions, allreduce_gradients, divided
+from tfdist.horovod.gradients import GradientOptions, allreduce_gradients, divided, groups_option
 
 _CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
@@ -38,10 +39,12 @@ def distributed_class(
 
         def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
             if not self._hvd_local_refs:
-                return allreduce_gradients(grads, options)
+                return allreduce_gradients(grads, options, variables)
             local = [v.ref() in self._hvd_local_refs for v in variables]
             shared = allreduce_gradients(
-                [g for g, is_local in zip(grads, local, strict=True) if not is_local], options
+                [g for g, is_local in zip(grads, local, strict=True) if not is_local],
+                options,
+                [v for v, is_local in zip(variables, local, strict=True) if not is_local],
             )
             size = float(functions.runtime.world().size)
             out, it = [], iter(shared)
@@ -136,7 +139,7 @@ def DistributedOptimizer(
     use gradients averaged over all ranks."""
     import keras
 
-    del device_dense, device_sparse, num_groups, groups, scale_local_gradients
+    del device_dense, device_sparse, scale_local_gradients
     if process_set is not None:
         functions._check_process_set(process_set)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -147,7 +150,9 @@ def DistributedOptimizer(
         )
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step} must be at least 1.")
-    options = GradientOptions(op, compression, sparse_as_dense, gradient_predivide_factor)
+    options = GradientOptions(
+        op, compression, sparse_as_dense, gradient_predivide_factor, groups_option(groups, num_groups)
+    )
     cls = distributed_class(type(optimizer), options, backward_passes_per_step, average_aggregated_gradients)
     config = optimizer.get_config()
     if name:

@@ -1,0 +1,140 @@
+"""Horovod's DistributedGradientTape across two test hosts: gradient buckets (overlap) against one sum.
+
+Two test hosts (network namespaces on this machine, prefix ``tfdx``, subnet 10.91.0), one rank each, each
+host's launcher bound to its own core (``taskset``), 1 thread: Horovod's TensorFlow 2 example loop
+(``_hvd_worker.py hvd-tape``: mnist-cnn, synthetic data, batch 64 per rank) through ``tfdist launch
+--backend mpi --nnodes 2 --hosts node1,node2``, with ``TFDIST_BUCKET_MB`` 0 (one packed sum after
+``tape.gradient``) and 2 (buckets submitted as the backward pass produces them), beside ``tfdist.fit`` on
+the same backend (2 MB buckets) and ``independent`` (one unsynchronised 1-rank job per host, at the same
+time). Configurations are rotated within each repeat; each ratio to ``independent`` is taken repeat by
+repeat. Needs root (test hosts).
+
+    python benchmarks/horovod_nodes.py --links 1gbit,uncapped --repeats 3 \
+        --out benchmarks/results/horovod-nodes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = str(ROOT / "scripts" / "testhosts.sh")
+WORKER = str(ROOT / "benchmarks" / "_hvd_worker.py")
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
+    "TFDIST_HOSTS_PREFIX": "tfdx",
+    "TFDIST_HOSTS_SUBNET": "10.91.0",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+#: name -> (worker mode, TFDIST_BUCKET_MB or None for independent)
+CONFIGS: dict[str, tuple[str, str | None]] = {
+    "independent": ("hvd-tape", None),
+    "hvd-b0": ("hvd-tape", "0"),
+    "hvd-b2": ("hvd-tape", "2"),
+    "fit-b2": ("tfdist-fit", "2"),
+}
+_ports = itertools.count(31000, 20)
+
+
+def hosts(*args: str) -> None:
+    """``scripts/testhosts.sh ARGS`` on this benchmark's hosts."""
+    subprocess.run([HOSTS, *args], env=ENV, check=True, capture_output=True, timeout=120)
+
+
+def on_host(host: str, core: int, *argv: str) -> list[str]:
+    return [HOSTS, "exec", host, "--", "taskset", "-c", str(core), sys.executable, "-m", "tfdist", *argv]
+
+
+def run(config: str, steps: int, tmp: Path) -> float:
+    """Examples/s per rank of the timed epoch of one configuration."""
+    mode, bucket = CONFIGS[config]
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    env = {**ENV, **({"TFDIST_BUCKET_MB": bucket} if bucket is not None else {})}
+    common = ["launch", "--backend", "mpi", "-n", "1", "--cpu", "--quiet-workers"]
+    if bucket is not None:
+        common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(next(_ports))]
+    procs = []
+    for rank, host in enumerate(("node1", "node2")):
+        where = ["--node-rank", str(rank)] if bucket is not None else []
+        argv = [*common, *where, "--log-dir", str(folder / f"logs-{host}")]
+        argv += [WORKER, mode, str(steps), str(folder / f"{host}.json")]
+        procs.append(
+            subprocess.Popen(
+                on_host(host, rank, *argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        )
+    outputs = [p.communicate(timeout=900)[0].decode(errors="replace") for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"{config} failed:\n" + "\n".join(o[-2000:] for o in outputs))
+    rates = [json.loads(f.read_text()) for f in sorted(folder.glob("node*.json"))]
+    if bucket is None:  # two 1-rank jobs: each its own rate
+        return statistics.mean(r["examples_per_sec"] for r in rates)
+    return float(rates[0]["examples_per_sec"]) / int(rates[0]["ranks"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--links", default="1gbit,uncapped")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--out", default="benchmarks/results/horovod-nodes.json")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    result: dict[str, Any] = {
+        "benchmark": "horovod-nodes",
+        "commit": commit.stdout.strip(),
+        "steps": args.steps,
+        "per_rank_batch": 64,
+        "load_1min_start": os.getloadavg()[0],
+        "links": {},
+    }
+    hosts("up", "2")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for link in args.links.split(","):
+                for name in ("node1", "node2"):
+                    hosts("cap", name, "off" if link == "uncapped" else link)
+                rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
+                names = list(CONFIGS)
+                for repeat in range(args.repeats):
+                    for config in names[repeat % len(names) :] + names[: repeat % len(names)]:
+                        rates[config].append(run(config, args.steps, Path(tmp)))
+                        print(
+                            f"{link} {config} repeat {repeat}: {rates[config][-1]:.0f} ex/s per rank",
+                            flush=True,
+                        )
+                result["links"][link] = {
+                    config: {
+                        "examples_per_sec_per_rank": values,
+                        "vs_independent_each": [
+                            v / i for v, i in zip(values, rates["independent"], strict=True)
+                        ],
+                        "vs_independent_median": statistics.median(
+                            v / i for v, i in zip(values, rates["independent"], strict=True)
+                        ),
+                    }
+                    for config, values in rates.items()
+                }
+    finally:
+        hosts("down")
+    result["load_1min_end"] = os.getloadavg()[0]
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    for link, table in result["links"].items():
+        for config, row in table.items():
+            print(f"{link:>9} {config:<12} {row['vs_independent_median']:.2f}x independent")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
