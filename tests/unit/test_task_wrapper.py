@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from tfdist.env import detect_environment
+from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
 from tfdist.worker import boot_dir
-from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.worker.task import plan_task_env
 
 
