@@ -94,6 +94,51 @@ def check_table(check: dict) -> str:
     return "\n".join(lines)
 
 
+def _ratio(row: dict) -> str:
+    """A configuration's ratio to ``independent``: the median of its repeats and their range."""
+    each = row["vs_independent_per_repeat"]["each"]
+    return f"{row['vs_independent_per_repeat']['median']:.2f}x ({min(each):.2f}-{max(each):.2f})"
+
+
+def link_table(results: Path = RESULTS) -> str:
+    """The README's table: each way of training across a capped and an uncapped link, as a fraction of
+    two unsynchronised copies (``independent``), with the scaling model's prediction beside it."""
+    overlap = {
+        rate: json.loads((results / "overlap-nodes-5x" / f"summary-{rate}.json").read_text())["links"][rate][
+            "mnist-cnn"
+        ]
+        for rate in ("1gbit", "uncapped")
+    }
+    hvd = json.loads((results / "horovod-nodes.json").read_text())["links"]
+    check = json.loads((results / "bench-nodes" / "scaling_check.json").read_text())["links"]
+    lines = [
+        "| against two unsynchronised copies (`independent`) | 1 Gbit/s | uncapped |",
+        "|---|---|---|",
+    ]
+    shown = {
+        "MPI backend, 2 MB buckets (the default)": "mpi-b2-n2-w2-r1",
+        "MPI backend, 2 MB buckets, fp16 wire": "mpi-fp16-b2-n2-w2-r1",
+        "TensorFlow's tutorial loop (`raw-tf`)": "raw-tf-n2-w2-r1",
+    }
+    for label, name in shown.items():
+        cells = [(_ratio(by[name]) if name in by else "-") for by in overlap.values()]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    cells = []
+    for rate in ("1gbit", "uncapped"):
+        pair = [hvd.get(rate, {}).get(name) for name in ("hvd-b0", "hvd-b2")]
+        cells.append(" -> ".join(f"{r['vs_independent_median']:.2f}x" for r in pair) if all(pair) else "-")
+    lines.append(
+        f"| Horovod's `DistributedGradientTape` loop: one sum -> 2 MB buckets | {' | '.join(cells)} |"
+    )
+    cells = []
+    for rate in ("1gbit", "uncapped"):
+        row = next(r for r in check[rate]["rows"] if r["configuration"].startswith("mpi-"))
+        predicted, measured = row["predicted_vs_independent"], row["measured_vs_independent"]
+        cells.append(f"{predicted:.2f}x predicted, {measured:.2f}x measured")
+    lines.append(f"| the scaling model, MPI backend (one sum) | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     """Each generated table of the benchmarking page by the name of its block."""
     out = {
@@ -105,6 +150,8 @@ def tables() -> dict[str, str]:
         out["bench-nodes"] = nodes_table(nodes)
     if (nodes / "scaling_check.json").exists():
         out["scaling-check"] = check_table(json.loads((nodes / "scaling_check.json").read_text()))
+    if (RESULTS / "horovod-nodes.json").exists():
+        out["link"] = link_table()
     return out
 
 

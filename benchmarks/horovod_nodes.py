@@ -5,7 +5,8 @@ host's launcher bound to its own core (``taskset``), 1 thread: Horovod's TensorF
 (``_hvd_worker.py hvd-tape``: mnist-cnn, synthetic data, batch 64 per rank) through ``tfdist launch
 --backend mpi --nnodes 2 --hosts node1,node2``, with ``TFDIST_BUCKET_MB`` 0 (one packed sum after
 ``tape.gradient``) and 2 (buckets submitted as the backward pass produces them), beside ``tfdist.fit`` on
-the same backend (2 MB buckets) and ``independent`` (one unsynchronised 1-rank job per host, at the same
+the same backend (one sum, 2 MB buckets, and 2 MB buckets polled once per wake-up: ``CONFIGS``) and
+``independent`` (one unsynchronised 1-rank job per host, at the same
 time). Configurations are rotated within each repeat; each ratio to ``independent`` is taken repeat by
 repeat. Needs root (test hosts).
 
@@ -36,12 +37,15 @@ ENV = {
     "TFDIST_HOSTS_SUBNET": "10.91.0",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
-#: name -> (worker mode, TFDIST_BUCKET_MB or None for independent)
-CONFIGS: dict[str, tuple[str, str | None]] = {
+#: name -> (worker mode, the ranks' variables; None: independent, one 1-rank job per host)
+CONFIGS: dict[str, tuple[str, dict[str, str] | None]] = {
     "independent": ("hvd-tape", None),
-    "hvd-b0": ("hvd-tape", "0"),
-    "hvd-b2": ("hvd-tape", "2"),
-    "fit-b2": ("tfdist-fit", "2"),
+    "hvd-b0": ("hvd-tape", {"TFDIST_BUCKET_MB": "0"}),
+    "hvd-b2": ("hvd-tape", {"TFDIST_BUCKET_MB": "2"}),
+    "fit-b0": ("tfdist-fit", {"TFDIST_BUCKET_MB": "0"}),
+    "fit-b2": ("tfdist-fit", {"TFDIST_BUCKET_MB": "2"}),
+    # One poll per wake-up of the waiting thread (the default polls 16 times): what the burst changes.
+    "fit-b2-burst1": ("tfdist-fit", {"TFDIST_BUCKET_MB": "2", "TFDIST_MPI_POLL_BURST": "1"}),
 }
 _ports = itertools.count(31000, 20)
 
@@ -57,15 +61,15 @@ def on_host(host: str, core: int, *argv: str) -> list[str]:
 
 def run(config: str, steps: int, tmp: Path) -> float:
     """Examples/s per rank of the timed epoch of one configuration."""
-    mode, bucket = CONFIGS[config]
+    mode, variables = CONFIGS[config]
     folder = Path(tempfile.mkdtemp(dir=tmp))
-    env = {**ENV, **({"TFDIST_BUCKET_MB": bucket} if bucket is not None else {})}
+    env = {**ENV, **(variables or {})}
     common = ["launch", "--backend", "mpi", "-n", "1", "--cpu", "--quiet-workers"]
-    if bucket is not None:
+    if variables is not None:
         common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(next(_ports))]
     procs = []
     for rank, host in enumerate(("node1", "node2")):
-        where = ["--node-rank", str(rank)] if bucket is not None else []
+        where = ["--node-rank", str(rank)] if variables is not None else []
         argv = [*common, *where, "--log-dir", str(folder / f"logs-{host}")]
         argv += [WORKER, mode, str(steps), str(folder / f"{host}.json")]
         procs.append(
@@ -77,7 +81,7 @@ def run(config: str, steps: int, tmp: Path) -> float:
     if any(p.returncode for p in procs):
         raise SystemExit(f"{config} failed:\n" + "\n".join(o[-2000:] for o in outputs))
     rates = [json.loads(f.read_text()) for f in sorted(folder.glob("node*.json"))]
-    if bucket is None:  # two 1-rank jobs: each its own rate
+    if variables is None:  # two 1-rank jobs: each its own rate
         return statistics.mean(r["examples_per_sec"] for r in rates)
     return float(rates[0]["examples_per_sec"]) / int(rates[0]["ranks"])
 
@@ -88,7 +92,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--out", default="benchmarks/results/horovod-nodes.json")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"a subset of {','.join(CONFIGS)}")
     args = parser.parse_args()
+    names = args.configs.split(",")
+    if "independent" not in names or not set(names) <= set(CONFIGS):
+        parser.error(f"--configs {args.configs!r}: choose from {','.join(CONFIGS)}, independent included")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     result: dict[str, Any] = {
         "benchmark": "horovod-nodes",
@@ -104,8 +112,7 @@ def main() -> int:
             for link in args.links.split(","):
                 for name in ("node1", "node2"):
                     hosts("cap", name, "off" if link == "uncapped" else link)
-                rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
-                names = list(CONFIGS)
+                rates: dict[str, list[float]] = {c: [] for c in names}
                 for repeat in range(args.repeats):
                     for config in names[repeat % len(names) :] + names[: repeat % len(names)]:
                         rates[config].append(run(config, args.steps, Path(tmp)))

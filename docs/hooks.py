@@ -6,8 +6,9 @@
   choices). Never written by hand, never committed.
 - ``<!-- generated:NAME:begin -->`` … ``<!-- generated:NAME:end -->`` blocks are committed, so the sources
   read well on their own: ``variables`` (from ``tfdist.variables``), ``bench`` and ``scaling-model`` (from
-  the JSON under ``benchmarks/results``, through ``benchmarks/doc_tables.py``). ``python docs/hooks.py
-  --write`` rewrites them; a test fails when a block differs from what its generator gives.
+  the JSON under ``benchmarks/results``, through ``benchmarks/doc_tables.py``; ``link`` is in README.md).
+  ``python docs/hooks.py --write`` rewrites them; a test fails when a block differs from what its generator
+  gives.
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "scaling-model": lambda: _bench_tables()["scaling-model"],
     "bench-nodes": lambda: _bench_tables()["bench-nodes"],
     "scaling-check": lambda: _bench_tables()["scaling-check"],
+    "link": lambda: _bench_tables()["link"],
 }
+#: Pages outside docs/ with generated blocks.
+OTHER_PAGES = (ROOT / "README.md",)
 
 
 def generated_blocks(text: str) -> list[tuple[str, str]]:
@@ -165,7 +169,7 @@ def on_page_content(html_text: str, **_: Any) -> str:
 def main(argv: list[str]) -> int:
     """``--write``: rewrite the generated blocks of every page; otherwise list the pages that are stale."""
     stale = []
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in [*sorted(DOCS.rglob("*.md")), *OTHER_PAGES]:
         text = page.read_text()
         fresh = regenerate(text)
         if fresh != text:

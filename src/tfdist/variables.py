@@ -111,6 +111,12 @@ VARIABLES: dict[str, Variable] = _declare(
         "200",
         "MPI backend: microseconds between polls of sums running while the backward pass goes on",
     ),
+    Variable(
+        "TFDIST_MPI_POLL_BURST",
+        "int",
+        "16",
+        "MPI backend: polls of a running sum per wake-up (one poll moves only part of a large transfer)",
+    ),
     Variable("TFDIST_API_TOKEN", "str", None, "redacted by tfdist env (an example of a secret it hides)"),
     Variable("TFDIST_RANK", "int", None, "this worker's training rank", "launcher"),
     Variable("TFDIST_LOCAL_RANK", "int", "0", "this worker's index on its node", "launcher"),

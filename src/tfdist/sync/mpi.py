@@ -75,9 +75,10 @@ class MPISync(ProcessLevel):
         spin_s = float(variables.get("TFDIST_MPI_SPIN_US")) / 1e6
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
-        self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s), shared_memory=shared)
+        burst = int(variables.get("TFDIST_MPI_POLL_BURST"))
+        self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s, burst), shared_memory=shared)
         # Sums that run while the backward pass computes must not spin on the core it computes on.
-        self.background = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6)
+        self.background = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6, burst)
         self._executors: dict[str, Callable[[list[Request]], None]] = {SUM: self._sums}
         self._reducing = threading.Lock()  # the caller's and the coordinator's sums share the windows
         self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute)

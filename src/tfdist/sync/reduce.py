@@ -55,14 +55,24 @@ class Waiter:
     1 s for its peer burns 0.11 s of CPU, not 1 s).
     """
 
-    def __init__(self, spin_s: float, sleep_s: float) -> None:
-        self.spin_s, self.sleep_s = spin_s, sleep_s
+    def __init__(self, spin_s: float, sleep_s: float, burst: int = 16) -> None:
+        self.spin_s, self.sleep_s, self.burst = spin_s, sleep_s, max(1, burst)
 
     def wait(self, request: Any) -> None:
-        """Return once ``request`` completed."""
+        """Return once ``request`` completed.
+
+        Each wake-up polls ``burst`` times before sleeping again: one poll moves a bounded piece of a large
+        transfer (~60 KB per poll measured for a 4.8 MB sum across two test hosts, UCX over TCP), so with
+        one poll per wake-up the sleeps, not the link, set the pace. Measured (``benchmarks/
+        half_sum_nodes.py``, 200 us sleeps, uncapped link): 4.8 MB summed in 25 ms with 1 poll per wake-up,
+        6.3 ms with 16, CPU time 3.8 and 3.3 ms; at 1 Gbit/s 40 ms either way (the wire's pace).
+        """
         deadline = time.perf_counter() + self.spin_s
         while not request.Test():
             if time.perf_counter() > deadline:
+                for _ in range(self.burst - 1):
+                    if request.Test():
+                        return
                 time.sleep(self.sleep_s)
 
 
