@@ -76,6 +76,10 @@ class MPISync(ProcessLevel):
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         burst = int(variables.get("TFDIST_MPI_POLL_BURST"))
+        if burst < 1:
+            raise ConfigError(
+                f"TFDIST_MPI_POLL_BURST={burst} must be at least 1 (polls per wake-up; default 16)."
+            )
         self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s, burst), shared_memory=shared)
         # Sums that run while the backward pass computes must not spin on the core it computes on.
         self.background = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6, burst)
