@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 import tfdist.horovod.tensorflow as hvd
+import tfdist.horovod.tensorflow.keras as hvd_keras
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -140,6 +142,32 @@ record(
     hvd.allreduce(tf.constant([10, 20], tf.int32), op=hvd.Sum, postscale_factor=0.5),
     np.array([10, 20]) * size * 0.5,
 )
+
+
+# PartialDistributedGradientTape and Keras' PartialDistributedOptimizer: the local layer's gradient stays
+# on its rank (divided by the size when scale_local_gradients), the shared layer's is averaged.
+x3 = tf.constant([x_of(rank, 3)])
+mean_x = np.mean([x_of(r, 3) for r in range(size)], axis=0).reshape(3, 1)
+for scale in (True, False):
+    shared, local = keras.layers.Dense(1, use_bias=False), keras.layers.Dense(1, use_bias=False)
+    shared.build((None, 3))
+    local.build((None, 3))
+    with tf.GradientTape() as plain:
+        loss = tf.reduce_sum(shared(x3)) + tf.reduce_sum(local(x3))
+    tape = hvd.PartialDistributedGradientTape(plain, local_layers=[local], scale_local_gradients=scale)
+    g_shared, g_local = tape.gradient(loss, [shared.kernel, local.kernel])
+    record(f"partial tape, scale {scale}: shared layer averaged", g_shared, mean_x)
+    expected_local = x_of(rank, 3).reshape(3, 1) / (size if scale else 1)
+    record(f"partial tape, scale {scale}: local layer kept", g_local, expected_local)
+    shared.kernel.assign(tf.ones([3, 1]))
+    local.kernel.assign(tf.ones([3, 1]))
+    opt = hvd_keras.PartialDistributedOptimizer(
+        keras.optimizers.SGD(1.0), local_layers=[local], scale_local_gradients=scale
+    )
+    own = [tf.constant(x_of(rank, 3).reshape(3, 1))] * 2  # this rank's own gradient for both kernels
+    opt.apply_gradients(zip(own, [shared.kernel, local.kernel], strict=True))
+    record(f"partial optimizer, scale {scale}: shared layer averaged", shared.kernel, 1 - mean_x)
+    record(f"partial optimizer, scale {scale}: local layer kept", local.kernel, 1 - expected_local)
 
 
 # A shape mismatch: FailedPreconditionError on every rank, promptly, eagerly and inside tf.function.

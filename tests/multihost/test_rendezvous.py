@@ -300,7 +300,8 @@ def test_a_horovod_keras_script_across_two_hosts_equals_one_process(hosts: None,
 @pytest.mark.slow
 def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_path: Path) -> None:
     """`tfdist launch -H node1:1,node2:1` typed on node1 only: node2's part starts over ssh (an ssh server
-    on each test host, as on a cluster without a scheduler), and the Horovod script ≡ one process."""
+    on each test host, as on a cluster without a scheduler), and the Horovod script ≡ one process; then
+    `-H node1:2,node2:2` with `tfdist.fit` on the MPI backend (local size 2, cross size 2) ≡ one process."""
     served = subprocess.run(
         [HOSTS_SCRIPT, "sshd", "node1", "node2"], env=ENV, capture_output=True, text=True, timeout=600
     )
@@ -327,3 +328,22 @@ def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_pa
     for rank in range(2):
         weights = np.load(out / f"rank{rank}.npz")
         assert max(float(np.abs(weights[k] - reference[k]).max()) for k in reference.files) <= 1e-5
+
+    # mpirun -np 4 -H node1:2,node2:2 python train.py: tfdist.fit on the MPI backend, both reduce levels.
+    probe = str(HELPERS / "fit_probe.py")
+    single, out = tmp_path / "fit-single", tmp_path / "fit-out"
+    single.mkdir()
+    out.mkdir()
+    one_process(probe, str(single))
+    launcher = launch_on(
+        "node1", "-H", "node1:2,node2:2", "--ssh", ssh, "--cpu", "--backend", "mpi",
+        "--log-dir", str(tmp_path / "fit-runs"), probe, str(out),
+    )  # fmt: skip
+    [(code, output)] = finish([launcher])
+    assert code == 0, output[-3000:]
+    assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in output, output[
+        -3000:
+    ]
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(4):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5

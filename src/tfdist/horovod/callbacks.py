@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from tfdist.horovod import functions, ops, runtime
+from tfdist.horovod.gradients import variable_key
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -21,18 +22,16 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         del device
         self.root_rank = root_rank
         self.broadcast_done = False
-        self._local = {v.ref() if hasattr(v, "ref") else id(v) for v in (local_variables or ())}
+        self._local = {variable_key(v) for v in (local_variables or ())}
 
     def register_local_var(self, var: Any) -> None:
         """A variable each rank keeps as its own (not broadcast)."""
-        self._local.add(var.ref() if hasattr(var, "ref") else id(var))
+        self._local.add(variable_key(var))
 
     def on_batch_end(self, batch: int, logs: Any = None) -> None:
         if self.broadcast_done:
             return
-        shared = [
-            v for v in self.model.variables if (v.ref() if hasattr(v, "ref") else id(v)) not in self._local
-        ]
+        shared = [v for v in self.model.variables if variable_key(v) not in self._local]
         optimizer = getattr(self.model, "optimizer", None)
         functions.broadcast_variables(shared + list(optimizer.variables if optimizer else []), self.root_rank)
         self.broadcast_done = True

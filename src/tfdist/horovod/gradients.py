@@ -77,10 +77,12 @@ def allreduce_gradients(
 def _refs(variables: Sequence[Any] | None, present: list[int]) -> list[Any] | None:
     if variables is None:
         return None
-    return [_ref(variables[i]) for i in present]
+    return [variable_key(variables[i]) for i in present]
 
 
-def _ref(variable: Any) -> Any:
+def variable_key(variable: Any) -> Any:
+    """A hashable key of a variable: TensorFlow's ``ref()``, or the object's identity for a Keras 3
+    variable (which has no ``ref``)."""
     return variable.ref() if hasattr(variable, "ref") else id(variable)
 
 
@@ -175,10 +177,10 @@ class DistributedGradientTape:
 
     def register_local_source(self, source: Any) -> None:
         """A variable whose gradient stays local to each rank (not averaged)."""
-        self._local_sources.add(source.ref() if hasattr(source, "ref") else id(source))
+        self._local_sources.add(variable_key(source))
 
     def _is_local(self, source: Any) -> bool:
-        return (source.ref() if hasattr(source, "ref") else id(source)) in self._local_sources
+        return variable_key(source) in self._local_sources
 
     def gradient(
         self, target: Any, sources: Any, output_gradients: Any = None, use_generic_names: bool = False
@@ -275,7 +277,7 @@ def groups_option(groups: Any, num_groups: int) -> Any:
             f"groups must be a non-negative integer, got {groups if groups is not None else num_groups}"
         )
     if isinstance(groups, list | tuple):  # hashable (options key the optimizer classes) and by reference
-        return tuple(tuple(_ref(v) for v in members) for members in groups)
+        return tuple(tuple(variable_key(v) for v in members) for members in groups)
     return groups if groups is not None else num_groups
 
 

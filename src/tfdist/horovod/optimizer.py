@@ -13,7 +13,13 @@ from typing import Any
 
 from tfdist.horovod import functions, ops
 from tfdist.horovod.compression import Compression
-from tfdist.horovod.gradients import GradientOptions, allreduce_gradients, divided, groups_option
+from tfdist.horovod.gradients import (
+    GradientOptions,
+    allreduce_gradients,
+    divided,
+    groups_option,
+    variable_key,
+)
 
 _CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
@@ -35,12 +41,12 @@ def distributed_class(
         def register_local_var(self, var: Any) -> None:
             """A variable whose gradient stays on this rank (divided by the size unless
             ``scale_local_gradients=False``)."""
-            self._hvd_local_refs = self._hvd_local_refs | {var.ref()}
+            self._hvd_local_refs = self._hvd_local_refs | {variable_key(var)}
 
         def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
             if not self._hvd_local_refs:
                 return allreduce_gradients(grads, options, variables)
-            local = [v.ref() in self._hvd_local_refs for v in variables]
+            local = [variable_key(v) in self._hvd_local_refs for v in variables]
             shared = allreduce_gradients(
                 [g for g, is_local in zip(grads, local, strict=True) if not is_local],
                 options,
