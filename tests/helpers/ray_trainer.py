@@ -6,7 +6,7 @@ usage: ray_trainer.py OUT --route ROUTE [--address HOST:PORT] [--workers N]
   --route strategy  Ray's own TensorflowConfig; the training function's one line: tfdist.strategy()
   --route fit       as strategy, training with tfdist.fit instead of model.fit
   --route single    no Ray: the same function in this one process (the reference)
-Each worker writes OUT/rank-R.weights.npy and OUT/rank-R.json (history, evaluate).
+Each worker writes OUT/rank-R.weights.npy, OUT/rank-R.predict.npy and OUT/rank-R.json (history, evaluate).
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def train_loop(config: dict) -> None:
     else:
         history = model.fit(train, epochs=4, validation_data=val, verbose=0)
     evaluation = model.evaluate(val, return_dict=True, verbose=0)
+    predictions = model.predict(val, verbose=0)
     out = config["out"]
+    np.save(os.path.join(out, f"rank-{rank}.predict.npy"), predictions)
     np.save(
         os.path.join(out, f"rank-{rank}.weights.npy"),
         np.concatenate([w.ravel() for w in model.get_weights()]),

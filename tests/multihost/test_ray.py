@@ -301,6 +301,15 @@ def test_tensorflow_trainer_matches_one_process(ray_cluster: RayCluster, tmp_pat
     proc = ray_cluster.on("node1", PY, helper, str(out), "--route", route, "--address", HEAD)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     reference = np.load(single / "rank-0.weights.npy")
+    expected = json.loads((single / "rank-0.json").read_text())
     for rank in (0, 1):
         assert np.max(np.abs(np.load(out / f"rank-{rank}.weights.npy") - reference)) <= 1e-5
+        got = json.loads((out / f"rank-{rank}.json").read_text())
+        for key, value in expected["evaluate"].items():
+            assert abs(got["evaluate"][key] - value) <= 1e-5, (rank, key)
+        if route != "fit":  # model.fit's history, epoch by epoch (tfdist.fit's is checked elsewhere)
+            for key, values in expected["history"].items():
+                assert np.allclose(got["history"][key], values, atol=1e-5, rtol=0), (rank, key)
+        predicted = np.load(out / f"rank-{rank}.predict.npy")
+        assert np.max(np.abs(predicted - np.load(single / "rank-0.predict.npy"))) <= 1e-5
     assert re.search(r"RayTrainWorker pid=\d+, ip=10\.85\.0\.2\)", proc.stdout + proc.stderr)  # one on node2

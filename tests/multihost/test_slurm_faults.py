@@ -94,6 +94,7 @@ def test_preempted_two_node_job_resumes_exactly(cluster: Cluster, tmp_path: Path
     assert_same_run(out, tmp_path, 2)
 
 
+@pytest.mark.slow
 def test_a_lost_node_ends_the_job_names_it_and_the_requeued_job_resumes(
     cluster: Cluster, tmp_path: Path
 ) -> None:

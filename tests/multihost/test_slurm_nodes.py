@@ -146,6 +146,7 @@ def test_mpi_backend_from_a_hand_written_sbatch(cluster: Cluster, tmp_path: Path
         assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
 
 
+@pytest.mark.slow
 def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, tmp_path: Path) -> None:
     """`tfdist slurm submit -- tfdist train`: the backend is chosen at submission and said in one line."""
     # big-gradient: every step all-reduces a 16 MB gradient (and, unlike mnist-cnn, it has no dropout,
