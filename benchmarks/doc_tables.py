@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 SHOWN_WORKERS = (2, 8, 16, 64, 256)
@@ -100,38 +101,71 @@ def _ratio(row: dict) -> str:
     return f"{row['vs_independent_per_repeat']['median']:.2f}x ({min(each):.2f}-{max(each):.2f})"
 
 
+def _link_runs(results: Path) -> dict[str, dict[str, Any]]:
+    """The bench runs across two test hosts shown in the README, each link's rows by configuration: the
+    5-repeat run of the wire variants, and the newest run of the default wire (when it is there)."""
+    runs = {}
+    for label, folder, names in (
+        ("5 repeats", "overlap-nodes-5x", ("summary-1gbit.json", "summary-uncapped.json")),
+        ("newest", "overlap-nodes-burst", ("summary.json",)),
+    ):
+        paths = [results / folder / name for name in names]
+        if not all(path.exists() for path in paths):
+            continue
+        summaries = [json.loads(path.read_text()) for path in paths]
+        runs[label] = {
+            "commit": {
+                rate: summary["started"]["commit"][:7] for summary in summaries for rate in summary["links"]
+            },
+            "links": {
+                rate: link["mnist-cnn"] for summary in summaries for rate, link in summary["links"].items()
+            },
+        }
+    return runs
+
+
 def link_table(results: Path = RESULTS) -> str:
     """The README's table: each way of training across a capped and an uncapped link, as a fraction of
-    two unsynchronised copies (``independent``), with the scaling model's prediction beside it."""
-    overlap = {
-        rate: json.loads((results / "overlap-nodes-5x" / f"summary-{rate}.json").read_text())["links"][rate][
-            "mnist-cnn"
-        ]
-        for rate in ("1gbit", "uncapped")
-    }
+    two unsynchronised copies (``independent``), with the scaling model's prediction beside it; the newest
+    run of the default wire in its own columns (the same grid at a later commit, on another day)."""
+    runs = _link_runs(results)
     hvd = json.loads((results / "horovod-nodes.json").read_text())["links"]
     check = json.loads((results / "bench-nodes" / "scaling_check.json").read_text())["links"]
+    rates = ("1gbit", "uncapped")
+    columns = [(label, rate) for label in runs for rate in rates]
+    header = [
+        f"{'1 Gbit/s' if rate == '1gbit' else 'uncapped'} ({runs[label]['commit'].get(rate, '-')}, {label})"
+        for label, rate in columns
+    ]
     lines = [
-        "| against two unsynchronised copies (`independent`) | 1 Gbit/s | uncapped |",
-        "|---|---|---|",
+        f"| against two unsynchronised copies (`independent`) | {' | '.join(header)} |",
+        "|---|" + "---|" * len(columns),
     ]
     shown = {
         "MPI backend, 2 MB buckets (the default)": "mpi-b2-n2-w2-r1",
+        "MPI backend, one sum after the backward pass": "mpi-b0-n2-w2-r1",
         "MPI backend, 2 MB buckets, fp16 wire": "mpi-fp16-b2-n2-w2-r1",
         "TensorFlow's tutorial loop (`raw-tf`)": "raw-tf-n2-w2-r1",
     }
     for label, name in shown.items():
-        cells = [(_ratio(by[name]) if name in by else "-") for by in overlap.values()]
+        cells = []
+        for run, rate in columns:
+            by = runs[run]["links"].get(rate, {})
+            cells.append(_ratio(by[name]) if name in by else "-")
         lines.append(f"| {label} | {' | '.join(cells)} |")
     cells = []
-    for rate in ("1gbit", "uncapped"):
+    for run, rate in columns:
         pair = [hvd.get(rate, {}).get(name) for name in ("hvd-b0", "hvd-b2")]
-        cells.append(" -> ".join(f"{r['vs_independent_median']:.2f}x" for r in pair) if all(pair) else "-")
+        shown_here = run == "5 repeats" and all(pair)
+        cells.append(" -> ".join(f"{r['vs_independent_median']:.2f}x" for r in pair) if shown_here else "-")
     lines.append(
         f"| Horovod's `DistributedGradientTape` loop: one sum -> 2 MB buckets | {' | '.join(cells)} |"
     )
     cells = []
-    for rate in ("1gbit", "uncapped"):
+    for run, rate in columns:
+        if run != "5 repeats":
+            cells.append("-")
+            continue
         row = next(r for r in check[rate]["rows"] if r["configuration"].startswith("mpi-"))
         predicted, measured = row["predicted_vs_independent"], row["measured_vs_independent"]
         cells.append(f"{predicted:.2f}x predicted, {measured:.2f}x measured")

@@ -1,5 +1,5 @@
-"""tfdist.fit on 2 workers keeps model.fit's promises, compared with Keras' own model.fit in ONE process:
-per-batch hooks (a per-step learning-rate schedule and a logger: the same calls with the same logs), a
+"""tfdist.fit in one process and on 2 workers keeps model.fit's promises, compared with Keras' own model.fit
+in ONE process: per-batch hooks (a per-step learning-rate schedule and a logger: the same calls with the same logs), a
 stop from a batch hook (every worker stops at the same step), a partial last batch (1,000 examples,
 global batch 64), class_weight, validation_split, initial_epoch, validation_freq / validation_steps, and
 the test / predict hooks of evaluate and predict."""
@@ -64,13 +64,18 @@ def assert_events_match(expected: list, got: list, name: str) -> None:
             assert abs(have[2] - want[2]) <= TOL, (name, want[:2])
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
+@pytest.mark.parametrize("backend", ["one-process", "tf", "mpi"])
 def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: Path, tmp_path: Path) -> None:
-    launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--backend", backend]
-    run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
+    """2 workers on the TF and MPI backends, and tfdist.fit in one process (no launcher)."""
+    workers = 1 if backend == "one-process" else 2
+    if workers == 1:
+        run([sys.executable], tmp_path / "out")
+    else:
+        launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--backend", backend]
+        run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
     for name in SCENARIOS:
         w_ref, ref = load(keras_reference, name, 0)
-        for rank in range(2):
+        for rank in range(workers):
             w, got = load(tmp_path / "out", name, rank)
             np.testing.assert_allclose(w, w_ref, atol=TOL, rtol=0, err_msg=name)
             assert got["epochs"] == ref["epochs"], name
