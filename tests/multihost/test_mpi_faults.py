@@ -10,14 +10,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import hostcluster
+import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, made_hosts
+from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
@@ -40,11 +42,11 @@ def hosts_script(*args: str) -> None:
     subprocess.run([HOSTS_SCRIPT, *args], env=ENV, check=True, capture_output=True, timeout=60)
 
 
-def start(tmp_path: Path, *args: str) -> dict[str, subprocess.Popen[str]]:
+def start(tmp_path: Path, *args: str, nnodes: str = "2") -> dict[str, subprocess.Popen[str]]:
     """An MPI-backend tfdist.fit job on node1 and node2, one rank each, paced so that it runs ~10 s."""
     endpoint = f"node1:{next(_ports)}"
     (tmp_path / "out").mkdir()
-    common = ["--nnodes", "2", "--rdzv", endpoint, "--rdzv-timeout", "60", "--cpu", "-n", "1"]
+    common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", "60", "--cpu", "-n", "1"]
     script = [SCRIPT, str(tmp_path / "out"), str(tmp_path / "ckpt"), "--epochs", "8", "--steps", "5"]
     return {
         f"node{i}": hostcluster.launch_on(
@@ -145,4 +147,59 @@ def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) 
         assert code != 0 and "host or link down" in output, output[-3000:]
     assert "node node2 left the job" in results["node1"][1]
     assert "node node1 left the job" in results["node2"][1]
+    assert_nothing_left("node1", "node2")
+
+
+def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_path: Path) -> None:
+    """As above with --max-restarts 1: both launchers end their ranks, meet again at the rendezvous once
+    the link is back (round 1), start one new MPI job across both hosts, resume from the last checkpoint
+    and end at the uninterrupted run's weights."""
+    single = tmp_path / "single"
+    single.mkdir()
+    one_process(SCRIPT, str(single), str(single / "ckpt"), "--epochs", "8", "--steps", "5")
+    procs = start(tmp_path, "--max-restarts", "1")
+    try:
+        wait_for("step 5", lambda: progress(tmp_path) >= 5)
+        hosts_script("cut", "node2")
+        cut = time.time()
+        wait_for(
+            "both ends", lambda: ended(tmp_path, "node1") is not None and ended(tmp_path, "node2") is not None
+        )
+        took = {node: float(ended(tmp_path, node)["ended_at"]) - cut for node in procs}  # type: ignore[index,arg-type]
+        hosts_script("plug", "node2")
+        results = dict(
+            zip(("node1", "node2"), finish([procs["node1"], procs["node2"]], timeout=180), strict=True)
+        )
+    finally:
+        hosts_script("plug", "node2")
+    print(f"MPI, link cut, restarted: the first attempt ended {took} s after the cut")
+    for node in ("node1", "node2"):
+        code, output = results[node]
+        assert code == 0, output[-3000:]
+        assert "host or link down" in output and "(round 1)" in output, output[-3000:]
+    assert "resumed from" in results["node1"][1], results["node1"][1][-3000:]
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(2):
+        assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-6
+    assert_nothing_left("node1", "node2")
+
+
+def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(hosts: None, tmp_path: Path) -> None:
+    """--nnodes 1:2 on the MPI backend: node2 loses power at a random step; node1 is told, meets alone and
+    goes on as one rank with the same global batch, to the uninterrupted run's weights."""
+    single = tmp_path / "single"
+    single.mkdir()
+    one_process(SCRIPT, str(single), str(single / "ckpt"), "--epochs", "8", "--steps", "5")
+    procs = start(tmp_path, "--max-restarts", "1", nnodes="1:2")
+    step = random.randint(3, 25)
+    print(f"node2 is lost at step {step}")
+    wait_for(f"step {step}", lambda: progress(tmp_path) >= step)
+    hosts_script("kill", "node2")
+    code, output = finish([procs["node1"]], timeout=180)[0]
+    finish([procs["node2"]], timeout=60)
+    assert code == 0, output[-3000:]
+    assert "the job goes on with 1 node(s) instead of 2" in output and "(round 1)" in output, output[-3000:]
+    assert "node node2 left the job" in output, output[-3000:]
+    reference = np.load(single / "weights-0.npy")
+    assert np.max(np.abs(np.load(tmp_path / "out" / "weights-0.npy") - reference)) <= 1e-5
     assert_nothing_left("node1", "node2")

@@ -93,7 +93,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (
         ["launch", "--backend", "mpi", "--nnodes", "2", "--max-restarts", "1", "--hosts", "a,b", "{script}"],
         {},
-        "--max-restarts with --backend mpi on several nodes is not supported",
+        "--max-restarts with --backend mpi on several nodes needs --rdzv HOST:PORT",
     ),
     (["launch", "--bind-to", "socket", "{script}"], {}, "invalid choice"),
     (["launch", "--bind-to", "core", "--ps", "1", "{script}"], {}, "--bind-to core"),

@@ -197,3 +197,20 @@ def test_what_a_leaving_node_means(leave: dict[str, object] | str | None, expect
         assert protocol.leave_notice("n", None, silent=True) == expected
         return
     assert protocol.leave_notice("n", leave) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("notice", "unannounced"),
+    [
+        (protocol.leave_notice("n", None), True),  # its connection closed: host lost or launcher killed
+        (protocol.leave_notice("n", None, silent=True), True),  # keep-alive: host or link down
+        (Notice("endpoint", protocol.ENDPOINT_GONE, stop=True), True),
+        (Notice("n", "its workers failed; it is meeting the others again"), False),
+        (protocol.leave_notice("n", {"stop": True, "code": 2, "why": "ConfigError: bad flag"}), False),
+    ],
+)
+def test_a_node_gone_without_a_word_is_told_apart_from_one_whose_workers_failed(
+    notice: Notice | None, unannounced: bool
+) -> None:
+    """A local worker's failure at the moment a node vanished is reported as that node (the cause)."""
+    assert notice is not None and notice.unannounced is unannounced

@@ -199,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend=args.backend,
         bind=args.bind_to,
         strict=args.strict,
+        rendezvous=bool(args.rdzv),
         **_ray_options(args),
     )
 

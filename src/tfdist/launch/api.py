@@ -28,6 +28,9 @@ from tfdist.launch.rendezvous.protocol import Notice
 from tfdist.launch.workers import Worker, WorkerGroup
 
 POLL_S = 0.05
+#: How long a local worker's failure waits for the rendezvous to say a node vanished at the same moment
+#: (both come from one lost host within milliseconds; a failure with no such notice waits this long once).
+PEER_GONE_WINDOW_S = 0.5
 #: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
 HUNG_GRACE_S = 4.0
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
@@ -158,17 +161,15 @@ class _Attempt:
         if first is not None:
             worker, code = first
             self.detected_at = time.time()
+            gone = self._peer_gone()
+            if gone is not None:
+                return gone
             self.group.close(self.config.grace)
             return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
         notice = self.told() if self.told is not None else None
         if notice is not None:
             self.detected_at = time.time()
-            # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd
-            # tfdist.fit would wait for one (its save at the step boundary). Checkpoints are never left
-            # half-written, so this node's workers are ended at once.
-            self.group.kill()
-            outcome = Outcome.PEER_STOPPED if notice.stop else Outcome.PEER_FAILED
-            return outcome, FailureInfo(f"node {notice.by}", notice.code, notice.line(), "", ())
+            return self._peer_failed(notice)
         if self.ps_mode:
             for worker, _code in new:
                 if worker.spec.slot.role == "chief":
@@ -192,6 +193,30 @@ class _Attempt:
             self.group.close(self.config.grace)
             return Outcome.TIMEOUT, None
         return None
+
+    def _peer_failed(self, notice: Notice) -> tuple[Outcome, FailureInfo]:
+        # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd
+        # tfdist.fit would wait for one (its save at the step boundary). Checkpoints are never left
+        # half-written, so this node's workers are ended at once.
+        self.group.kill()
+        outcome = Outcome.PEER_STOPPED if notice.stop else Outcome.PEER_FAILED
+        return outcome, FailureInfo(f"node {notice.by}", notice.code, notice.line(), "", ())
+
+    def _peer_gone(self) -> tuple[Outcome, FailureInfo] | None:
+        """After a local worker failed: a node that vanished at the same moment, if the rendezvous says so
+        within :data:`PEER_GONE_WINDOW_S`. A lost host can reach this node first as its own worker's
+        failure (MPICH's mpiexec exits 255 when a proxy's connection closes), and the report should name
+        the cause, not the symptom; a node whose workers merely failed in turn is not the cause."""
+        if self.told is None:
+            return None
+        deadline = time.monotonic() + PEER_GONE_WINDOW_S
+        while True:
+            notice = self.told()
+            if notice is not None and notice.unannounced:
+                return self._peer_failed(notice)
+            if notice is not None or time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_S)
 
     def _joined(self, now: float, final: bool = False) -> tuple[Outcome, FailureInfo | None] | None:
         """Warn, once, when workers build a strategy that does not span the job; stop it with --strict."""

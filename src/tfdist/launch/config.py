@@ -58,6 +58,8 @@ class LaunchConfig:
     ray_strategy: str = "spread"
     ray_cpus: float = 1.0
     ray_gpus: float = 0.0
+    #: The nodes meet at a rendezvous (``--rdzv``): after a failure they meet again and restart together.
+    rendezvous: bool = False
 
     def __post_init__(self) -> None:
         self._check_counts()
@@ -93,11 +95,14 @@ class LaunchConfig:
                 f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a "
                 "worker."
             )
-        if self.backend != "tf" and self.nnodes > 1 and self.max_restarts:
+        # One MPI job spans the nodes (Hydra's proxies): it can only restart on every node at once, which
+        # the rendezvous gives (every launcher meets again before its restart); fixed hosts would not.
+        if self.backend != "tf" and self.nnodes > 1 and self.max_restarts and not self.rendezvous:
             raise ConfigError(
-                f"--max-restarts with --backend {self.backend} on several nodes is not supported: every "
-                "node's launcher would restart on its own. Hint: restart the command on every node "
-                "(checkpoints resume), or use --backend tf."
+                f"--max-restarts with --backend {self.backend} on several nodes needs --rdzv HOST:PORT: "
+                "with --hosts every node's launcher would restart on its own. Hint: launch with --rdzv "
+                "(the nodes meet again and restart together), or restart the command on every node "
+                "(checkpoints resume)."
             )
 
     def _check_nodes(self) -> None:

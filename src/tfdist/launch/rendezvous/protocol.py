@@ -129,6 +129,12 @@ class Notice:
     stop: bool = False
     code: int = 1
 
+    @property
+    def unannounced(self) -> bool:
+        """The node went away without a word (its connection closed or timed out, or the endpoint's
+        launcher vanished): its host or link is gone, not just its workers."""
+        return self.why in (SILENT, CLOSED, ENDPOINT_GONE)
+
     def line(self) -> str:
         """The report line: ``node node3 left the job: its launcher's connection … closed``."""
         return f"node {self.by} {'ended' if self.stop else 'left'} the job: {self.why}"
@@ -148,6 +154,8 @@ class Notice:
 
 #: Why a node whose connection timed out left (TCP keep-alive found it gone).
 SILENT = "it stopped answering the rendezvous (TCP keep-alive): host or link down"
+#: Why a node whose connection closed without a leave message left.
+CLOSED = "its launcher's connection to the rendezvous closed (the launcher or its host is gone)"
 #: Why the job ends when the launcher serving the rendezvous went away without saying so.
 ENDPOINT_GONE = (
     "the launcher serving the rendezvous is gone (killed, or its host lost power); no round can follow"
@@ -164,9 +172,7 @@ def leave_notice(name: str, leave: Mapping[str, Any] | None, silent: bool = Fals
     if leave is None and silent:
         return Notice(name, SILENT)
     if leave is None:
-        return Notice(
-            name, "its launcher's connection to the rendezvous closed (the launcher or its host is gone)"
-        )
+        return Notice(name, CLOSED)
     if not leave.get("stop"):
         return None
     code = leave.get("code")
