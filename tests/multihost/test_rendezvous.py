@@ -347,3 +347,37 @@ def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_pa
     reference = np.load(single / "weights-0.npy")
     for rank in range(4):
         assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+@pytest.mark.slow
+def test_model_fit_and_tfdist_fit_on_three_hosts(hosts: None, tmp_path: Path) -> None:
+    """The same rendezvous command on 3 hosts, one worker each: a plain model.fit script, and tfdist.fit on
+    the TF and MPI backends (global batch 12, 4 per replica), each ≡ one process."""
+    keras_script, fit_script = str(HELPERS / "keras_fit.py"), str(HELPERS / "elastic_fit.py")
+    runs = {
+        "keras": (keras_script, ("--plain", "--epochs", "2"), ()),
+        "fit-tf": (fit_script, ("--epochs", "2", "--steps", "4"), ()),
+        "fit-mpi": (fit_script, ("--epochs", "2", "--steps", "4"), ("--backend", "mpi")),
+    }
+    for name, (script, args, launch_args) in runs.items():
+        single, out, logs = tmp_path / name / "single", tmp_path / name / "out", tmp_path / name / "logs"
+        for d in (single, out, logs):
+            d.mkdir(parents=True)
+        keras = script == keras_script  # keras_fit.py takes OUT; elastic_fit.py OUT CKPT
+        one_process(script, *((str(single),) if keras else (str(single), str(single / "ckpt"))), *args)
+        outputs = (str(out),) if keras else (str(out), str(out / "ckpt"))
+        results = on_every_host(3, logs, *launch_args, "-n", "1", script, *outputs, *args)
+        for code, output in results:
+            assert code == 0, f"{name}: {output[-3000:]}"
+        if keras:
+            reference = np.load(single / "rank-0.weights.npy")
+            ref = json.loads((single / "rank-0.json").read_text())["history"]
+            for rank in range(3):
+                assert np.max(np.abs(np.load(out / f"rank-{rank}.weights.npy") - reference)) <= 1e-5
+                history = json.loads((out / f"rank-{rank}.json").read_text())["history"]
+                for key, values in ref.items():
+                    assert np.allclose(history[key], values, atol=1e-5, rtol=0), (name, key)
+        else:
+            reference = np.load(single / "weights-0.npy")
+            for rank in range(3):
+                assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5, name
