@@ -117,6 +117,19 @@ g = gradient(
     lambda v: hvd.reducescatter(v, op=hvd.Average), x_of(rank, 2 * size), np.full(2, ups[rank], np.float32)
 )
 record("grad reducescatter average: allgather", g, np.concatenate([np.full(2, u) for u in ups]))
+# The grouped forms: each member's gradient is the single form's (here the second member, scaled by 3).
+g = gradient(lambda v: hvd.grouped_allgather([v, 3 * v])[1], x_of(rank, rows[rank]), upstream)
+record(
+    "grad grouped allgather",
+    g,
+    3 * average_up[sum(rows[:rank]) : sum(rows[: rank + 1])],
+)
+g = gradient(
+    lambda v: hvd.grouped_reducescatter([v, 3 * v], op=hvd.Sum)[1],
+    x_of(rank, 2 * size),
+    np.full(2, ups[rank], np.float32),
+)
+record("grad grouped reducescatter sum", g, 3 * np.concatenate([np.full(2, u * size) for u in ups]))
 
 # reducescatter: even and uneven splits, Sum and Average, pre/postscale, grouped.
 for n in (4 * size, 4 * size + 1):

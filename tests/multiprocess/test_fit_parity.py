@@ -1,8 +1,8 @@
 """tfdist.fit in one process and on 2 workers keeps model.fit's promises, compared with Keras' own model.fit
-in ONE process: per-batch hooks (a per-step learning-rate schedule and a logger: the same calls with the same logs), a
-stop from a batch hook (every worker stops at the same step), a partial last batch (1,000 examples,
-global batch 64), class_weight, validation_split, initial_epoch, validation_freq / validation_steps, and
-the test / predict hooks of evaluate and predict."""
+in ONE process: per-batch hooks (a per-step learning-rate schedule and a logger: the same calls with the
+same logs), a stop from a batch hook (every worker stops at the same step), a partial last batch (1,000
+examples, global batch 64), class_weight, validation_split, initial_epoch, validation_freq /
+validation_steps, and the test / predict hooks of evaluate and predict."""
 
 from __future__ import annotations
 
