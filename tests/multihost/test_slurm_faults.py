@@ -44,6 +44,9 @@ def eligible_now(cluster: Cluster, job_id: str) -> None:
     while cluster.job(job_id)["JobState"] not in ("PENDING", *FINAL):
         assert time.monotonic() < deadline, cluster.job(job_id)
         time.sleep(0.3)
+    # At least a second after the requeue: slurmd refuses a credential no newer than the one it revoked,
+    # to the second ("Killing non-startable batch JobId: Job credential revoked").
+    time.sleep(2)
     cluster.on("node1", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
 

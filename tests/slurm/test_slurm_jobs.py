@@ -122,8 +122,11 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
         ["scancel", "--signal=USR2", job_id], env=slurm_env, capture_output=True, text=True, timeout=30
     )
     assert signalled.returncode == 0, signalled.stderr
-    # Slurm holds a requeued job back for a while (its BeginTime); the test need not wait for that.
+    # Slurm holds a requeued job back for a while (its BeginTime); the test need not wait for that, but the
+    # new start must come at least a second after the requeue: slurmd refuses a credential no newer than
+    # the one it revoked, to the second ("Killing non-startable batch JobId: Job credential revoked").
     wait_state(job_id, ("PENDING", "COMPLETED", "FAILED", "CANCELLED"), 300, restarts=1)
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=slurm_env, timeout=30)
     job = wait_state(job_id, ("COMPLETED", "FAILED", "CANCELLED"), 300, restarts=1)
     log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
