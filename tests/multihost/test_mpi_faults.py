@@ -106,6 +106,25 @@ def assert_nothing_left(*hosts: str, grace: float = 10) -> None:
     ).stdout
 
 
+def cut_node2_link_at_step_5(
+    tmp_path: Path, procs: dict[str, subprocess.Popen[str]]
+) -> tuple[dict[str, float], dict[str, tuple[int, str]]]:
+    """Cut node2's link at step 5, wait until both launchers ended their first attempt, plug it back (a
+    job with restarts meets again then) and finish: each node's seconds from the cut to its attempt's end,
+    and each launcher's exit code and output."""
+    try:
+        wait_for("step 5", lambda: progress(tmp_path) >= 5)
+        hosts_script("cut", "node2")
+        cut = time.time()
+        wait_for("both ends", lambda: all(ended(tmp_path, node) is not None for node in procs))
+    finally:
+        hosts_script("plug", "node2")
+    records = {node: ended(tmp_path, node) or {} for node in procs}
+    took = {node: float(record["ended_at"]) - cut for node, record in records.items()}  # type: ignore[arg-type]
+    results = dict(zip(procs, finish(list(procs.values()), timeout=180), strict=True))
+    return took, results
+
+
 def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path: Path) -> None:
     """node2 loses power at step 5: node1's launcher is told (node2's rendezvous connection closed), ends
     its ranks and Hydra, names node2; no watchdog is set."""
@@ -125,24 +144,11 @@ def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path
 def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) -> None:
     """node2's link is cut at step 5: MPI itself would wait forever; each side's rendezvous connection
     times out (TCP keep-alive) and each launcher ends its ranks, naming the other side."""
-    procs = start(tmp_path)
-    try:
-        wait_for("step 5", lambda: progress(tmp_path) >= 5)
-        hosts_script("cut", "node2")
-        cut = time.time()
-        wait_for(
-            "both ends", lambda: ended(tmp_path, "node1") is not None and ended(tmp_path, "node2") is not None
-        )
-        results = dict(
-            zip(("node1", "node2"), finish([procs["node1"], procs["node2"]], timeout=120), strict=True)
-        )
-    finally:
-        hosts_script("plug", "node2")
+    took, results = cut_node2_link_at_step_5(tmp_path, start(tmp_path))
     for node in ("node1", "node2"):
         record = ended(tmp_path, node)
         assert record is not None
-        took = float(record["ended_at"]) - cut  # type: ignore[arg-type]
-        print(f"MPI, link cut: {node} ended its ranks {took:.1f} s after the cut: {record['failure']}")
+        print(f"MPI, link cut: {node} ended its ranks {took[node]:.1f} s after the cut: {record['failure']}")
         code, output = results[node]
         assert code != 0 and "host or link down" in output, output[-3000:]
     assert "node node2 left the job" in results["node1"][1]
@@ -157,21 +163,7 @@ def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_
     single = tmp_path / "single"
     single.mkdir()
     one_process(SCRIPT, str(single), str(single / "ckpt"), "--epochs", "8", "--steps", "5")
-    procs = start(tmp_path, "--max-restarts", "1")
-    try:
-        wait_for("step 5", lambda: progress(tmp_path) >= 5)
-        hosts_script("cut", "node2")
-        cut = time.time()
-        wait_for(
-            "both ends", lambda: ended(tmp_path, "node1") is not None and ended(tmp_path, "node2") is not None
-        )
-        took = {node: float(ended(tmp_path, node)["ended_at"]) - cut for node in procs}  # type: ignore[index,arg-type]
-        hosts_script("plug", "node2")
-        results = dict(
-            zip(("node1", "node2"), finish([procs["node1"], procs["node2"]], timeout=180), strict=True)
-        )
-    finally:
-        hosts_script("plug", "node2")
+    took, results = cut_node2_link_at_step_5(tmp_path, start(tmp_path, "--max-restarts", "1"))
     print(f"MPI, link cut, restarted: the first attempt ended {took} s after the cut")
     for node in ("node1", "node2"):
         code, output = results[node]

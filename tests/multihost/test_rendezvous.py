@@ -40,6 +40,14 @@ def hosts() -> Iterator[None]:
     yield from made_hosts(ENV, 3)
 
 
+def assert_ranks_equal_one_process(single: Path, out: Path, ranks: int) -> None:
+    """Every rank's final weights (``out/weights-R.npy``) equal the one-process run's to 1e-5."""
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(ranks):
+        difference = np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference))
+        assert difference <= 1e-5, (str(out), rank, difference)
+
+
 def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """`tfdist launch ARGS` on a test host of this module (its own hosts and token)."""
     return hostcluster.launch_on(host, env or ENV, *args)
@@ -83,9 +91,7 @@ def test_plain_mwms_script_forms_one_job_across_hosts(hosts: None, nodes: int, t
     summary = summaries.pop()
     assert f"job of {nodes} node(s) x 1 worker(s)" in summary and "node 0 node1 (10.82.0.1)" in summary
     assert all(f"on {nodes} replicas" in output for _, output in results)
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(nodes):
-        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert_ranks_equal_one_process(single, out, nodes)
 
 
 def test_keras_model_fit_two_workers_on_each_of_two_hosts(hosts: None, tmp_path: Path) -> None:
@@ -115,9 +121,7 @@ def test_tfdist_fit_on_the_tf_backend_across_hosts(hosts: None, tmp_path: Path) 
     results = on_every_host(2, tmp_path, "-n", "2", probe, str(out))
     for code, output in results:
         assert code == 0, output[-3000:]
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(4):
-        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert_ranks_equal_one_process(single, out, 4)
 
 
 def test_tfdist_fit_on_the_mpi_backend_two_ranks_on_each_of_two_hosts(hosts: None, tmp_path: Path) -> None:
@@ -133,9 +137,7 @@ def test_tfdist_fit_on_the_mpi_backend_two_ranks_on_each_of_two_hosts(hosts: Non
         assert code == 0, output[-3000:]
     assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in results[0][1]
     assert received_bytes("tfdr", "node2") - received > 30_000  # the ranks of node2 talked over the switch
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(4):
-        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert_ranks_equal_one_process(single, out, 4)
 
 
 def _bad(host: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -269,9 +271,7 @@ def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path:
         rogue.wait(timeout=30)
     for code, output in results:
         assert code == 0, output[-3000:]
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(2):
-        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert_ranks_equal_one_process(single, out, 2)
     grew = (peak_rss - rss) / 2**20
     print(f"rendezvous process: {threads} -> {peak_threads} threads, RSS {rss / 2**20:.1f} MiB + {grew:.2f}")
     assert peak_threads == threads and peak_rss - rss < 16 * 2**20
@@ -344,9 +344,7 @@ def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_pa
     assert "local size 2, cross size 2): shared memory within a node, MPI across nodes" in output, output[
         -3000:
     ]
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(4):
-        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+    assert_ranks_equal_one_process(single, out, 4)
 
 
 @pytest.mark.slow
@@ -378,6 +376,4 @@ def test_model_fit_and_tfdist_fit_on_three_hosts(hosts: None, tmp_path: Path) ->
                 for key, values in ref.items():
                     assert np.allclose(history[key], values, atol=1e-5, rtol=0), (name, key)
         else:
-            reference = np.load(single / "weights-0.npy")
-            for rank in range(3):
-                assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5, name
+            assert_ranks_equal_one_process(single, out, 3)
