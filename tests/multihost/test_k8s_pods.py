@@ -187,3 +187,25 @@ def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(hosts: None, t
         },
     )
     assert_same_as_one_process(single, out, 2)
+
+
+def test_pods_whose_command_is_tfdist_launch_run_two_workers_each(hosts: None, tmp_path: Path) -> None:
+    """A pod may start several workers itself (``tfdist launch -n 2 train.py`` as its command): each
+    launcher reads its node and peers from the pod (index, Service, pod count), 2 pods x 2 workers."""
+    single, out, command = _fit(tmp_path)
+    container = pod_container("--workers", "2", "--name", "train", command=command)
+    script_and_args = command[1:]  # without `python`: tfdist launch runs the script in each worker
+    container["command"] = ["python", "-m", "tfdist", "launch", "-n", "2", "--cpu", *script_and_args]
+    outputs = run_pods(
+        container,
+        {
+            "node1": {"JOB_COMPLETION_INDEX": "0", "HOSTNAME": "train-0"},
+            "node2": {"JOB_COMPLETION_INDEX": "1", "HOSTNAME": "train-1"},
+        },
+    )
+    summaries = [
+        line for text in outputs for line in text.splitlines() if "formed at the kubernetes job" in line
+    ]
+    assert len(summaries) == 2 and summaries[0] == summaries[1]
+    assert "node 1 train-1.train (train-1.train)" in summaries[0]
+    assert_same_as_one_process(single, out, 4)

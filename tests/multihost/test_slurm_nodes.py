@@ -146,6 +146,45 @@ def test_mpi_backend_from_a_hand_written_sbatch(cluster: Cluster, tmp_path: Path
         assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
 
 
+@pytest.mark.parametrize(
+    ("backend", "script"),
+    [("tf", "plain_mwms.py"), pytest.param("mpi", "fit_probe.py", marks=pytest.mark.slow)],
+)
+def test_one_launcher_per_node_forms_one_job(
+    cluster: Cluster, tmp_path: Path, backend: str, script: str
+) -> None:
+    """As torchrun under srun: ``srun --ntasks-per-node=1 tfdist launch -n 2 train.py`` in a hand-written
+    sbatch; each launcher reads its node and peers from the step and starts 2 workers: 4 ranks, one job."""
+    single, out, run = tmp_path / "single", tmp_path / "out", tmp_path / "run"
+    for d in (single, out, run):
+        d.mkdir()
+    path = str(HELPERS / script)
+    one_process(path, str(single))
+    job = run / "train.sbatch"
+    job.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --nodes=2\n"
+        "#SBATCH --ntasks-per-node=1\n"
+        f"#SBATCH --output={run}/slurm-%j.out\n"
+        f"srun {PY} -m tfdist launch -n 2 --cpu --backend {backend} --log-dir {run}/logs {path} {out}\n"
+    )
+    proc = cluster.on("node1", "sbatch", "--parsable", str(job))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    log = finished(cluster, job_id, run)
+    assert nodes_of(cluster, job_id) == "node[1-2]"
+    # Both launchers print the same job, read from the step's variables.
+    summary = [line for line in log.splitlines() if "node(s) x 2 worker(s) formed at the slurm job" in line]
+    assert len(summary) == 2 and summary[0] == summary[1] and "node 1 node2 (node2)" in summary[0]
+    if backend == "mpi":
+        assert "local size 2, cross size 2" in log
+    else:
+        assert log.count("on 4 replicas") == 4
+    reference = np.load(single / "weights-0.npy")
+    written = sorted(out.glob("weights-*.npy"))
+    assert written and all(max_diff(np.load(w), reference) <= 1e-5 for w in written)
+
+
 @pytest.mark.slow
 def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, tmp_path: Path) -> None:
     """`tfdist slurm submit -- tfdist train`: the backend is chosen at submission and said in one line."""

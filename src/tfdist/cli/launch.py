@@ -276,21 +276,45 @@ def _meeting(args: argparse.Namespace, config: Any, nodes: Any) -> Any:
     )
 
 
-def _meet(meeting: Any, config: Any) -> Any:
-    """``config`` with the nodes, this node's rank and the ports agreed at the next round."""
-    from dataclasses import replace
-
+def _meet(membership: Any, config: Any) -> Any:
+    """``config`` with the nodes, this node's rank and its ports as the membership answers now."""
     from tfdist.launch.logs import console_print
+    from tfdist.launch.membership import placed
 
-    assignment = meeting.meet()
-    console_print(f"tfdist launch: {assignment.summary()}")
-    return replace(
-        config,
-        nnodes=assignment.nnodes,
-        node_rank=assignment.node_rank,
-        hosts=assignment.addresses,
-        node_ports=assignment.ports,
-    )
+    assignment = membership.meet()
+    if membership.ports_agreed or assignment.nnodes > 1:
+        console_print(f"tfdist launch: {assignment.summary()}")
+    return placed(config, membership, assignment)
+
+
+def _scheduler(args: argparse.Namespace) -> Any:
+    """The scheduler's job when it started one ``tfdist launch`` per node (its tasks are the nodes), checked
+    before the flags that would describe the nodes a second time; ``None`` elsewhere."""
+    import os
+
+    from tfdist.launch.membership import scheduler_environment
+
+    scheduler = scheduler_environment(os.environ)
+    if scheduler is None or args.ray is not None or args.rdzv:  # one Ray launcher; nodes meeting at --rdzv
+        return None
+    if args.hosts or args.hostfile or args.node_rank or args.nnodes != "1":
+        raise ConfigError(
+            f"tfdist launch runs in one task per node of a {scheduler.kind} job ({scheduler.source}), "
+            "which gives the nodes; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
+        )
+    return scheduler
+
+
+def _membership(scheduler: Any, config: Any) -> Any:
+    """Where this node learns its peers when they do not meet at ``--rdzv``: the scheduler that started one
+    launcher per node, or ``--hosts``; ``None`` for a job of this machine alone."""
+    from tfdist.launch import membership
+
+    if scheduler is not None:
+        return membership.from_scheduler(scheduler, config.nproc_per_node, config.tasks_per_node)
+    if config.nnodes > 1:
+        return membership.from_hosts(config)
+    return None
 
 
 def _from_one_node(args: argparse.Namespace) -> int:
@@ -343,22 +367,25 @@ def run(args: argparse.Namespace) -> int:
     if args.host_slots:
         return _from_one_node(args)
     result: Any = None
-    if not args.rdzv:
-        result = launch(config_from_args(args))
-    else:
+    if args.rdzv:
         nodes = _check_rdzv_flags(args)
         base = config_from_args(args)
-        meeting = _meeting(args, base, nodes)
+        member = _meeting(args, base, nodes)
+    else:
+        scheduler = _scheduler(args)
+        base = config_from_args(args)
+        member = _membership(scheduler, base)
+    if member is None:
+        result = launch(base)
+    else:
         try:
             # Every restart meets again: the nodes still there (and any new ones, up to MAX) form the job.
             # A notice that another node failed ends this node's attempt at once (no collective timeout).
             result = launch(
-                _meet(meeting, base),
-                rejoin=lambda _attempt: _meet(meeting, base),
-                told=meeting.notice,
+                _meet(member, base), rejoin=lambda _attempt: _meet(member, base), told=member.notice
             )
         finally:
-            _leave(meeting, result)
+            _leave(member, result)
     if result.exit_code == 0:
         console_print(
             f"tfdist launch: all workers finished in {result.duration_s:.1f} s "

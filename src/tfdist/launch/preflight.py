@@ -21,14 +21,18 @@ PYTHON_SUFFIXES = (".py", ".pyw", ".pyz")
 
 def check_not_in_multi_task_step(environ: Mapping[str, str]) -> None:
     """``srun -n 4 tfdist launch -n 2 train.py`` would start 4 launchers of 2 workers each, none aware of
-    the others: refuse with what to write instead."""
+    the others: refuse with what to write instead. One task per node of a step is a job of launchers
+    (tfdist.launch.membership.from_scheduler)."""
     tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
-    if "SLURM_STEP_ID" in environ and tasks.isdigit() and int(tasks) > 1:
+    nodes = environ.get("SLURM_STEP_NUM_NODES", "1")
+    per_node = int(tasks) > int(nodes) if tasks.isdigit() and nodes.isdigit() else False
+    if "SLURM_STEP_ID" in environ and per_node:
         raise ConfigError(
             f"tfdist launch is running in each of the {tasks} tasks of a Slurm step "
-            f"(SLURM_STEP_NUM_TASKS={tasks}), "
+            f"(SLURM_STEP_NUM_TASKS={tasks} on {nodes} node(s)), "
             "so every task would start its own workers. Hint: let Slurm start the workers: "
-            "srun tfdist run -- python train.py (or tfdist slurm submit -- python train.py)."
+            "srun tfdist run -- python train.py (or tfdist slurm submit -- python train.py), or start one "
+            "launcher per node: srun --ntasks-per-node=1 tfdist launch -n K train.py."
         )
 
 

@@ -136,8 +136,12 @@ class Rendezvous:
 
     The node that ``HOST`` names serves the endpoint for the whole job (its launcher's daemon thread);
     each node holds the connection of its last round open, which tells the server it is alive, and on
-    which the server tells it when another node failed or left (:meth:`notice`).
+    which the server tells it when another node failed or left (:meth:`notice`). A
+    :class:`tfdist.launch.membership.Membership`.
     """
+
+    #: Every node brings ports it found free on itself.
+    ports_agreed = True
 
     def __init__(
         self,

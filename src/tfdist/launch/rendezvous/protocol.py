@@ -76,6 +76,8 @@ class Assignment:
     endpoint: str
     #: Which formation of the job this is: 0 at the start, one more at every restart that met again.
     round: int = 0
+    #: How node ranks were given, for the summary (a rendezvous sorts the nodes by host name).
+    order: str = "by host name"
 
     @property
     def nnodes(self) -> int:
@@ -93,7 +95,7 @@ class Assignment:
         again = f" (round {self.round})" if self.round else ""
         return (
             f"job of {self.nnodes} node(s) x {self.nproc} worker(s) formed at {self.endpoint}{again} (node "
-            f"ranks by host name): {nodes}"
+            f"ranks {self.order}): {nodes}"
         )
 
     def to_dict(self, node_rank: int) -> dict[str, Any]:
@@ -249,8 +251,11 @@ def ready(
     ``last_call`` seconds with at least ``min_nodes`` (a cut node holds its connection but never comes).
 
     Input/Output: ``(["a", "b"], ["a", "b", "c"], 2, 3, 1.0, 10.0)`` -> False (c still holds on);
-    ``(["a", "b"], ["a", "b"], 2, 3, 0.0, 10.0)`` -> True (c is gone, a and b are back).
+    ``(["a", "b"], ["a", "b"], 2, 3, 0.0, 10.0)`` -> True (c is gone, a and b are back);
+    ``(["c"], ["a", "b"], 1, 3, 60.0, 10.0)`` -> False (a and b still run: c waits for their restart).
     """
+    if live_members and not set(live_members) & set(joined):
+        return False  # the round runs: nodes that join now wait for its next restart
     count = len(set(joined))
     if count >= max_nodes:
         return True
