@@ -80,10 +80,12 @@ def start_job(
     rdzv_timeout: str = "120",
     script_args: tuple[str, ...] = (),
     keras_fit: bool = False,
+    only: tuple[int, ...] = (),
+    endpoint: str = "",
 ) -> dict[str, subprocess.Popen[str]]:
     """`tfdist launch` of elastic_fit.py (or, ``keras_fit``, of elastic_keras_fit.py with its backup dir)
-    on node1..node<nodes> (the endpoint's node last)."""
-    endpoint = f"node1:{next(_ports)}"
+    on node1..node<nodes> (the endpoint's node last), or on the nodes numbered ``only``."""
+    endpoint = endpoint or f"node1:{next(_ports)}"
     (tmp_path / "out").mkdir(exist_ok=True)
     common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", rdzv_timeout, "--cpu", "-n", "1"]
     script = [
@@ -100,6 +102,7 @@ def start_job(
             f"node{i}", *common, "--log-dir", str(tmp_path / f"run-node{i}"), *args, *script
         )
         for i in range(nodes, 0, -1)
+        if not only or i in only
     }
 
 
@@ -262,6 +265,48 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
     told = [n for n in ("node1", "node2") if "node node3 left the job" in results[n][1]]
     assert told, "no survivor was told through the rendezvous"
     assert times["rendezvous (both back)"] < 10  # survivors did not wait out the last call (10 s)
+    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+
+
+def worker_of(host: str) -> int:
+    """The PID of the training process on ``host`` (not its launcher)."""
+    for pid in processes_on(host):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if SCRIPT.encode() in argv and b"launch" not in argv:
+            return pid
+    raise AssertionError(f"no worker on {host}")
+
+
+@pytest.mark.slow
+def test_a_node_that_joins_late_is_taken_at_the_next_restart(
+    hosts: None, reference: np.ndarray, tmp_path: Path
+) -> None:
+    """--nnodes 2:3 formed by node1 and node2; node3 arrives while they train and waits (no second job
+    beside the first); node2's worker dies at a random step; at the restart the job goes on with 3 nodes
+    (the global batch of 12 now 4 per replica) and ends at the uninterrupted run's weights."""
+    endpoint = f"node1:{next(_ports)}"
+    args = ("--max-restarts", "1", "--rdzv-last-call", "1")
+    procs = start_job(tmp_path, 3, "2:3", *args, only=(1, 2), endpoint=endpoint)
+    wait_for("step 1", lambda: progress(tmp_path) >= 1, every=0.02)
+    procs.update(start_job(tmp_path, 3, "2:3", *args, only=(3,), endpoint=endpoint))
+    step = random_step() + 2
+    wait_for(f"step {step}", lambda: progress(tmp_path) >= step, every=0.02)
+    assert procs["node3"].poll() is None  # still waiting for the restart
+    assert not (tmp_path / "run-node3").exists() or not any((tmp_path / "run-node3").glob("attempt-*"))
+    os.kill(worker_of("node2"), 9)
+    results = dict(zip(procs, finish(list(procs.values())), strict=True))
+    for node in ("node1", "node2", "node3"):
+        code, output = results[node]
+        assert code == 0, output[-3000:]
+        assert "job of 3 node(s) x 1 worker(s) formed" in output and "(round 1)" in output, output[-3000:]
+    assert "the job goes on with 3 node(s) instead of 2" in results["node1"][1]
+    for rank in range(3):
+        run = json.loads((tmp_path / "out" / f"run-{rank}.json").read_text())
+        assert run["world"] == 3
+        assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-5
     assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
 
 

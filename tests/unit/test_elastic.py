@@ -60,6 +60,8 @@ def test_bad_node_ranges(text: str, expected: str) -> None:
         (["a", "b"], ["a", "b"], 2, 3, 0.0, True),  # c is gone, every survivor is back: at once
         (["a"], ["a"], 2, 3, 99.0, False),  # below the fewest: never
         (["a", "d"], ["a"], 2, 3, 0.0, True),  # a survivor and a newcomer
+        (["d"], ["a"], 1, 3, 60.0, False),  # a newcomer while a runs: never a second job beside it
+        (["d", "e"], ["a"], 1, 2, 60.0, False),  # not even with MAX newcomers
     ],
 )
 def test_when_a_round_forms(
@@ -129,6 +131,40 @@ def test_survivors_meet_again_at_once_and_a_newcomer_waits_for_the_next_round() 
         assert third["b"].names == ("a", "b", "c") and third["b"].round == 2
         with pytest.raises(ConfigError, match="already formed"):  # no round left (1 + 2 restarts)
             client.join("127.0.0.1", port, lambda: "s", request("d"), 3)
+    finally:
+        for socks in held.values():
+            for sock in socks:
+                sock.close()
+        server.stop()
+
+
+def test_a_newcomer_never_forms_a_job_beside_the_running_one() -> None:
+    """--nnodes 1:2 running on a alone: b arrives and waits for a's next restart (here: none comes, so its
+    own timeout ends the wait); when the job ends, a waiting node is told so at once."""
+    server, port = serve(1, 2, rounds=2, last_call=0.3)
+    held: dict[str, list[socket.socket]] = {}
+    try:
+        assert join_all(port, ["a"], held)["a"].names == ("a",)  # formed alone after the last call
+        with pytest.raises(ConfigError, match="gave no assignment within 2 s"):
+            client.join("127.0.0.1", port, lambda: "s", request("b"), 2, hold=[])
+        outcome: list[BaseException] = []
+
+        def wait_as_b() -> None:
+            try:
+                client.join("127.0.0.1", port, lambda: "s", request("b"), 15, hold=[])
+            except ConfigError as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=wait_as_b)
+        waiter.start()
+        time.sleep(1.0)  # b waits; the job ends well on a
+        started = time.monotonic()
+        for sock in held.pop("a"):
+            sock.close()
+        server.stop()
+        waiter.join(timeout=10)
+        assert time.monotonic() - started < 5
+        assert outcome and "ended before a restart could take this node" in str(outcome[0])
     finally:
         for socks in held.values():
             for sock in socks:

@@ -95,7 +95,10 @@ def test_two_tasks_on_a_node_are_refused_with_what_to_write() -> None:
         from_scheduler(env, nproc=1, tasks=1)
     with pytest.raises(ConfigError, match="each of the 4 tasks of a Slurm step"):
         check_not_in_multi_task_step(step)
-    check_not_in_multi_task_step(STEP)  # one task per node: a job of launchers, allowed
+    check_not_in_multi_task_step(STEP, nnodes=2)  # one task per node that took the step's nodes
+    check_not_in_multi_task_step(STEP, met=True)  # ... or met at a rendezvous
+    with pytest.raises(ConfigError, match="each of the 2 tasks"):  # tfdist train --workers 2 in srun -N 2
+        check_not_in_multi_task_step(STEP)
 
 
 def test_hosts_are_the_same_answer_and_keep_the_default_port_unset() -> None:

@@ -19,14 +19,17 @@ from tfdist.launch.config import LaunchConfig
 PYTHON_SUFFIXES = (".py", ".pyw", ".pyz")
 
 
-def check_not_in_multi_task_step(environ: Mapping[str, str]) -> None:
+def check_not_in_multi_task_step(environ: Mapping[str, str], nnodes: int = 1, met: bool = False) -> None:
     """``srun -n 4 tfdist launch -n 2 train.py`` would start 4 launchers of 2 workers each, none aware of
-    the others: refuse with what to write instead. One task per node of a step is a job of launchers
-    (tfdist.launch.membership.from_scheduler)."""
+    the others: refuse with what to write instead. One task per node of a step is a job of launchers when
+    the launch took the step's nodes (``nnodes`` > 1, tfdist.launch.membership.from_scheduler) or met at
+    a rendezvous (``met``); a launch of this node alone there (``tfdist train --workers 2`` under ``srun -N
+    2``) would be one separate job per node."""
     tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
     nodes = environ.get("SLURM_STEP_NUM_NODES", "1")
-    per_node = int(tasks) > int(nodes) if tasks.isdigit() and nodes.isdigit() else False
-    if "SLURM_STEP_ID" in environ and per_node:
+    if "SLURM_STEP_ID" not in environ or not tasks.isdigit() or not nodes.isdigit() or int(tasks) < 2:
+        return
+    if int(tasks) > int(nodes) or (nnodes == 1 and not met):
         raise ConfigError(
             f"tfdist launch is running in each of the {tasks} tasks of a Slurm step "
             f"(SLURM_STEP_NUM_TASKS={tasks} on {nodes} node(s)), "
@@ -68,7 +71,7 @@ class Machine:
 
 def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> Machine:
     """Every check that needs the machine, before anything is started or written."""
-    check_not_in_multi_task_step(environ)
+    check_not_in_multi_task_step(environ, config.nnodes, config.rendezvous)
     if config.log_dir and os.path.exists(config.log_dir) and not os.path.isdir(config.log_dir):
         raise ConfigError(f"--log-dir {config.log_dir!r} is a file. Hint: give a directory (new or a run's).")
     if config.command and not config.no_python:

@@ -130,9 +130,13 @@ class RendezvousServer:
             for conn in list(self.members.values()):
                 self._send(conn, self._farewell)  # what the members' launchers make of the closing
             notice = self._farewell.get("notice")
-            if isinstance(notice, dict):  # nodes waiting for the next round: it will not form
-                for conn in list(self.joined.values()):
-                    self._send(conn, {"error": protocol.Notice.from_dict(notice).line()})
+            for conn in list(self.joined.values()):  # nodes waiting for the next round: it will not form
+                why = (
+                    protocol.Notice.from_dict(notice).line()
+                    if isinstance(notice, dict)
+                    else f"the job at {self.endpoint} ended before a restart could take this node"
+                )
+                self._send(conn, {"error": why})
             for conn in list(self.conns.values()):
                 self._close(conn)
             self.selector.unregister(self.listener)
@@ -242,16 +246,20 @@ class RendezvousServer:
         old = self.joined.pop(request.name, None)
         if old is not None:  # the same node again (its launcher retried): the newer connection counts
             self._close(old)
-        if len(self.joined) >= self.nnodes:
+        live = set(self.members)
+        if request.name not in live and len(set(self.joined) - live) >= self.nnodes - len(live):
+            # Room is kept for every node of the running round: newcomers fill only what MAX leaves.
             self._reply(conn, {"error": f"the job at {self.endpoint} already has its {self.nnodes} node(s)."})
             return
         conn.request = request
         conn.deadline = float("inf")
-        if not self.joined and self.formed is not None:  # the first node back after a failure
+        if self.first_join is None and (not live or request.name in live):
+            # The first node of a round: at the start, or the first of the running round back after a
+            # failure (a restart). A newcomer while the round runs starts no clock: it waits for the next
+            # restart, as long as its own --rdzv-timeout lets it.
             self.first_join = time.monotonic()
-            self.deadline = self.first_join + self.timeout
-        elif self.first_join is None:
-            self.first_join = time.monotonic()
+            if self.formed is not None:
+                self.deadline = self.first_join + self.timeout
         self.joined[request.name] = conn
         log.debug("node %s joined from %s (%d/%d)", request.name, conn.address, len(self.joined), self.nnodes)
         self._maybe_form()
@@ -301,7 +309,7 @@ class RendezvousServer:
             self.rejected += 1
             self._close(conn)
         self._maybe_form()  # an elastic round whose last call ran out
-        waiting = self.formed is None or bool(self.joined)
+        waiting = self.formed is None or self.first_join is not None  # a round is being formed
         if waiting and self.failed is None and now > self.deadline:
             arrived = sorted(self.joined)
             missing = self.min_nodes - len(arrived)
@@ -342,6 +350,10 @@ class RendezvousServer:
             notice = protocol.leave_notice(conn.request.name, conn.leave, silent=conn.silent)
             if notice is not None:
                 self._notify(notice)
+            if not self.members and self.joined and self.first_join is None:
+                # Every node of the round is gone while newcomers wait: they are the next round.
+                self.first_join = time.monotonic()
+                self.deadline = self.first_join + self.timeout
         try:
             self.selector.unregister(conn.sock)
         except (KeyError, ValueError):
