@@ -29,3 +29,28 @@ def test_secret_looking_values_are_redacted() -> None:
         "TFDIST_RDZV_SECRET": "<redacted>",
         "SLURM_JOB_ID": "3",
     }
+
+
+def test_a_ray_node_on_this_machine_is_reported_with_whether_it_answers(tmp_path) -> None:
+    """As `ray start` leaves it: <temp>/ray/ray_current_cluster holds the GCS address; a real listening
+    socket answers, a closed port does not; RAY_ADDRESS wins; no file and no variable: no cluster."""
+    import socket
+
+    from tfdist.cli.env import ray_cluster
+
+    environ = {"RAY_TMPDIR": str(tmp_path)}
+    assert ray_cluster(environ) is None
+    (tmp_path / "ray").mkdir()
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen(1)
+        address = f"127.0.0.1:{gcs.getsockname()[1]}"
+        (tmp_path / "ray" / "ray_current_cluster").write_text(address + "\n")
+        found = ray_cluster(environ)
+        assert found == {
+            "address": address,
+            "from": str(tmp_path / "ray" / "ray_current_cluster"),
+            "answers": True,
+        }
+    assert ray_cluster(environ)["answers"] is False  # the node stopped: its port is closed
+    assert ray_cluster({**environ, "RAY_ADDRESS": "ray://127.0.0.1:1"})["from"] == "RAY_ADDRESS"

@@ -95,7 +95,38 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "variables": relevant_variables(environ),
         "keras_fix": keras_fix_status(environ),
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
+        "ray_cluster": ray_cluster(environ),
     }
+
+
+def ray_cluster(environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The Ray cluster ``ray.init(address="auto")`` (and ``tfdist launch --ray``) would join from here:
+    ``RAY_ADDRESS``, else the address ``ray start`` wrote on this machine
+    (``$RAY_TMPDIR|$TMPDIR|/tmp/ray/ray_current_cluster``, Ray's own lookup, read without importing Ray),
+    and whether its port answers now (a file left by a node that crashed does not); ``None``: no cluster.
+    """
+    import socket
+
+    address, where = environ.get("RAY_ADDRESS", "").strip(), "RAY_ADDRESS"
+    if not address:
+        root = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
+        where = os.path.join(root, "ray", "ray_current_cluster")
+        try:
+            with open(where, encoding="utf-8") as fh:
+                address = fh.read().strip()
+        except OSError:
+            return None
+    if not address or address == "auto":
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    answers = False
+    if host and port.isdigit():
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                answers = True
+        except OSError:
+            pass
+    return {"address": address, "from": where, "answers": answers}
 
 
 def keras_fix_status(environ: Mapping[str, str]) -> str:
@@ -143,6 +174,12 @@ def _print_tables(info: dict[str, Any]) -> None:
     for key, value in info["variables"].items() or [("(none set)", "")]:
         variables.add_row(key, value)
     console.print(variables)
+    ray = info["ray_cluster"]
+    if ray is not None:
+        state = "answers" if ray["answers"] else "does not answer: a stopped or crashed cluster?"
+        console.print(
+            f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
+        )
     if info["inside_slurm_allocation"]:
         console.print(
             "[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]"
