@@ -106,6 +106,11 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
         "each of the 4 tasks",
     ),
     # ---- tfdist train
+    (
+        ["train", "--workers", "2", "--epochs", "1"],
+        {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2"},
+        "each of the 2 tasks of a Slurm step",
+    ),
     (["train", "--lr", "nan"], {}, "'nan' is not a finite number"),
     (["train", "--lr", "inf"], {}, "'inf' is not a finite number"),
     (["train", "--lr", "0"], {}, "--lr=0.0 must be a positive, finite number"),

@@ -154,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
         backend=backend,
         extra_env=wire,
     )
+    from tfdist.launch.preflight import preflight as launch_preflight
+
+    launch_preflight(launch_config)  # refused here, before the run directory is made
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
     os.makedirs(config.output_dir, exist_ok=True)
