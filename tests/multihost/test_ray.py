@@ -261,6 +261,27 @@ def test_plain_mwms_custom_loop_matches_one_process(ray_cluster: RayCluster, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["pack", "strict-spread"])
+def test_placement_strategies_place_as_named_and_train_the_same(
+    ray_cluster: RayCluster, tmp_path: Path, strategy: str
+) -> None:
+    """pack: both workers on one node (2 CPUs hold them); strict-spread: one per node. Same weights."""
+    script = str(HELPERS / "plain_mwms.py")
+    single, out = tmp_path / "single", tmp_path / "out"
+    single.mkdir(), out.mkdir()
+    one_process(script, str(single))
+    args = ("-n", "2", "--cpu", "--ray-strategy", strategy, "--log-dir", str(tmp_path / "run"))
+    proc = ray_cluster.launch(*args, script, str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(line for line in proc.stderr.splitlines() if "placed 2 worker(s)" in line)
+    nodes = {addr for addr in ("10.85.0.1", "10.85.0.2") if f"on {addr}" in line}
+    assert len(nodes) == (1 if strategy == "pack" else 2), line
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(2):
+        assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+@pytest.mark.slow
 def test_killed_worker_restarts_from_the_checkpoint(ray_cluster: RayCluster, tmp_path: Path) -> None:
     """Rank 1 (on node2) SIGKILLs itself in epoch 2 of the first attempt; --max-restarts 1 resumes."""
     script = str(HELPERS / "fit_probe.py")
