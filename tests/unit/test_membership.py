@@ -86,6 +86,14 @@ def test_the_pods_of_a_manifest_are_the_job_of_their_names() -> None:
     assert answer.ports == ((2222, 2223, 2224),) * 3
 
 
+def test_more_workers_than_a_slurm_jobs_port_slot_need_tfdist_port() -> None:
+    env = scheduler_environment(STEP)
+    assert env is not None
+    with pytest.raises(ConfigError, match="exceed the 40 ports tfdist derives per Slurm job"):
+        from_scheduler(env, nproc=41, tasks=41)
+    assert from_scheduler(env, nproc=41, tasks=41, port_given=True).meet().ports[0][-1] == 23640
+
+
 def test_two_tasks_on_a_node_are_refused_with_what_to_write() -> None:
     step = {**STEP, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_PROCID": "3"}
     step["SLURM_LOCALID"] = "1"

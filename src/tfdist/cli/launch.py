@@ -311,7 +311,10 @@ def _membership(scheduler: Any, config: Any) -> Any:
     from tfdist.launch import membership
 
     if scheduler is not None:
-        return membership.from_scheduler(scheduler, config.nproc_per_node, config.tasks_per_node)
+        from tfdist import variables
+
+        given = variables.is_set("TFDIST_PORT")
+        return membership.from_scheduler(scheduler, config.nproc_per_node, config.tasks_per_node, given)
     if config.nnodes > 1:
         return membership.from_hosts(config)
     return None
