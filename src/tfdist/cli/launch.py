@@ -282,9 +282,16 @@ def _meet(membership: Any, config: Any) -> Any:
     from tfdist.launch.membership import placed
 
     assignment = membership.meet()
+    met = placed(config, membership, assignment)
+    if not membership.ports_agreed:
+        # A fixed answer's mistakes (a host that does not resolve, a port taken here) are the one line
+        # printed, before any summary (a rendezvous checked this node's side before meeting).
+        from tfdist.launch.preflight import preflight
+
+        preflight(met)
     if membership.ports_agreed or assignment.nnodes > 1:
         console_print(f"tfdist launch: {assignment.summary()}")
-    return placed(config, membership, assignment)
+    return met
 
 
 def _scheduler(args: argparse.Namespace) -> Any:
