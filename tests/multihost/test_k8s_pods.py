@@ -190,12 +190,11 @@ def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(hosts: None, t
 
 
 def test_pods_whose_command_is_tfdist_launch_run_two_workers_each(hosts: None, tmp_path: Path) -> None:
-    """A pod may start several workers itself (``tfdist launch -n 2 train.py`` as its command): each
-    launcher reads its node and peers from the pod (index, Service, pod count), 2 pods x 2 workers."""
+    """``--nproc-per-pod 2``: each pod runs ``tfdist launch -n 2 train.py``; each launcher reads its node
+    and peers from the pod (index, Service, pod count): 2 pods x 2 workers, one job."""
     single, out, command = _fit(tmp_path)
-    container = pod_container("--workers", "2", "--name", "train", command=command)
-    script_and_args = command[1:]  # without `python`: tfdist launch runs the script in each worker
-    container["command"] = ["python", "-m", "tfdist", "launch", "-n", "2", "--cpu", *script_and_args]
+    container = pod_container("--workers", "2", "--name", "train", "--nproc-per-pod", "2", command=command)
+    assert container["command"][:6] == ["python", "-m", "tfdist", "launch", "-n", "2"]
     outputs = run_pods(
         container,
         {

@@ -55,6 +55,10 @@ def tfdist(*args: str, env: dict[str, str] | None = None, cwd: Path | None = Non
         ((*GOOD, "--kind", "statefulset"), "argument --kind: invalid choice: 'statefulset'"),
         (("--workers", "2", "--image", "my image"), "--image 'my image' is not an image reference"),
         (("--workers", "2"), "the following arguments are required: --image"),
+        ((*GOOD, "--nproc-per-pod", "0"), "--nproc-per-pod 0: a pod needs at least 1 training process"),
+        ((*GOOD, "--nproc-per-pod", "2", "--kind", "tfjob"), "gives each pod one TF_CONFIG, one process"),
+        ((*GOOD, "--nproc-per-pod", "4", "--gpus-per-worker", "2"), "Hint: --gpus-per-worker 4 (or 0"),
+        ((*GOOD, "--nproc-per-pod", "2", "--port", "65535"), "passes port 65535"),
     ],
 )  # fmt: skip
 def test_bad_manifest_flags_are_one_line_and_write_nothing(
@@ -65,6 +69,13 @@ def test_bad_manifest_flags_are_one_line_and_write_nothing(
     assert code == 2 and stdout == "", stderr
     assert stderr.count("\n") == 1 and expected in stderr, stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_several_processes_per_pod_need_a_python_command_tfdist_launch_can_start(tmp_path: Path) -> None:
+    flags = (*GOOD, "--nproc-per-pod", "2")
+    code, stdout, stderr = tfdist("k8s", "manifest", *flags, "--", "python", "-u", "t.py")
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    assert "the command must be `python SCRIPT ...` or `python -m MODULE ...`" in stderr
 
 
 def test_no_command_and_a_missing_output_directory(tmp_path: Path) -> None:

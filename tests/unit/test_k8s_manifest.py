@@ -38,6 +38,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "job-gpu": ("--workers", "4", "--image", IMAGE, "--name", "resnet", *FULL),
     "jobset": ("--workers", "4", "--image", IMAGE, "--kind", "jobset", *FULL),
     "tfjob": ("--workers", "4", "--image", IMAGE, "--kind", "tfjob", *FULL),
+    "job-procs": ("--workers", "2", "--image", IMAGE, "--nproc-per-pod", "4", "--gpus-per-worker", "4"),
 }
 SPECS = {
     "job-1": K8sJobSpec(command=COMMAND, image=IMAGE, workers=1),
@@ -50,6 +51,16 @@ SPECS = {
         command=COMMAND, image=IMAGE, workers=2, kind="jobset", gpus_per_worker=2, pvcs=(("d", "/d"),)
     ),
     "tfjob": K8sJobSpec(command=COMMAND, image=IMAGE, workers=2, kind="tfjob"),
+    "job-procs": K8sJobSpec(command=COMMAND, image=IMAGE, workers=3, nproc_per_pod=2),
+    "jobset-procs": K8sJobSpec(
+        command=("python", "-m", "pkg.train"),
+        image=IMAGE,
+        workers=2,
+        kind="jobset",
+        nproc_per_pod=8,
+        gpus_per_worker=8,
+    ),
+    "job-procs-binary": K8sJobSpec(command=("/opt/train",), image=IMAGE, workers=2, nproc_per_pod=2),
     "tfjob-gpu": K8sJobSpec(
         command=COMMAND, image=IMAGE, workers=5, kind="tfjob", gpus_per_worker=1, cpu="4", memory="8G"
     ),
@@ -208,8 +219,16 @@ def test_rules_the_api_server_enforces(name: str) -> None:
     # Extended resources (GPUs) are whole numbers in limits.
     gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
     assert gpus == (spec.gpus_per_worker or None)
-    assert container["command"][:5] == ["python", "-m", "tfdist", "run", "--"]
-    assert tuple(container["command"][5:]) == COMMAND
+    if spec.nproc_per_pod == 1:
+        assert container["command"][:5] == ["python", "-m", "tfdist", "run", "--"]
+        assert tuple(container["command"][5:]) == COMMAND
+    else:
+        assert container["command"][:6] == ["python", "-m", "tfdist", "launch", "-n", str(spec.nproc_per_pod)]
+        assert ("--cpu" in container["command"]) == (not spec.gpus_per_worker)
+    # One port per process, each named once (a name is at most 15 characters).
+    ports = container["ports"]
+    assert [p["containerPort"] for p in ports] == list(range(spec.port, spec.port + spec.nproc_per_pod))
+    assert len({p["name"] for p in ports}) == len(ports) and all(len(p["name"]) <= 15 for p in ports)
     if workload["kind"] == "Job":
         service = docs[0]
         assert workload["spec"]["parallelism"] == workload["spec"]["completions"] == spec.workers
@@ -237,6 +256,33 @@ def test_every_pod_derives_the_same_job_from_what_kubernetes_gives_it(name: str)
         assert isinstance(found, KubernetesEnvironment)
         assert (found.rank, found.world_size, found.is_chief) == (index, spec.workers, index == 0)
         assert found.cluster_spec == {"worker": expected}
+
+
+@pytest.mark.parametrize("name", ["job-procs", "jobset-procs"])
+def test_each_pods_launcher_derives_the_same_nodes(name: str) -> None:
+    """With several processes per pod, each pod's `tfdist launch` reads the pods as the job's nodes."""
+    from tfdist.launch.membership import from_scheduler, scheduler_environment
+
+    spec = SPECS[name]
+    [container] = pod_template(plain(spec)[-1])["spec"]["containers"]
+    manifest_env = {item["name"]: item["value"] for item in container["env"]}
+    k = spec.nproc_per_pod
+    for index in range(spec.workers):
+        pod_env = {**manifest_env, "JOB_COMPLETION_INDEX": str(index), "HOSTNAME": spec.pod_hostname(index)}
+        env = scheduler_environment(pod_env)
+        assert env is not None
+        answer = from_scheduler(env, k, k).meet()
+        assert answer.node_rank == index
+        assert answer.names == tuple(f"{spec.pod_hostname(i)}.{spec.service}" for i in range(spec.workers))
+        assert answer.ports == (tuple(range(spec.port, spec.port + k)),) * spec.workers
+    command = container["command"]
+    if name == "jobset-procs":  # `python -m pkg.train` stays a module for the launcher
+        assert command[-2:] == ["-m", "pkg.train"] and "--cpu" not in command
+
+
+def test_a_command_that_is_not_python_runs_as_is_in_each_process() -> None:
+    [container] = pod_template(plain(SPECS["job-procs-binary"])[-1])["spec"]["containers"]
+    assert container["command"][-2:] == ["--no-python", "/opt/train"]
 
 
 def test_a_tfjob_pod_keeps_the_operators_tf_config() -> None:

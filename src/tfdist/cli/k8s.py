@@ -25,7 +25,12 @@ def register(sub: Any) -> None:
         ("submit", "create the job's objects on the cluster kubectl talks to"),
     ):
         a = actions.add_parser(name, help=helptext)
-        a.add_argument("--workers", type=integer, required=True, help="pods, one training process each")
+        a.add_argument(
+            "--workers",
+            type=integer,
+            required=True,
+            help="pods (one training process each, or --nproc-per-pod)",
+        )
         a.add_argument("--image", required=True, help="container image with TensorFlow and tfdist installed")
         a.add_argument("--name", default="train", help="job name, also the Service and pod names (train)")
         a.add_argument("--namespace", default=None, help="namespace (default: the kubeconfig context's)")
@@ -56,6 +61,12 @@ def register(sub: Any) -> None:
             help="times the whole job may start again after a failure (default 3)",
         )
         a.add_argument("--python", default="python", help="the image's Python with tfdist (python)")
+        a.add_argument(
+            "--nproc-per-pod",
+            type=integer,
+            default=1,
+            help="training processes per pod, one GPU each: the pod runs tfdist launch -n K (default 1)",
+        )
         if name == "manifest":
             a.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run in every pod")
@@ -95,6 +106,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         port=args.port,
         max_restarts=args.max_restarts,
         python=args.python,
+        nproc_per_pod=args.nproc_per_pod,
     )
 
 

@@ -54,7 +54,8 @@ def _metadata(spec: K8sJobSpec) -> dict[str, Any]:
 
 
 def container(spec: K8sJobSpec, name: str = "worker", port_name: str = "tf") -> dict[str, Any]:
-    """The one container of every pod: ``tfdist run -- COMMAND`` with the job's variables."""
+    """The one container of every pod: ``tfdist run -- COMMAND`` (or ``tfdist launch -n K``) with the job's
+    variables."""
     env: list[dict[str, str]] = []
     if spec.kind != "tfjob":  # the training operator describes a TFJob's cluster in TF_CONFIG itself
         env += [
@@ -68,9 +69,13 @@ def container(spec: K8sJobSpec, name: str = "worker", port_name: str = "tf") -> 
     out: dict[str, Any] = {
         "name": name,
         "image": spec.image,
-        "command": _Command([spec.python, "-m", "tfdist", "run", "--", *spec.command]),
+        "command": _Command(list(spec.pod_command())),
         "env": env,
-        "ports": [{"name": port_name, "containerPort": spec.port}],
+        # Every process of the pod listens on its own port: port, port + 1, ...
+        "ports": [
+            {"name": port_name if i == 0 else f"{port_name}-{i}", "containerPort": spec.port + i}
+            for i in range(spec.nproc_per_pod)
+        ],
     }
     resources = _resources(spec)
     if resources:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -26,7 +27,8 @@ RESERVED_ENV = ("TFDIST_WORLD_SIZE", "TFDIST_K8S_SERVICE", "TFDIST_PORT", "TF_CO
 
 @dataclass(frozen=True)
 class K8sJobSpec:
-    """A job of ``workers`` pods, one training process each, each pod started as ``tfdist run -- CMD``."""
+    """A job of ``workers`` pods, each started as ``tfdist run -- CMD`` (one training process), or with
+    ``nproc_per_pod`` > 1 as ``tfdist launch -n K SCRIPT`` (K processes, one GPU each)."""
 
     command: tuple[str, ...]
     image: str
@@ -46,6 +48,9 @@ class K8sJobSpec:
     max_restarts: int = 3
     #: The interpreter in the image that has tfdist installed.
     python: str = "python"
+    #: Training processes per pod: 1 runs the command itself; K > 1 runs ``tfdist launch -n K`` in the pod,
+    #: listening on ``port`` .. ``port + K - 1`` (the pods' launchers read the job as ``tfdist run`` does).
+    nproc_per_pod: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -55,6 +60,7 @@ class K8sJobSpec:
             _check_label("--namespace", self.namespace)
         self._check_numbers()
         self._check_text()
+        self.pod_command()  # a command tfdist launch cannot start is refused here
         longest = self.pod_hostname(self.workers - 1)
         if len(longest) > 63:
             raise ConfigError(
@@ -78,12 +84,57 @@ class K8sJobSpec:
             raise ConfigError(f"--port {self.port} is not a port (1-65535).")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} is negative; give 0 or more.")
+        self._check_procs()
         for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
             if value is not None and (not _QUANTITY.match(value) or not float(_number_part(value))):
                 raise ConfigError(
                     f"{flag} {value!r} is not a positive Kubernetes quantity. Hint: e.g. --cpu 4 or 500m, "
                     "--memory 16Gi."
                 )
+
+    def _check_procs(self) -> None:
+        k = self.nproc_per_pod
+        if k < 1:
+            raise ConfigError(f"--nproc-per-pod {k}: a pod needs at least 1 training process.")
+        if k == 1:
+            return
+        if self.kind == "tfjob":
+            raise ConfigError(
+                f"--nproc-per-pod {k} with --kind tfjob: the training operator gives each pod one TF_CONFIG, "
+                "one process. Hint: --kind job or jobset, or --nproc-per-pod 1."
+            )
+        if self.gpus_per_worker not in (0, k):
+            raise ConfigError(
+                f"--nproc-per-pod {k} with --gpus-per-worker {self.gpus_per_worker}: each process drives one "
+                f"GPU. Hint: --gpus-per-worker {k} (or 0 on CPU)."
+            )
+        if self.port + k - 1 > 65535:
+            raise ConfigError(f"--port {self.port} with --nproc-per-pod {k} passes port 65535.")
+
+    def pod_command(self) -> tuple[str, ...]:
+        """What every pod runs: ``tfdist run -- CMD``, or ``tfdist launch -n K ...`` for K processes.
+
+        Input/Output: ``python train.py --epochs 3`` with K=4 and 4 GPUs ->
+        ``python -m tfdist launch -n 4 --log-dir /tmp/tfdist-run train.py --epochs 3`` (``--cpu`` without
+        GPUs; ``-m pkg.mod`` kept; a command that is not Python gets ``--no-python``).
+        """
+        k = self.nproc_per_pod
+        if k == 1:
+            return (self.python, "-m", "tfdist", "run", "--", *self.command)
+        first, rest = self.command[0], self.command[1:]
+        if os.path.basename(first).startswith("python"):
+            if not rest or (rest[0].startswith("-") and rest[0] != "-m"):
+                raise ConfigError(
+                    f"--nproc-per-pod {k}: the command must be `python SCRIPT ...` or `python -m MODULE ...` "
+                    f"(tfdist launch starts the interpreter of each process), not {' '.join(self.command)!r}."
+                )
+            script: tuple[str, ...] = rest
+        else:
+            script = ("--no-python", *self.command)
+        cpu = ("--cpu",) if not self.gpus_per_worker else ()
+        # /tmp: a container's working directory may be read-only; the logs also go to `kubectl logs`.
+        launch = (self.python, "-m", "tfdist", "launch", "-n", str(k), *cpu, "--log-dir", "/tmp/tfdist-run")
+        return (*launch, *script)
 
     def _check_text(self) -> None:
         if not self.command:
