@@ -4,8 +4,9 @@ The launcher (:func:`tfdist.launch.launch` with ``rejoin`` and ``told``) asks a 
 job's nodes at the start and again before every restart (:meth:`~Membership.meet`), polls it while its
 workers run (:meth:`~Membership.notice`: another node failed or left) and tells it how the job ended on
 this node (:meth:`~Membership.close`) -- the roles of torch elastic's ``RendezvousHandler``
-(``next_rendezvous``, ``num_nodes_waiting``, ``shutdown``). The answer is an :class:`Assignment`: this
-node's rank and every node's name, address and ports, in rank order.
+(``next_rendezvous``, ``shutdown``; ``notice`` stands for its agent's health checks of the other nodes).
+The answer is an :class:`Assignment`: this node's rank and every node's name, address and ports, in rank
+order.
 
 Sources:
 
