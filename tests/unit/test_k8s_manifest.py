@@ -271,7 +271,7 @@ def test_each_pods_launcher_derives_the_same_nodes(name: str) -> None:
         pod_env = {**manifest_env, "JOB_COMPLETION_INDEX": str(index), "HOSTNAME": spec.pod_hostname(index)}
         env = scheduler_environment(pod_env)
         assert env is not None
-        answer = from_scheduler(env, k, k).meet()
+        answer = from_scheduler(env, pod_env, k, k).meet()
         assert answer.node_rank == index
         assert answer.names == tuple(f"{spec.pod_hostname(i)}.{spec.service}" for i in range(spec.workers))
         assert answer.ports == (tuple(range(spec.port, spec.port + k)),) * spec.workers

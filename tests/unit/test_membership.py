@@ -56,7 +56,7 @@ POD = {
 def test_a_slurm_step_of_one_task_per_node_is_the_job_of_its_nodes() -> None:
     env = scheduler_environment(STEP)
     assert env is not None and env.kind == "slurm"
-    answer = from_scheduler(env, nproc=2, tasks=2).meet()
+    answer = from_scheduler(env, STEP, nproc=2, tasks=2).meet()
     # The port base Slurm jobs derive from the job id: 20000 + (90 mod 1000) * 40.
     assert answer == Assignment(
         node_rank=1,
@@ -81,7 +81,7 @@ def test_a_batch_script_or_one_task_is_not_a_job_of_launchers() -> None:
 def test_the_pods_of_a_manifest_are_the_job_of_their_names() -> None:
     env = scheduler_environment(POD)
     assert env is not None and env.kind == "kubernetes"
-    answer = from_scheduler(env, nproc=3, tasks=3).meet()
+    answer = from_scheduler(env, POD, nproc=3, tasks=3).meet()
     assert answer.node_rank == 2 and answer.names == ("train-0.train", "train-1.train", "train-2.train")
     assert answer.ports == ((2222, 2223, 2224),) * 3
 
@@ -89,9 +89,11 @@ def test_the_pods_of_a_manifest_are_the_job_of_their_names() -> None:
 def test_more_workers_than_a_slurm_jobs_port_slot_need_tfdist_port() -> None:
     env = scheduler_environment(STEP)
     assert env is not None
-    with pytest.raises(ConfigError, match="exceed the 40 ports tfdist derives per Slurm job"):
-        from_scheduler(env, nproc=41, tasks=41)
-    assert from_scheduler(env, nproc=41, tasks=41, port_given=True).meet().ports[0][-1] == 23640
+    with pytest.raises(ConfigError, match="41 tasks on one node exceed the 40 ports tfdist derives per job"):
+        from_scheduler(env, STEP, nproc=41, tasks=41)
+    given = {**STEP, "TFDIST_PORT": "30000"}
+    answer = from_scheduler(scheduler_environment(given), given, nproc=41, tasks=41).meet()  # type: ignore[arg-type]
+    assert answer.ports[0] == tuple(range(30000, 30041))
 
 
 def test_two_tasks_on_a_node_are_refused_with_what_to_write() -> None:
@@ -100,7 +102,7 @@ def test_two_tasks_on_a_node_are_refused_with_what_to_write() -> None:
     env = scheduler_environment(step)
     assert env is not None
     with pytest.raises(ConfigError, match="srun --ntasks-per-node=1 tfdist launch -n K"):
-        from_scheduler(env, nproc=1, tasks=1)
+        from_scheduler(env, step, nproc=1, tasks=1)
     with pytest.raises(ConfigError, match="each of the 4 tasks of a Slurm step"):
         check_not_in_multi_task_step(step)
     check_not_in_multi_task_step(STEP, nnodes=2)  # one task per node that took the step's nodes
@@ -122,7 +124,7 @@ def test_hosts_are_the_same_answer_and_keep_the_default_port_unset() -> None:
 
 def test_a_scheduler_answer_sets_the_nodes_and_the_port_base() -> None:
     config = LaunchConfig(command=("t.py",), nproc_per_node=2)
-    member = from_scheduler(scheduler_environment(STEP), nproc=2, tasks=2)  # type: ignore[arg-type]
+    member = from_scheduler(scheduler_environment(STEP), STEP, nproc=2, tasks=2)  # type: ignore[arg-type]
     job = placed(config, member, member.meet())
     assert (job.nnodes, job.node_rank, job.hosts, job.base_port) == (2, 1, ("node1", "node2"), 23600)
     assert job.node_ports == ()  # derived from the base: this node checks its own are free

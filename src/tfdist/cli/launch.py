@@ -276,18 +276,17 @@ def _meeting(args: argparse.Namespace, config: Any, nodes: Any) -> Any:
     )
 
 
-def _meet(membership: Any, config: Any) -> Any:
-    """``config`` with the nodes, this node's rank and its ports as the membership answers now."""
+def _meet(membership: Any, config: Any, *, check: bool = False) -> Any:
+    """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
+    run this node's checks on the answer first, so that a mistake (a host that does not resolve, a port
+    taken here) is the one line printed, before the job summary."""
     from tfdist.launch.logs import console_print
     from tfdist.launch.membership import placed
+    from tfdist.launch.preflight import preflight
 
     assignment = membership.meet()
     met = placed(config, membership, assignment)
-    if not membership.ports_agreed:
-        # A fixed answer's mistakes (a host that does not resolve, a port taken here) are the one line
-        # printed, before any summary (a rendezvous checked this node's side before meeting).
-        from tfdist.launch.preflight import preflight
-
+    if check:
         preflight(met)
     if membership.ports_agreed or assignment.nnodes > 1:
         console_print(f"tfdist launch: {assignment.summary()}")
@@ -297,8 +296,6 @@ def _meet(membership: Any, config: Any) -> Any:
 def _scheduler(args: argparse.Namespace) -> Any:
     """The scheduler's job when it started one ``tfdist launch`` per node (its tasks are the nodes), checked
     before the flags that would describe the nodes a second time; ``None`` elsewhere."""
-    import os
-
     from tfdist.launch.membership import scheduler_environment
 
     scheduler = scheduler_environment(os.environ)
@@ -318,10 +315,7 @@ def _membership(scheduler: Any, config: Any) -> Any:
     from tfdist.launch import membership
 
     if scheduler is not None:
-        from tfdist import variables
-
-        given = variables.is_set("TFDIST_PORT")
-        return membership.from_scheduler(scheduler, config.nproc_per_node, config.tasks_per_node, given)
+        return membership.from_scheduler(scheduler, os.environ, config.nproc_per_node, config.tasks_per_node)
     if config.nnodes > 1:
         return membership.from_hosts(config)
     return None
@@ -391,9 +385,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             # Every restart meets again: the nodes still there (and any new ones, up to MAX) form the job.
             # A notice that another node failed ends this node's attempt at once (no collective timeout).
-            result = launch(
-                _meet(member, base), rejoin=lambda _attempt: _meet(member, base), told=member.notice
-            )
+            # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
+            first = _meet(member, base, check=not member.ports_agreed)
+            result = launch(first, rejoin=lambda _attempt: _meet(member, base), told=member.notice)
         finally:
             _leave(member, result)
     if result.exit_code == 0:

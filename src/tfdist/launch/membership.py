@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tfdist.env.base import ClusterEnvironment
-from tfdist.env.slurm import PORT_SLOT_WIDTH
+from tfdist.env.slurm import derive_base_port
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import DEFAULT_BASE_PORT
@@ -92,11 +92,10 @@ def from_hosts(config: LaunchConfig, source: str = "--hosts") -> Fixed:
     )
 
 
-def from_scheduler(env: ClusterEnvironment, nproc: int, tasks: int, port_given: bool = False) -> Fixed:
+def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: int, tasks: int) -> Fixed:
     """The nodes of a job whose scheduler started one ``tfdist launch`` per node: ``env`` is this
-    launcher's task as the scheduler describes it (one task per node), ``nproc`` the workers it starts
-    and ``tasks`` the processes it runs (workers and any parameter servers); ``port_given``: the base
-    port came from TFDIST_PORT, not from the job id.
+    launcher's task as the scheduler describes it from ``environ`` (one task per node), ``nproc`` the
+    workers it starts and ``tasks`` the processes it runs (workers and any parameter servers).
 
     Input/Output: a Slurm step on n1,n2 with one task each, this one rank 1, base port 20400 ->
     ``Assignment(node_rank=1, names=("n1", "n2"), ports=((20400, 20401), (20400, 20401)), ...)`` for 2 tasks.
@@ -112,12 +111,9 @@ def from_scheduler(env: ClusterEnvironment, nproc: int, tasks: int, port_given: 
             "(or tfdist slurm submit -- python train.py)."
         )
     base = int(addresses[0].rpartition(":")[2])
-    if env.kind == "slurm" and tasks > PORT_SLOT_WIDTH and not port_given:
-        # Ports derived from the job id leave each job PORT_SLOT_WIDTH of them per node.
-        raise ConfigError(
-            f"{tasks} processes per node exceed the {PORT_SLOT_WIDTH} ports tfdist derives per Slurm job. "
-            "Hint: set TFDIST_PORT to a free base port."
-        )
+    if env.kind == "slurm":
+        # Slurm's own checks of a job's ports, now for `tasks` per node: the job's slot, TFDIST_PORT, 65535.
+        derive_base_port(environ, tasks)
     ports = tuple(range(base, base + tasks))
     if ports[-1] > 65535:
         raise ConfigError(f"{env.source}: base port {base} with {tasks} tasks per node passes 65535.")
