@@ -31,7 +31,7 @@ def synchroniser(strategy: Any) -> Synchroniser:
     if not ctx.process_level:
         from tfdist.sync.tf_collectives import TfCollectives
 
-        return TfCollectives(strategy, ctx.environment.world_size)
+        return TfCollectives(strategy, ctx.environment.world_size, ctx.environment.rank)
     if strategy.num_replicas_in_sync != 1:
         raise ConfigError(
             f"the {ctx.backend} backend needs one device per process, but this strategy has several "

@@ -49,6 +49,11 @@ class Synchroniser(Protocol):
         """An evaluation step's metric sums -> what the step returns."""
         ...
 
+    def step_total(self, value: Any) -> Any:
+        """A float32 scalar summed over every replica of the job, inside the replica function (the real
+        rows of a global batch made of the workers' own data)."""
+        ...
+
     def reduce_totals(self, totals: Any) -> Any:
         """A worker's accumulated step results -> the job's (a no-op when the step already summed them)."""
         ...
@@ -63,6 +68,11 @@ class Synchroniser(Protocol):
 
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every process's array concatenated along the first axis, in process order."""
+        ...
+
+    def table(self, row: np.ndarray) -> np.ndarray:
+        """Every worker's ``row`` (a few float64 numbers), one row per worker in rank order: what the
+        workers compare at set-up (their callbacks' needs, their data's sizes) to run one schedule."""
         ...
 
     def broadcast_weights(self, model: Any) -> None:
@@ -121,9 +131,20 @@ class ProcessLevel:
         """Already summed over the ranks, with the gradients."""
         return totals
 
+    def step_total(self, value: Any) -> Any:
+        """Summed over the ranks now (each rank is one replica): one all-reduce of one float."""
+        import tensorflow as tf
+
+        return self.graph_allreduce([tf.reshape(value, [1])])[0][0]
+
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Every process's array concatenated along the first axis, in process order."""
         raise NotImplementedError
+
+    def table(self, row: np.ndarray) -> np.ndarray:
+        """Every rank's ``row``, in rank order (one small gather)."""
+        row = np.asarray(row, np.float64).reshape(1, -1)
+        return row if self.size == 1 else self.allgather(row)
 
     def agree(self, flag: bool) -> bool:
         """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""

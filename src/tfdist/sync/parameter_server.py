@@ -34,6 +34,10 @@ class ParameterServer:
         """Evaluation runs on the chief: its sums are the job's."""
         return sums
 
+    def step_total(self, value: Any) -> Any:
+        """One worker's batch per scheduled step: its total is the step's."""
+        return value
+
     def reduce_totals(self, totals: Any) -> Any:
         """The steps add their sums to a variable on a parameter server: already the job's."""
         return totals
@@ -49,6 +53,10 @@ class ParameterServer:
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """Only the chief runs the user's code: its array is everything."""
         return array
+
+    def table(self, row: np.ndarray) -> np.ndarray:
+        """Only the chief runs the user's code: its row is the table."""
+        return np.asarray(row, np.float64).reshape(1, -1)
 
     def agree(self, flag: bool) -> bool:
         """Only the chief runs the user's callbacks: its answer is the job's."""

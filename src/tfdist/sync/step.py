@@ -64,7 +64,7 @@ def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, s: An
 
 
 def replica_train_step(
-    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any
+    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any, own_data: bool = False
 ) -> Callable[[Any, Any, Any, Any, Any], Any]:
     """THE training step of one replica, for every backend: forward, loss averaged over the GLOBAL batch,
     gradients, ``sync.exchange``, ``apply_gradients``; returns the step's sums (:func:`global_sums`).
@@ -73,12 +73,19 @@ def replica_train_step(
     replica's: each row's share ``s`` is 1 / the real rows of its global batch, a partial last one
     included) because the gradients are then summed over every replica: by Keras 3 inside
     ``apply_gradients`` under a strategy, or by the synchroniser across processes.
+
+    ``own_data``: each worker's data is its own (:mod:`tfdist.train.uneven`): no worker knows how many
+    real rows the global batch holds, so ``s`` marks this replica's real rows (1) and is divided here by
+    the job's count of them (``sync.step_total``, one all-reduce of a number).
     """
     import tensorflow as tf
 
     optimizer = model.optimizer
 
     def step(x: Any, y: Any, w: Any, s: Any, stop: Any) -> Any:
+        if own_data:
+            real = tf.cast(s > 0, tf.float32)
+            s = real / tf.maximum(sync.step_total(tf.reduce_sum(real)), 1.0)
         variables = model.trainable_variables
         with tf.GradientTape() as tape:
             pred = model(x, training=True)
@@ -116,12 +123,14 @@ def make_steps(
     step_var: Any,
     sync: Any,
     jit_compile: bool = False,
+    own_data: bool = False,
 ) -> tuple[Any, Any]:
     """Build (train_step, eval_step); both take a distributed batch (x, y, w, s) and return this worker's sums
-    over its local replicas (the job's sums when the synchroniser reduced them in the step)."""
+    over its local replicas (the job's sums when the synchroniser reduced them in the step). ``own_data``:
+    see :func:`replica_train_step`."""
     import tensorflow as tf
 
-    train_replica = replica_train_step(model, loss_fn, metrics, sync)
+    train_replica = replica_train_step(model, loss_fn, metrics, sync, own_data)
     eval_replica = replica_eval_step(model, loss_fn, metrics, sync)
 
     def local_sum(per_replica: Any) -> Any:

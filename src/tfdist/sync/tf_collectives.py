@@ -24,9 +24,10 @@ class TfCollectives:
     jit_ok = True
     processes = (0, 1)  # the strategy itself splits each global batch over every worker
 
-    def __init__(self, strategy: Any, world_size: int) -> None:
-        self.strategy, self.world_size = strategy, world_size
+    def __init__(self, strategy: Any, world_size: int, rank: int = 0) -> None:
+        self.strategy, self.world_size, self.rank = strategy, world_size, rank
         self._reduce = make_reduce(strategy)
+        self._tables: Callable[[Any], Any] | None = None
         self._width = 1  # the shape of the last reduced vector: the barrier reuses its traced function
 
     def regularization(self, total: Any) -> Any:
@@ -42,6 +43,12 @@ class TfCollectives:
     def exchange_sums(self, sums: Any) -> Any:
         """Nothing here: reduced with the rest of the totals."""
         return sums
+
+    def step_total(self, value: Any) -> Any:
+        """Summed over every replica of every worker (one all-reduce inside the step)."""
+        import tensorflow as tf
+
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
 
     def reduce_totals(self, totals: Any) -> Any:
         """This worker's totals summed over all workers (one all-reduce)."""
@@ -62,6 +69,18 @@ class TfCollectives:
         vector[0] = float(flag)
         return bool(np.asarray(self._reduce(vector))[0] > 0)
 
+    def table(self, row: np.ndarray) -> np.ndarray:
+        """Every worker's ``row`` in rank order: each worker fills its own row of a zero table and one
+        all-reduce sums them (float64: sizes and counts stay exact)."""
+        row = np.asarray(row, np.float64).reshape(-1)
+        if self.world_size == 1:
+            return row.reshape(1, -1)
+        table = np.zeros((self.world_size, row.size), np.float64)
+        table[self.rank] = row
+        if self._tables is None:  # its own traced function: the totals' one is not retraced for tables
+            self._tables = make_reduce(self.strategy, any_length=True)
+        return np.asarray(self._tables(table.reshape(-1))).reshape(self.world_size, row.size)
+
     def allgather(self, array: np.ndarray) -> np.ndarray:
         """The strategy gathers inside the step (``strategy.gather``); across processes there is nothing."""
         return array
@@ -71,11 +90,12 @@ class TfCollectives:
         del model
 
 
-def make_reduce(strategy: Any) -> Callable[[Any], Any]:
+def make_reduce(strategy: Any, any_length: bool = False) -> Callable[[Any], Any]:
     """A function summing a vector of per-worker totals over all workers (one all-reduce).
 
     Every local replica receives the worker's vector; only the first of them contributes it, so each
-    worker's total is counted once.
+    worker's total is counted once. ``any_length``: traced for vectors of any length (set-up tables of
+    several widths), not once per length.
     """
     import tensorflow as tf
 
@@ -89,7 +109,7 @@ def make_reduce(strategy: Any) -> Callable[[Any], Any]:
         first = tf.equal(ctx.replica_id_in_sync_group % local_replicas, 0)
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.where(first, totals, tf.zeros_like(totals)))
 
-    @tf.function
+    @tf.function(reduce_retracing=any_length)
     def reduce(totals: Any) -> Any:
         return strategy.experimental_local_results(strategy.run(replica, args=(totals,)))[0]
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
+from tfdist.train.uneven import OwnData, own_data, own_dataset
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,17 @@ class DistributedData:
         seed: int,
         processes: tuple[int, int] = (0, 1),
         class_weights: Any = None,
+        table: Callable[[np.ndarray], np.ndarray] | None = None,
+        per_worker: bool | None = False,
     ) -> None:
-        """``class_weights``: a table from :func:`tfdist.train.weights.class_weight_table`, or None."""
+        """``class_weights``: a table from :func:`tfdist.train.weights.class_weight_table`, or None.
+        ``table``: the synchroniser's :meth:`~tfdist.sync.base.Synchroniser.table` (every worker's row);
+        ``per_worker``: whether each worker's data is its own (see :mod:`tfdist.train.uneven`), None to
+        decide it from the data (then ``table`` is needed)."""
         import tensorflow as tf
 
         self.strategy = strategy
+        self.own: OwnData | None = None  # set when each worker's data is its own
         # (index, count) of processes that each run their own strategy (the MPI backend): the global batch
         # is split over count x the strategy's replicas, and this process takes its own share.
         self.process, self.processes = processes
@@ -123,7 +130,21 @@ class DistributedData:
             if batch_size is None:
                 raise ConfigError("NumPy inputs need batch_size= (the GLOBAL batch size).")
             examples = len(self.arrays[0])
-            self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
+            self.own = own_data(self.arrays, batch_size, steps_per_epoch, table, per_worker)
+            if self.own is not None:
+                self.plan = self.own.plan(self.replicas)
+            else:
+                self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
+        elif isinstance(source, tf.data.Dataset) and (
+            own := own_dataset(source, batch_size, steps_per_epoch, table, per_worker)
+        ):
+            if class_weights is not None and len(source.element_spec) == 3:
+                raise ConfigError(
+                    "class_weight and sample weights (the dataset's third element) cannot be used together "
+                    "(as in Keras). Hint: fold the class weights into the sample weights."
+                )
+            self.own, self.dataset = own, source
+            self.plan = own.plan(self.replicas)
         elif isinstance(source, tf.data.Dataset):
             spec = source.element_spec
             if not isinstance(spec, tuple) or len(spec) not in (2, 3):
@@ -168,27 +189,35 @@ class DistributedData:
         n, plan = len(self.arrays[0]), self.plan
         seed, shuffle = self.seed, self.shuffle
 
+        own = self.own
+        size = own.batch if own else plan.global_batch  # the rows this worker's data gives each step
+
         def one_epoch(epoch: Any) -> Any:
             order = tf.range(n, dtype=tf.int64)
             if shuffle:
                 order = tf.random.experimental.stateless_shuffle(
                     order, seed=tf.stack([tf.constant(seed, tf.int64), epoch])
                 )
-            # -1 marks a zero-weight padding row: a partial last batch still gives every replica a share.
-            order = tf.concat([order, -tf.ones([-n % plan.global_batch], tf.int64)], 0)
-            batches = tf.data.Dataset.from_tensor_slices(order).batch(plan.global_batch, drop_remainder=True)
+            # -1 marks a zero-weight padding row: a partial last batch still gives every replica a share,
+            # and a worker whose own data ran out takes part in the job's last steps with padding only.
+            pad = own.padding(n) if own else -n % plan.global_batch
+            order = tf.concat([order, -tf.ones([pad], tf.int64)], 0)
+            batches = tf.data.Dataset.from_tensor_slices(order).batch(size, drop_remainder=True)
             # steps_per_epoch may ask for more batches than the data holds: cycle this epoch's order.
             return batches.repeat().take(plan.steps_per_epoch)
 
         return epochs.flat_map(one_epoch)
 
-    @staticmethod
-    def _shares(index: Any) -> Any:
-        """A global batch of indices -> (indices, each row's share of the batch's loss)."""
+    def _shares(self, index: Any) -> Any:
+        """A global batch of indices -> (indices, each row's share of the batch's loss).
+
+        A worker's own data holds only its part of each global batch: its rows' shares are 1 (0 on
+        padding), divided by the global batch's real rows inside the step (:mod:`tfdist.sync.step`).
+        """
         import tensorflow as tf
 
         real = tf.cast(index >= 0, tf.float32)
-        return index, real / tf.maximum(tf.reduce_sum(real), 1.0)
+        return index, real if self.own else real / tf.maximum(tf.reduce_sum(real), 1.0)
 
     def _gather(self, index: Any, share: Any) -> Any:
         import tensorflow as tf
@@ -204,14 +233,18 @@ class DistributedData:
         return x, y, w, share
 
     def _user_batches(self) -> Any:
+        if self.own is not None:
+            return self.own.batches(self.dataset, self.class_weights, self._pad_batch)
         batches = self.dataset.map(weighted(None, self.class_weights))
         return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
 
     def _pad_batch(self, x: Any, y: Any, w: Any, s: Any) -> Any:
-        """A partial global batch gets zero-weight, zero-share rows: every replica has a share."""
+        """A partial global batch (or worker's batch) gets zero-weight, zero-share rows: every replica
+        has a share."""
         import tensorflow as tf
 
-        extra = self.plan.global_batch - tf.shape(w)[0]
+        rows = self.own.batch if self.own else self.plan.global_batch
+        extra = rows - tf.shape(w)[0]
 
         def pad(t: Any) -> Any:
             return tf.pad(t, [[0, extra]] + [[0, 0]] * (t.shape.rank - 1))
@@ -247,6 +280,8 @@ class DistributedData:
             pipelines = ctx.num_input_pipelines * self.processes
             local = plan.per_replica * (self.replicas // pipelines)
             start = (self.process * ctx.num_input_pipelines + ctx.input_pipeline_id) * local
+            if self.own is not None:  # this worker's batches are all its own: nothing to slice
+                start = 0
             epoch_range = tf.data.Dataset.range(first_epoch, epochs)
             if self.arrays is not None:
                 # Slice the indices first: each worker gathers only its own examples.

@@ -24,9 +24,10 @@ from tfdist.train.metrics import MetricSet
 
 
 def _distributed(
-    model: Any, data: Any, batch_size: int | None, steps: int | None
+    model: Any, data: Any, batch_size: int | None, steps: int | None, per_worker: bool | None = None
 ) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """(strategy, synchroniser, padded distributed batches, a sample batch) for ``data``."""
+    """(strategy, synchroniser, padded distributed batches, a sample batch) for ``data`` (the job's, or each
+    worker's own: :mod:`tfdist.train.uneven`)."""
     sample = sample_inputs(data)
     ensure_built(model, sample[0])
     strategy = strategy_of(model)
@@ -40,6 +41,8 @@ def _distributed(
         shuffle=False,
         seed=0,
         processes=processes,
+        table=sync.table,
+        per_worker=per_worker,
     )
     return strategy, sync, batches, sample
 
@@ -53,15 +56,17 @@ def evaluate(
     verbose: int = 0,
     return_dict: bool = False,
     callbacks: Sequence[Any] = (),
+    per_worker_data: bool | None = None,
 ) -> Any:
     """Loss and compiled metrics of ``model`` over ``data``, identical on every worker.
 
     ``data`` as in :func:`tfdist.fit` (NumPy ``(x, y)`` with ``batch_size``, a batched dataset of
     ``(x, y[, w])``, or a ``dataset_fn`` with ``steps``). Returns ``[loss, metric…]`` like Keras, or a dict.
     ``callbacks`` get Keras' test hooks (``on_test_batch_end`` with the running logs, the same on every
-    worker; a results read per batch only when a callback overrides it).
+    worker; a results read per batch only when a callback overrides it). ``per_worker_data``: as in
+    :func:`tfdist.fit` (each worker's own data: every worker gets the loss over all of them).
     """
-    strategy, sync, batches, sample = _distributed(model, data, batch_size, steps)
+    strategy, sync, batches, sample = _distributed(model, data, batch_size, steps, per_worker_data)
     loss_fn, _ = loss_function(model)
     metrics = MetricSet(model, strategy, *sample)
     _, eval_step = make_steps(strategy, model, loss_fn, metrics, None, sync)
@@ -92,17 +97,20 @@ def predict(
     batch_size: int | None = None,
     steps: int | None = None,
     callbacks: Sequence[Any] = (),
+    per_worker_data: bool | None = None,
 ) -> np.ndarray:
     """``model``'s outputs for every example of ``data``, once, in order, on every worker.
 
     ``data``: NumPy ``x`` with ``batch_size``, or a batched dataset of ``x`` (or of ``(x, y)``; ``y`` is
     ignored). Single-output models. ``callbacks`` get Keras' predict hooks: ``on_predict_batch_end(batch,
     {"outputs": ...})`` with the global batch's outputs (padding left out), the same on every worker.
+    ``per_worker_data``: as in :func:`tfdist.fit`; each worker's own examples then come in the order of
+    the global batches (worker 0's batch, worker 1's, ... of each step).
     """
     import tensorflow as tf
 
     data = _with_dummy_labels(data)
-    strategy, sync, batches, _ = _distributed(model, data, batch_size, steps)
+    strategy, sync, batches, _ = _distributed(model, data, batch_size, steps, per_worker_data)
 
     @tf.function
     def predict_step(batch: Any) -> Any:

@@ -7,6 +7,7 @@ TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -21,6 +22,7 @@ from tfdist.errors import ConfigError, NonFiniteLossError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.train import peers
+from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
 from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
 from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
@@ -113,6 +115,7 @@ class SyncTrainer:
                 tf.zeros(self.metrics.width, tf.float64), trainable=False, aggregation=only_first
             )
             optimizer.build(model.trainable_variables)
+        self.agreed = self._agree(callbacks)
         self.restored = False
         self.checkpointer = self._restore()
         self._start_at(options.initial_epoch)
@@ -121,10 +124,9 @@ class SyncTrainer:
         from keras.callbacks import CallbackList, History
 
         self.history = History()
-        # Decided on the whole list, before the chief-only callbacks leave the other workers: every worker
-        # must read results at the same steps.
-        self.every_step = any(needs_every_step(cb) for cb in callbacks)
-        self._test_hooks = any(overrides(cb, ("on_test_batch_end",)) for cb in callbacks)
+        # Decided from every worker's whole list (before the chief-only callbacks leave the other workers):
+        # every worker must read results at the same steps, whatever callbacks it was given.
+        self.every_step, self._test_hooks = self.agreed.every_step, self.agreed.test_hooks
         self.callbacks = CallbackList(
             [self.history, *chief_filtered(callbacks, self.env.is_chief)],
             model=model,
@@ -169,6 +171,8 @@ class SyncTrainer:
             seed=o.seed,
             processes=self.processes,
             class_weights=self.class_weights,
+            table=self.sync.table,
+            per_worker=o.per_worker_data,
         )
         self.plan = self.data.plan
         self.val = None
@@ -184,6 +188,8 @@ class SyncTrainer:
                 shuffle=False,
                 seed=o.seed,
                 processes=self.processes,
+                table=self.sync.table,
+                per_worker=o.per_worker_data,
             )
         # Keras evaluates the first validation_steps batches at every validation.
         self.val_steps = (
@@ -211,8 +217,26 @@ class SyncTrainer:
             self.step_var,
             self.sync,
             self.options.jit_compile,
+            own_data=self.data.own is not None,
         )
         self.reduce_totals = self.sync.reduce_totals
+
+    def _agree(self, callbacks: Sequence[Any]) -> Schedule:
+        """One schedule from every worker's callbacks and options (:mod:`tfdist.train.agreement`); the
+        chief's checkpoint directory and frequency become this worker's."""
+        o = self.options
+        row = setup_row(
+            any(needs_every_step(cb) for cb in callbacks),
+            any(overrides(cb, ("on_test_batch_end",)) for cb in callbacks),
+            (o.epochs, self.plan.global_batch, self.plan.steps_per_epoch, o.log_every, o.initial_epoch),
+            os.path.abspath(o.checkpoint_dir) if o.checkpoint_dir else None,
+            o.checkpoint_every,
+        )
+        agreed = agree(self.sync.table(row))
+        self.options = dataclasses.replace(
+            o, checkpoint_dir=agreed.checkpoint_dir, checkpoint_every=agreed.checkpoint_every
+        )
+        return agreed
 
     def _restore(self) -> Any:
         if not self.options.checkpoint_dir:
@@ -230,6 +254,8 @@ class SyncTrainer:
             extra={"epoch_sums": self.epoch_sums},
         )
         restored = checkpointer.restore_latest()
+        resumed = np.array([float(bool(restored)), float(self.step_var.numpy())])
+        check_resumed(self.sync.table(resumed), self.options.checkpoint_dir)
         if restored:
             self.restored = True
             log.info("resumed from %s at step %d", restored, int(self.step_var.numpy()))
@@ -272,6 +298,8 @@ class SyncTrainer:
                 self.reporter.message(f"the checkpoint is already at epoch {first_epoch}; nothing to train.")
             for epoch in range(first_epoch, self.options.epochs):
                 examples += self._epoch(epoch)
+                # A callback on one worker only (EarlyStopping on the chief) stops every worker here.
+                self.model.stop_training = self.sync.agree(bool(self.model.stop_training))
                 if self.model.stop_training:
                     self.reporter.message(
                         f"stopped early after epoch {epoch + 1} (a callback set model.stop_training)."

@@ -45,6 +45,8 @@ class FitOptions:
     #: The MPI backend's gradient bucket size in MB (0: one sum after the backward pass); None:
     #: TFDIST_BUCKET_MB.
     bucket_mb: float | None = None
+    #: Whether each worker's data is its own (tfdist.train.uneven); None: decided from the data.
+    per_worker_data: bool | None = None
 
     def __post_init__(self) -> None:
         if self.compression is not None:
@@ -65,6 +67,9 @@ class FitOptions:
             raise ConfigError(f"lr_scaling={self.lr_scaling!r} is unknown; choose one of {', '.join(RULES)}.")
         if self.on_nan not in ("stop", "continue"):
             raise ConfigError(f"on_nan={self.on_nan!r} is unknown; choose stop or continue.")
+        if self.per_worker_data not in (None, True, False):
+            given = self.per_worker_data
+            raise ConfigError(f"per_worker_data={given!r} must be True, False or None (from the data).")
         if self.warmup_epochs < 0:
             raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be 0 or more.")
         self._check_keras_arguments()
