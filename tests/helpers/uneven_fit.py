@@ -1,5 +1,6 @@
-"""Each worker with data of its own, in unequal amounts: tfdist.fit / evaluate / predict must equal ONE process
-trained on the global batches those data make (global batch k = worker 0's k-th batch, then worker 1's...).
+"""Each worker with data of its own, in unequal amounts: tfdist.fit / evaluate / predict must equal ONE
+process trained on the global batches those data make (global batch k = worker 0's k-th batch, then
+worker 1's...).
 
 usage: uneven_fit.py OUT WORKERS [--reference] [--only NAME,...]
 Without --reference, run as WORKERS workers (tfdist launch -n WORKERS): each rank trains on its own data.

@@ -92,7 +92,9 @@ def run(name: str) -> None:
     logger = next((cb for cb in callbacks if isinstance(cb, BatchLogger)), None)
     np.save(f"{OUT}/{name}.rank-{RANK}.weights.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
     record = {
-        "history": {k: [float(v) for v in vs] for k, vs in history.history.items() if k != "examples_per_sec"},
+        "history": {
+            k: [float(v) for v in vs] for k, vs in history.history.items() if k != "examples_per_sec"
+        },
         "iterations": int(model.optimizer.iterations.numpy()),
         "events": logger.events if logger else None,
     }
