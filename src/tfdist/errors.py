@@ -33,3 +33,9 @@ class WorkerFailedError(TfdistError):
         self.how = how
         where = f", log: {log_path}" if log_path else ""
         super().__init__(f"worker {name} failed first: {how} (exit code {code}){where}")
+
+
+class CollectiveError(TfdistError):
+    """The job's processes stopped meeting in their collectives: one waited longer than the collective
+    timeout, or they called different collectives (a branch taken on some workers only). The message is
+    the one line the launcher's failure report shows: the step, the collective, who had not arrived."""
