@@ -5,6 +5,7 @@ iterations to 1e-5) or with the worker's own error, never in a hang."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -197,3 +198,32 @@ def test_a_dataset_infinite_on_one_worker_only_is_one_line(tmp_path: Path) -> No
     assert "the workers' own datasets are infinite on rank(s) 1 (finite on 0)" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     assert time.monotonic() - started < 60
+
+
+MISMATCH = str(HELPERS / "mismatch_fit.py")
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode", "expected"),
+    [
+        ("tf", [], "CollectiveError: the workers ran different collectives at step 9: rank 0 met a"),
+        ("tf", ["--sleep"], "on rank 0: rank(s) 1 had not arrived"),
+    ],
+)
+def test_a_program_whose_workers_stop_meeting_ends_with_one_line(
+    backend: str, mode: list[str], expected: str, tmp_path: Path
+) -> None:
+    """Rank 0's own callback runs a collective the others do not, or rank 1's sleeps a minute: the job
+    ends within the collective timeout (5 s) plus the launcher's grace (10 s), the report's line names the
+    step and the rank the others waited for."""
+    env = {**os.environ, "TFDIST_COLLECTIVE_TIMEOUT": "5"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [*launch(backend, 2, tmp_path), MISMATCH, *mode], capture_output=True, text=True, timeout=120, env=env
+    )
+    elapsed = time.monotonic() - started
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    report = text[text.index("failed first") :].splitlines()
+    assert expected in report[1], report[:3]
+    assert elapsed < 45, elapsed  # start-up (~5 s) + one epoch + 5 s + 10 s grace, with room for a slow day

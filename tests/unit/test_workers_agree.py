@@ -8,6 +8,7 @@ import pytest
 
 from tfdist.errors import ConfigError
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
+from tfdist.train.peers import collective_error
 from tfdist.train.uneven import INFINITE, UNKNOWN, OwnData, _agreed_batch, _steps, _worker_batch, digest
 
 SAME = (3, 64, 6, 10, 0)  # epochs, batch, steps, log_every, initial_epoch
@@ -107,3 +108,27 @@ def test_the_digest_tells_different_arrays_apart() -> None:
     assert digest([x, x[:, 0]]) == digest([x.copy(), x[:, 0].copy()])
     assert digest([x]) != digest([x + 1]) and digest([x]) != digest([x.reshape(3, 4)])
     assert all(float(h).is_integer() and 0 <= h < 2**32 for h in digest([x]))
+
+
+def test_tensorflow_s_collective_errors_become_one_line() -> None:
+    shape = ValueError(
+        "Shape mismatch in the collective instance 100. Op at device /job:worker/task:0 expected shape [5] "
+        "but another member in the group expected shape [387]. This is likely due to different input shapes"
+    )
+    line = collective_error(shape, 7, 0, 300.0)
+    assert line is not None and line.startswith(
+        "the workers ran different collectives at step 7: rank 0 sent [5]"
+    )
+    kind = RuntimeError(
+        "Collective ops is aborted by: Collective instance 120 expected type 0 and data_type 1 but got "
+        "type 0 and data_type 2"
+    )
+    assert "rank 1 met a all-reduce of float64 where it expected an all-reduce of float32" in (
+        collective_error(kind, 3, 1, None) or ""
+    )
+    timed_out = RuntimeError("Collective has timed out waiting for other workers.")
+    line = collective_error(timed_out, 9, 0, 5.0, lambda: {1: False, 2: True})
+    assert line is not None and "TFDIST_COLLECTIVE_TIMEOUT=5 s on rank 0: rank(s) 1 had not arrived" in line
+    assert "rank(s) 2 waited too" in line
+    assert "another worker did not arrive" in (collective_error(timed_out, 9, 0, None) or "")
+    assert collective_error(RuntimeError("Socket closed"), 1, 0, 5.0) is None

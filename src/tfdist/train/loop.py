@@ -18,7 +18,7 @@ import numpy as np
 
 from tfdist import context
 from tfdist._log import get_logger
-from tfdist.errors import ConfigError, NonFiniteLossError
+from tfdist.errors import CollectiveError, ConfigError, NonFiniteLossError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.train import peers
@@ -308,6 +308,15 @@ class SyncTrainer:
             self.callbacks.on_train_end()
             self._barrier()
         except Exception as exc:
+            step = int(self.step_var.numpy()) + 1  # the step that did not finish
+            plan = context.current().plan
+            timeout = plan.collective_timeout if plan is not None else None
+            world = self.env.world_size
+            line = peers.collective_error(
+                exc, step, self.env.rank, timeout, lambda: peers.roll_call(self.env.rank, world, step)
+            )
+            if line is not None:
+                raise CollectiveError(line) from None
             if peers.is_peer_failure(exc):
                 latest, at = self.checkpointer.latest() if self.checkpointer else (None, None)
                 peers.report(exc, int(self.step_var.numpy()), self.env.cluster_spec, latest, at)

@@ -145,6 +145,118 @@ def probe(
     return lost
 
 
+_MISMATCH = re.compile(
+    r"Shape mismatch in the collective instance (\d+).*?expected shape \[([^\]]*)\] but another member in "
+    r"the group expected shape \[([^\]]*)\]",
+    re.DOTALL,
+)
+# The same mistake when the two collectives differ in kind or data type rather than in shape.
+_OTHER_KIND = re.compile(
+    r"Collective instance (\d+) expected type (\d+) and data_type (\d+) "
+    r"but got type (\d+) and data_type (\d+)"
+)
+#: TensorFlow's CollectiveType and DataType numbers, as the messages above give them.
+_KINDS = {"0": "all-reduce", "1": "broadcast send", "2": "broadcast receive", "3": "all-gather"}
+_DTYPES = {"1": "float32", "2": "float64", "3": "int32", "9": "int64", "14": "bfloat16", "19": "float16"}
+_TIMED_OUT = re.compile(r"Collective has timed out (during execution|waiting for other workers)")
+
+
+def collective_error(
+    exc: BaseException,
+    step: int,
+    rank: int,
+    timeout: float | None,
+    roll: Callable[[], dict[int, bool]] | None = None,
+) -> str | None:
+    """The one line for TensorFlow's errors of collectives that no longer meet, else None.
+
+    TensorFlow says "Shape mismatch in the collective instance 7 ... expected shape [5] but another member
+    in the group expected shape [387]" when workers run different collectives at the same point, and
+    "Collective has timed out ..." after the collective timeout, each buried in a graph trace.
+    ``roll``: after a timeout, asks which other workers also wait in a collective (:func:`roll_call`).
+
+    >>> collective_error(ValueError("Shape mismatch in the collective instance 7. Op at device x expected "
+    ...     "shape [5] but another member in the group expected shape [387]."), 12, 1, 300.0)[:60]
+    'the workers ran different collectives at step 12: rank 1 sen'
+    """
+    message = str(exc)
+    found = _MISMATCH.search(message)
+    if found:
+        instance, mine, theirs = found.groups()
+        return (
+            f"the workers ran different collectives at step {step}: rank {rank} sent [{mine}] values where "
+            f"another worker sent [{theirs}] (TensorFlow's collective instance {instance}). A worker took "
+            "another branch: a callback, data or a condition on some workers only. Hint: give every worker "
+            "the same collective program (tfdist.fit agrees on its own; check code that reads tfdist.rank())."
+        )
+    other = _OTHER_KIND.search(message)
+    if other:
+        instance, kind, dtype, got_kind, got_dtype = other.groups()
+        return (
+            f"the workers ran different collectives at step {step}: rank {rank} met a "
+            f"{_collective(got_kind, got_dtype)} where it expected an {_collective(kind, dtype)} "
+            f"(TensorFlow's collective instance {instance}). A worker took another branch: a "
+            "callback, data or a condition on some workers only. Hint: give every worker the same collective "
+            "program (tfdist.fit agrees on its own; check code that reads tfdist.rank())."
+        )
+    if _TIMED_OUT.search(message):
+        limit = f"TFDIST_COLLECTIVE_TIMEOUT={timeout:g} s" if timeout else "the collective timeout"
+        answers = roll() if roll is not None else {}
+        absent = sorted(r for r, waiting in answers.items() if not waiting)
+        also = sorted(r for r, waiting in answers.items() if waiting)
+        who = (
+            f"rank(s) {', '.join(map(str, absent))} had not arrived"
+            if absent
+            else "another worker did not arrive"
+        )
+        waiting = f"; rank(s) {', '.join(map(str, also))} waited too" if also else ""
+        return (
+            f"a collective of step {step} waited longer than {limit} on rank {rank}: {who} (stuck, or "
+            f"running other code: a callback or data on some workers only){waiting}. Hint: read those "
+            "workers' logs for where they were; raise TFDIST_COLLECTIVE_TIMEOUT for slow saves."
+        )
+    return None
+
+
+#: Seconds a worker whose collective timed out waits for the others to say they wait too.
+ROLL_CALL_S = 3.0
+
+
+def roll_call(rank: int, world: int, step: int, grace_s: float = ROLL_CALL_S) -> dict[int, bool]:
+    """Which other workers wait in a collective too: {rank: True if it said so within ``grace_s``}.
+
+    Each worker whose collective timed out writes its name into TensorFlow's coordination service (the
+    key-value store every MultiWorkerMirroredStrategy job runs on its chief) and reads the others'. A
+    worker that never writes was busy outside any collective (a callback, its input pipeline) or has
+    stopped: that is the worker the others waited for. Empty when the store cannot be reached.
+    """
+    import time
+
+    try:
+        from tensorflow.python.eager import context as eager
+
+        ctx = eager.context()
+        ctx.set_config_key_value(f"tfdist/waiting/{rank}", str(step))
+    except Exception:  # no coordination service (one worker, another strategy): nothing to ask
+        return {}
+    deadline = time.monotonic() + grace_s
+    answers: dict[int, bool] = {}
+    for other in range(world):
+        if other == rank:
+            continue
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            ctx.get_config_key_value(f"tfdist/waiting/{other}", left_ms)
+            answers[other] = True
+        except Exception:  # not written within the grace: not waiting in a collective
+            answers[other] = False
+    return answers
+
+
+def _collective(kind: str, dtype: str) -> str:
+    return f"{_KINDS.get(kind, 'collective ' + kind)} of {_DTYPES.get(dtype, 'data type ' + dtype)}"
+
+
 def report(
     exc: BaseException,
     step: int,
