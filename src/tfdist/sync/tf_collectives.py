@@ -99,6 +99,11 @@ def make_reduce(strategy: Any, any_length: bool = False) -> Callable[[Any], Any]
     """
     import tensorflow as tf
 
+    # One function per strategy and kind: every fit / evaluate / predict of a process reuses its traces
+    # (new functions would each trace again, and TensorFlow warns of frequent retracing).
+    cache: dict[bool, Callable[[Any], Any]] = strategy.__dict__.setdefault("_tfdist_reduce", {})
+    if any_length in cache:
+        return cache[any_length]
     try:
         local_replicas = len(strategy.extended.worker_devices)
     except RuntimeError:  # the default (no) strategy: one replica, one worker, nothing to reduce
@@ -113,4 +118,5 @@ def make_reduce(strategy: Any, any_length: bool = False) -> Callable[[Any], Any]
     def reduce(totals: Any) -> Any:
         return strategy.experimental_local_results(strategy.run(replica, args=(totals,)))[0]
 
+    cache[any_length] = reduce
     return reduce
