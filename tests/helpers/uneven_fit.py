@@ -35,6 +35,7 @@ SIZES = {
     "dataset_cardinality": (120, 72, 30),
     "dataset_shard_off": (72, 72, 72),  # the same lengths, other rows: auto-shard OFF says they are own
     "dataset_empty_worker": (80, 0, 40),
+    "dataset_unknown_length": (50, 120, 72),  # a filter: no worker knows its length before reading it
 }
 STEPS = {"arrays_steps_given": 6}
 
@@ -100,20 +101,26 @@ def distributed(name: str) -> dict:
     if name in STEPS:
         options["steps_per_epoch"] = STEPS[name]
     if name.startswith("dataset"):
+        options = {"shuffle": False}  # batched by each worker's share of the global batch
         data = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL // WORKERS)
+        if name == "dataset_unknown_length":  # said explicitly: nothing else tells these data are own
+            data = data.filter(lambda x, y: True)
+            options["per_worker_data"] = True
         if name == "dataset_shard_off":
             opts = tf.data.Options()
             opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
             data = data.with_options(opts)
-        options = {"shuffle": False}
     else:
         data = (x, y)
     model = make_model()
     history = tfdist.fit(model, data, epochs=3, verbose=0, **options)
     if name in STEPS:  # evaluate / predict each worker's data once, not cycled
         data = (x, y)
-    evaluated = tfdist.evaluate(model, data, batch_size=GLOBAL, return_dict=True)
-    predicted = tfdist.predict(model, data if isinstance(data, tf.data.Dataset) else x, batch_size=GLOBAL)
+    own = {"per_worker_data": True} if "per_worker_data" in options else {}
+    evaluated = tfdist.evaluate(model, data, batch_size=GLOBAL, return_dict=True, **own)
+    predicted = tfdist.predict(
+        model, data if isinstance(data, tf.data.Dataset) else x, batch_size=GLOBAL, **own
+    )
     return finish(name, model, history.history, evaluated, predicted)
 
 

@@ -35,6 +35,7 @@ UNEVEN_SCENARIOS = (
     "dataset_cardinality",
     "dataset_shard_off",
     "dataset_empty_worker",
+    "dataset_unknown_length",
 )
 TOL = 1e-5
 
@@ -156,8 +157,8 @@ def test_uneven_own_data_on_two_workers_equals_one_process(
     backend: str, two_worker_reference: Path, tmp_path: Path
 ) -> None:
     """Each worker's own arrays or dataset, one batch more, partial batches, an empty worker, auto-shard OFF,
-    steps_per_epoch given: fit, evaluate and predict equal Keras' model.fit in one process on the global
-    batches those data make."""
+    steps_per_epoch given, a length no worker knows (a filter): fit, evaluate and predict equal Keras'
+    model.fit in one process on the global batches those data make."""
     out = tmp_path / "out"
     out.mkdir()
     ok(run([*launch(backend, 2, tmp_path), UNEVEN, str(out), "2"]))

@@ -26,7 +26,8 @@ from tfdist.train.uneven import OwnData, own_data, own_dataset
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Batch sizes and steps for one epoch."""
+    """Batch sizes and steps for one epoch (``steps_per_epoch`` 0: not known before the first epoch ends,
+    :mod:`tfdist.train.uneven`)."""
 
     global_batch: int
     per_replica: int
@@ -54,7 +55,8 @@ def plan_batches(
         if examples is None:
             raise ConfigError(
                 "the number of batches per epoch is unknown (infinite or unsized dataset). Hint: pass "
-                "steps_per_epoch=N."
+                "steps_per_epoch=N; or, when each worker's dataset is its own (its own files), "
+                "per_worker_data=True: every worker's data is then one epoch."
             )
         steps_per_epoch = -(-examples // global_batch)
         if steps_per_epoch == 0:
@@ -305,6 +307,48 @@ class DistributedData:
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
         """Iterator over one epoch's distributed batches (used for evaluation)."""
         return self.iterate(epoch, epoch + 1, skip)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether an epoch's length is not known yet (each worker's own data, of unknown length)."""
+        return self.own is not None and self.own.steps is None
+
+    def learn(self, steps: int) -> None:
+        """The epoch's length, told by the first epoch (:attr:`dynamic` is False from now on)."""
+        assert self.own is not None
+        self.own = self.own.learnt(steps)
+        self.plan = self.own.plan(self.replicas)
+
+    def has_rows(self, batch: Any) -> bool:
+        """Whether this worker's part of a distributed ``(x, y, w, s)`` batch holds a real row."""
+        return any(np.asarray(s).any() for s in self.strategy.experimental_local_results(batch[3]))
+
+    def stream(
+        self, iterator: Iterator[Any], agree: Callable[[bool], bool], skip: int = 0
+    ) -> Iterator[tuple[Any, bool]]:
+        """One epoch's ``(batch, last)`` pairs from ``iterator``, after ``skip`` batches.
+
+        A known length: the planned steps. Otherwise (:attr:`dynamic`) one batch ahead: after each batch
+        every worker says whether its next one holds rows (``agree``, the same answer everywhere), and the
+        epoch ends after the last batch any worker had rows for.
+        """
+        if not self.dynamic:
+            steps = self.plan.steps_per_epoch
+            for done in range(skip, steps):
+                batch = next(iterator, None)
+                if batch is None:  # the pipelines are endless; a user's dataset_fn may not be
+                    return
+                yield batch, done + 1 == steps
+            return
+        upcoming = next(iterator)  # own data are padded endlessly (OwnData.batches)
+        if not agree(self.has_rows(upcoming)):
+            return
+        while True:
+            batch, upcoming = upcoming, next(iterator)
+            last = not agree(self.has_rows(upcoming))
+            yield batch, last
+            if last:
+                return
 
 
 def check_arrays(source: Any) -> tuple[np.ndarray, ...]:

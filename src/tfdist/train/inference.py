@@ -73,17 +73,17 @@ def evaluate(
     hooks = _callback_list(model, callbacks, batches.plan.steps_per_epoch)
     per_batch = any(overrides(cb, ("on_test_batch_end",)) for cb in callbacks)
     hooks.on_test_begin()
-    iterator, local = batches.epoch(0), None
-    for batch in range(batches.plan.steps_per_epoch):
+    local, batch = None, -1
+    for batch, (data_batch, _) in enumerate(batches.stream(batches.epoch(0), sync.agree)):
         hooks.on_test_batch_begin(batch)
-        out = eval_step(next(iterator))
+        out = eval_step(data_batch)
         local = out if local is None else local + out
         if per_batch:
             hooks.on_test_batch_end(batch, metrics.logs(np.asarray(sync.reduce_totals(local))[:-1]))
     totals = np.asarray(sync.reduce_totals(local))[:-1] if local is not None else np.zeros(metrics.width)
     logs = metrics.logs(totals)
     if not per_batch:
-        hooks.on_test_batch_end(batches.plan.steps_per_epoch - 1, logs)
+        hooks.on_test_batch_end(batch, logs)
     hooks.on_test_end(logs)
     if verbose and context.current().environment.is_chief:
         print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
@@ -120,10 +120,10 @@ def predict(
 
     hooks = _callback_list(model, callbacks, batches.plan.steps_per_epoch)
     hooks.on_predict_begin()
-    iterator, parts = batches.epoch(0), []
-    for batch in range(batches.plan.steps_per_epoch):
+    parts = []
+    for batch, (data_batch, _) in enumerate(batches.stream(batches.epoch(0), sync.agree)):
         hooks.on_predict_batch_begin(batch)
-        outputs, weights = (np.asarray(t) for t in predict_step(next(iterator)))
+        outputs, weights = (np.asarray(t) for t in predict_step(data_batch))
         # Process-level ranks each predicted their slice of the global batch: joined in rank order.
         outputs, weights = sync.allgather(outputs), sync.allgather(weights)
         parts.append(outputs[weights > 0])
@@ -133,11 +133,12 @@ def predict(
 
 
 def _callback_list(model: Any, callbacks: Sequence[Any], steps: int) -> Any:
-    """Keras' CallbackList over the user's callbacks (the chief-only ones on the chief only)."""
+    """Keras' CallbackList over the user's callbacks (the chief-only ones on the chief only; ``steps`` 0:
+    not known before the data ran out)."""
     from keras.callbacks import CallbackList
 
     kept = chief_filtered(callbacks, context.current().environment.is_chief)
-    return CallbackList(kept, model=model, epochs=1, steps=steps, verbose=0)
+    return CallbackList(kept, model=model, epochs=1, steps=steps or None, verbose=0)
 
 
 def _with_dummy_labels(data: Any) -> Any:

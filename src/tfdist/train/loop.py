@@ -24,7 +24,7 @@ from tfdist.sync.step import loss_function, make_steps
 from tfdist.train import peers
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
 from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
-from tfdist.train.data import DistributedData
+from tfdist.train.data import BatchPlan, DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
@@ -99,6 +99,7 @@ class SyncTrainer:
         self.trace = open_timeline(options.timeline, self.env.rank)  # a no-op unless asked for
         self.sync = self.trace.wrap(self.sync, markers=not options.jit_compile)
         self.class_weights = self._class_weights(train_data)
+        self.plan: BatchPlan  # the training data's, set by _make_data (and once more by _learnt)
         self._make_data(train_data, validation_data)
         optimizer = model.optimizer
         base_lr = float(np.asarray(optimizer.learning_rate))
@@ -116,8 +117,15 @@ class SyncTrainer:
             )
             optimizer.build(model.trainable_variables)
         self.agreed = self._agree(callbacks)
+        self._check_unknown_length()
+        with self.strategy.scope():
+            # Own data of unknown length: the first epoch's length, checkpointed (0 until it is known).
+            self.epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
         self.restored = False
         self.checkpointer = self._restore()
+        if self.data.dynamic and int(self.epoch_steps.numpy()):  # resumed after the first epoch
+            self.data.learn(int(self.epoch_steps.numpy()))
+            self.plan = self.data.plan
         self._start_at(options.initial_epoch)
         self._start_in_sync()
         self._make_steps()
@@ -131,14 +139,14 @@ class SyncTrainer:
             [self.history, *chief_filtered(callbacks, self.env.is_chief)],
             model=model,
             epochs=options.epochs,
-            steps=self.plan.steps_per_epoch,
+            steps=self.plan.steps_per_epoch or None,  # None (as in Keras): not known yet
             verbose=0,
         )
         self.reporter = Reporter(
             is_chief=self.env.is_chief,
             verbose=options.verbose,
             epochs=options.epochs,
-            steps_per_epoch=self.plan.steps_per_epoch,
+            steps_per_epoch=self.plan.steps_per_epoch or None,
             run_dir=options.run_dir,
             tensorboard_dir=options.tensorboard_dir,
         )
@@ -191,12 +199,10 @@ class SyncTrainer:
                 table=self.sync.table,
                 per_worker=o.per_worker_data,
             )
-        # Keras evaluates the first validation_steps batches at every validation.
-        self.val_steps = (
-            min(self.val.plan.steps_per_epoch, o.validation_steps or self.val.plan.steps_per_epoch)
-            if self.val
-            else 0
-        )
+        # Keras evaluates the first validation_steps batches at every validation (None: all of them, also
+        # when own data of unknown length tell their end only by running out).
+        known = self.val.plan.steps_per_epoch if self.val else 0
+        self.val_steps: int | None = min(known, o.validation_steps or known) if known else o.validation_steps
 
     @property
     def has_validation(self) -> bool:
@@ -238,6 +244,20 @@ class SyncTrainer:
         )
         return agreed
 
+    def _check_unknown_length(self) -> None:
+        """Settings counted in epochs need an epoch's length: own data of unknown length tell it only at the
+        end of the first epoch."""
+        if not self.data.dynamic:
+            return
+        o = self.options
+        for name, value in (("warmup_epochs", o.warmup_epochs), ("initial_epoch", o.initial_epoch)):
+            if value:
+                raise ConfigError(
+                    f"{name}={value} needs the length of an epoch, but a worker's own dataset does not know "
+                    "its length. Hint: pass steps_per_epoch=N, or declare the length with "
+                    "dataset.apply(tf.data.experimental.assert_cardinality(N))."
+                )
+
     def _restore(self) -> Any:
         if not self.options.checkpoint_dir:
             return None
@@ -251,7 +271,8 @@ class SyncTrainer:
             epoch=self.epoch_var,
             is_chief=self.env.is_chief,
             keep=self.options.keep_checkpoints,
-            extra={"epoch_sums": self.epoch_sums},
+            extra={"epoch_sums": self.epoch_sums}
+            | ({"epoch_steps": self.epoch_steps} if self.data.dynamic else {}),
         )
         restored = checkpointer.restore_latest()
         resumed = np.array([float(bool(restored)), float(self.step_var.numpy())])
@@ -357,27 +378,33 @@ class SyncTrainer:
         totals = np.array(self.epoch_sums.numpy()) if skip > 0 else np.zeros(self.metrics.width)
         self.resumed_examples = float(totals[-1])
         started = time.monotonic()
-        if self.iterator is None:
-            self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
-        iterator = self.iterator
+        learning = self.data.dynamic  # own data of unknown length: this epoch tells every epoch's length
+        if learning:
+            iterator = self.data.epoch(epoch, skip)  # endless padding after the data: one epoch only
+        else:
+            if self.iterator is None:
+                self.iterator = self.data.iterate(epoch, self.options.epochs, skip)
+            iterator = self.iterator
+        batches = self.data.stream(iterator, self.sync.agree, skip)
         block: list[Any] = []  # this worker's step sums since the last sync point (reduced there)
-        for done in range(skip, self.plan.steps_per_epoch):
+        done, last = skip, False
+        while not last:
+            with self.trace.span("input"):
+                batch, last = next(batches, (None, True))
+            if batch is None:
+                break
             self.schedule.update(step)  # first: a callback's own per-step rate comes after, and stays
             if not block:  # as Keras with steps_per_execution: begin at a block's first step
                 self.callbacks.on_train_batch_begin(done)
-            try:
-                with self.trace.span("input"):
-                    batch = next(iterator)
-            except StopIteration:
-                break
             with self.trace.span("step"):
                 out = self.train_step(batch, self._votes[bool(self.stop.signum)])
             block.append(out)
             step += 1
+            done += 1
             if self.first_step_at is None:
                 out.numpy()  # one host sync per run: when did the first step finish?
                 self.first_step_at = time.time()
-            if not self._sync_point(step, done + 1):
+            if not (last or self._sync_point(step, done)):
                 continue
             # Reading results blocks until the step ran; doing it every few steps keeps the input
             # pipeline and the next step's dispatch overlapping with compute.
@@ -391,20 +418,32 @@ class SyncTrainer:
             self.epoch_sums.assign(totals)
             self.heartbeat.beat()
             rate = (totals[-1] - self.resumed_examples) / max(time.monotonic() - started, 1e-9)
-            self.reporter.step(done + 1, totals[0] / max(totals[-1], 1), rate)
+            self.reporter.step(done, totals[0] / max(totals[-1], 1), rate)
             if self._checkpoint_due(step):
                 self.checkpointer.save(step)
             if values[-1] > 0:  # someone voted to stop: every worker sees the same sum and stops here
                 self._preempt(step)
             # The epoch's running logs, the same on every worker, as Keras passes them.
-            self.callbacks.on_train_batch_end(done, self.metrics.logs(totals))
+            self.callbacks.on_train_batch_end(done - 1, self.metrics.logs(totals))
             if self._batch_stop():
                 break
         if block:
             values = self.reduce_totals(_sum(block)).numpy()
             self._check_finite(values, block, step, epoch)
             totals += values[:-1]
+        if learning and last:
+            self._learnt(done)
         return totals
+
+    def _learnt(self, steps: int) -> None:
+        """Every later epoch has the first one's ``steps`` (own data of unknown length), checkpointed."""
+        if steps == 0:
+            raise ConfigError("every worker's own dataset is empty: there is nothing to train on.")
+        self.data.learn(steps)
+        self.plan = self.data.plan
+        self.epoch_steps.assign(steps)
+        self.reporter.steps = steps
+        self.callbacks.params["steps"] = steps
 
     def _batch_stop(self) -> bool:
         """Whether a batch hook set ``model.stop_training``, agreed by every worker: one worker's callback
@@ -461,13 +500,17 @@ class SyncTrainer:
     def _validate(self) -> dict[str, float]:
         """The validation logs, with the test hooks Keras calls during ``fit``'s validation."""
         assert self.val is not None
-        iterator = self.val.epoch(0)
         local: Any = None
         test_hooks = self.every_step or self._test_hooks
         self.callbacks.on_test_begin()
-        for batch in range(self.val_steps):
+        batches = self.val.stream(self.val.epoch(0), self.sync.agree)
+        batch = -1
+        for index, (data_batch, _) in enumerate(batches):
+            if index == self.val_steps:  # Keras' validation_steps
+                break
+            batch = index
             self.callbacks.on_test_batch_begin(batch)
-            out = self.eval_step(next(iterator))
+            out = self.eval_step(data_batch)
             local = out if local is None else local + out
             if test_hooks:  # a read per batch only for a callback that looks at it
                 running = self.reduce_totals(local).numpy()[:-1]
@@ -475,7 +518,7 @@ class SyncTrainer:
         totals = self.reduce_totals(local).numpy()[:-1] if local is not None else np.zeros(self.metrics.width)
         logs = self.metrics.logs(totals)
         if not test_hooks:
-            self.callbacks.on_test_batch_end(self.val_steps - 1, logs)
+            self.callbacks.on_test_batch_end(batch, logs)
         self.callbacks.on_test_end(logs)
         return {f"val_{k}": v for k, v in logs.items()}
 

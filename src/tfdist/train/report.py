@@ -19,7 +19,7 @@ class Reporter:
         is_chief: bool,
         verbose: int,
         epochs: int,
-        steps_per_epoch: int,
+        steps_per_epoch: int | None,
         run_dir: str | None,
         tensorboard_dir: str | None,
     ) -> None:

@@ -14,12 +14,15 @@ or ``per_worker_data=True``. Then:
   epoch has as many steps as the longest worker's data (or ``steps_per_epoch``: then each worker's data
   starts again from its beginning when it runs out, as a global data set does);
 - the loss is averaged over the real rows of the global batch: each row's share is divided inside the step
-  by the job's count of real rows (one all-reduce of a number per step, :mod:`tfdist.sync.step`).
+  by the job's count of real rows (one all-reduce of a number per step, :mod:`tfdist.sync.step`);
+- when a worker's dataset does not know its length (a filter, files read lazily), the first epoch asks
+  after every step whether any worker's next batch holds rows (one more small agreement per step, that
+  epoch only) and ends after the last; later epochs have as many steps as the first.
 
 Every worker decides from every worker's row (sizes and a digest of its arrays, or its dataset's
 cardinality, auto-shard policy and batch size) gathered once (``Synchroniser.table``), so all decide
-the same. Mistakes that cannot be made exact (a dataset infinite on some workers only, or of unknown
-length without ``steps_per_epoch``) are one line at set-up, not a hang at the last step.
+the same. What cannot be made exact (a dataset infinite on some workers only) is one line at set-up, not a
+hang at the last step.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ class OwnData:
 
     batch: int  # rows this worker contributes to each step (the global batch / workers)
     workers: int
-    steps: int  # steps per epoch: the longest worker's data, or steps_per_epoch
+    # Steps per epoch: the longest worker's data, or steps_per_epoch; None: a worker's length is unknown,
+    # so the first epoch runs until every worker's data ran out and tells the others' (:meth:`learnt`).
+    steps: int | None
     cycle: bool  # steps_per_epoch was given: each worker's data starts again when it runs out
     counts: tuple[int, ...]  # each worker's examples (NumPy) or batches (datasets), in rank order
 
@@ -53,15 +58,26 @@ class OwnData:
         return self.batch * self.workers
 
     def plan(self, replicas: int) -> Any:
-        """The epoch's :class:`tfdist.train.data.BatchPlan` (batch sizes checked against the replicas)."""
+        """The epoch's :class:`tfdist.train.data.BatchPlan` (batch sizes checked against the replicas;
+        ``steps_per_epoch`` 0 while the first epoch has not told it)."""
+        import dataclasses
+
         from tfdist.train.data import plan_batches
 
-        return plan_batches(self.global_batch, replicas, None, self.steps)
+        plan = plan_batches(self.global_batch, replicas, None, self.steps or 1)
+        return dataclasses.replace(plan, steps_per_epoch=self.steps or 0)
+
+    def learnt(self, steps: int) -> OwnData:
+        """The same data once the first epoch told how many steps an epoch has."""
+        import dataclasses
+
+        return dataclasses.replace(self, steps=steps)
 
     def padding(self, examples: int) -> int:
         """Zero-weight rows after this worker's ``examples`` in one epoch's order (NumPy data)."""
         if self.cycle:  # the order repeats: only its partial last batch is padded
             return -examples % self.batch if examples else self.batch
+        assert self.steps is not None  # arrays always know their length
         return self.steps * self.batch - examples
 
     def batches(self, dataset: Any, class_weights: Any, pad: Callable[..., Any]) -> Any:
@@ -73,7 +89,9 @@ class OwnData:
         ds = dataset.map(weighted(1, class_weights)).map(pad)
         if self.cycle:
             return ds.repeat().take(self.steps)
-        return ds.concatenate(empty_batches(ds.element_spec, self.batch)).take(self.steps)
+        padded = ds.concatenate(empty_batches(ds.element_spec, self.batch))
+        # An unknown length: endless, the loop ends the epoch when no worker has a real row left.
+        return padded if self.steps is None else padded.take(self.steps)
 
 
 def empty_batches(spec: Any, rows: int) -> Any:
@@ -192,8 +210,9 @@ def _agreed_batch(sizes: np.ndarray, batch_size: int | None, workers: int) -> in
     return declared[0]
 
 
-def _steps(cards: list[int], steps_per_epoch: int | None) -> int:
-    """Steps per epoch from every worker's number of batches (rank order)."""
+def _steps(cards: list[int], steps_per_epoch: int | None) -> int | None:
+    """Steps per epoch from every worker's number of batches (rank order); None when a worker's number is
+    unknown (learnt in the first epoch)."""
     if steps_per_epoch is not None:
         return steps_per_epoch
     infinite = [r for r, c in enumerate(cards) if c == INFINITE]
@@ -204,14 +223,8 @@ def _steps(cards: list[int], steps_per_epoch: int | None) -> int:
             f"the workers' own datasets are infinite on {where}: an epoch has no end. Hint: pass "
             "steps_per_epoch=N."
         )
-    unknown = [r for r, c in enumerate(cards) if c == UNKNOWN]
-    if unknown:
-        raise ConfigError(
-            f"the number of batches of the workers' own datasets is unknown on rank(s) {_ranks(unknown)} "
-            "(a filter, a generator or files read lazily): the workers cannot know at which step the "
-            "last of them runs out. Hint: pass steps_per_epoch=N, or declare the length with "
-            "dataset.apply(tf.data.experimental.assert_cardinality(N))."
-        )
+    if UNKNOWN in cards:
+        return None
     steps = max(cards)
     if steps == 0:
         raise ConfigError("every worker's own dataset is empty: there is nothing to train on.")
