@@ -1,0 +1,75 @@
+"""What each worker's own data costs tfdist.fit: the same 2-worker mnist-cnn run on the job's data, on each
+worker's own arrays (one more all-reduce of one number per step) and on each worker's own dataset of
+unknown length (its first epoch adds one agreement per step), side by side.
+
+Alternates the modes in every repeat, per backend; reports the median examples/s of epoch 1 (where the
+unknown length costs) and of epoch 3 (the steady state), and their ratios to the job's data.
+    python benchmarks/own_data.py --repeats 3 --steps 40 --out benchmarks/results/own_data.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORKER = str(Path(__file__).with_name("_own_data_worker.py"))
+MODES = ("job", "own", "own-dataset", "own-unknown")
+
+
+def one_run(backend: str, mode: str, steps: int, workers: int) -> list[float]:
+    """examples/s of each epoch of one launched run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--backend", backend]
+        proc = subprocess.run(
+            [*cmd, "--log-dir", os.path.join(tmp, "logs"), WORKER, mode, str(steps), out],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"{backend}/{mode} failed:\n{proc.stderr[-3000:]}")
+        with open(out) as f:
+            return [float(v) for v in json.load(f)["examples_per_sec"]]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--backends", default="tf,mpi")
+    parser.add_argument("--out", default="benchmarks/results/own_data.json")
+    args = parser.parse_args()
+    report: dict[str, object] = {"steps": args.steps, "workers": args.workers, "repeats": args.repeats}
+    for backend in args.backends.split(","):
+        runs: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+        for _ in range(args.repeats):
+            for mode in MODES:
+                runs[mode].append(one_run(backend, mode, args.steps, args.workers))
+        first = {m: statistics.median(r[0] for r in runs[m]) for m in MODES}
+        # The last epoch: the steady state (an unknown length's second epoch retraces the step once).
+        later = {m: statistics.median(r[-1] for r in runs[m]) for m in MODES}
+        report[backend] = {
+            "examples_per_sec": runs,
+            "median_epoch1": first,
+            "median_later_epochs": later,
+            "own_vs_job_later": later["own"] / later["job"],
+            "own_dataset_vs_job_later": later["own-dataset"] / later["job"],
+            "unknown_vs_job_epoch1": first["own-unknown"] / first["job"],
+            "unknown_vs_job_later": later["own-unknown"] / later["job"],
+        }
+        print(f"{backend}: epoch 1 {first}; later {later}", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
