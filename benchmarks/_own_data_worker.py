@@ -3,7 +3,8 @@ same arrays on every worker), each worker's own arrays (per_worker_data: one mor
 per step), or each worker's own dataset of unknown length (its first epoch agrees after every step whether
 data remain). Writes examples/s of each epoch as JSON (chief).
 
-usage (through tfdist launch): _own_data_worker.py MODE STEPS OUT_JSON   MODE: job | own | own-dataset | own-unknown
+usage (through tfdist launch): _own_data_worker.py MODE STEPS OUT_JSON
+MODE: job | own | own-dataset | own-unknown
 """
 
 from __future__ import annotations
