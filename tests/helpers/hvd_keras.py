@@ -4,7 +4,7 @@
 
 Data: scikit-learn's digits, each rank its shard (ds.shard(size, rank)); learning rate scaled by the
 number of ranks (``--lr-ranks`` lets one process stand in for N ranks); DistributedOptimizer; broadcast,
-metric averaging and (optionally) warm-up callbacks; a checkpoint on rank 0 only. Writes OUT/rank<R>.npz
+metric averaging and (optionally) warm-up callbacks; a checkpoint and TensorBoard on rank 0 only. Writes OUT/rank<R>.npz
 (final weights) and OUT/history-<R>.json.
 """
 
@@ -80,6 +80,8 @@ if args.warmup_epochs:
 # Horovod: save checkpoints only on worker 0 to prevent other workers from corrupting them.
 if hvd.rank() == 0:
     callbacks.append(keras.callbacks.ModelCheckpoint(str(Path(args.out) / "checkpoint-{epoch}.keras")))
+    # ... and TensorBoard logs, per batch (a callback on one rank only: the ranks still train together).
+    callbacks.append(keras.callbacks.TensorBoard(str(Path(args.out) / "tb"), update_freq=5))
 
 # Horovod: write logs on worker 0.
 verbose = 1 if hvd.rank() == 0 else 0

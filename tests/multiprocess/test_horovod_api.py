@@ -74,6 +74,7 @@ def test_keras_script_on_two_ranks_equals_one_process_with_the_summed_batch(tmp_
         assert np.allclose(h0[name], h_one[name], atol=1e-5), name
     # ModelCheckpoint on rank 0 only: one file per epoch, nothing else written by rank 1.
     assert sorted(p.name for p in ranks.glob("checkpoint-*")) == [f"checkpoint-{e}.keras" for e in (1, 2, 3)]
+    assert list((ranks / "tb" / "train").glob("events.out.tfevents.*"))  # TensorBoard, rank 0 only
 
 
 def test_custom_loop_with_distributed_gradient_tape_equals_one_process(tmp_path: Path) -> None:
