@@ -1,12 +1,15 @@
 """The synchronisation backends, named once: what the launcher, the strategy plan, the bench and the
-CLI offer.
+CLI offer, and :func:`choose`, the one rule for which of them a job or a process runs.
 
 Pure: no TensorFlow, no MPI import. Each name maps to one :mod:`tfdist.sync` synchroniser.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from tfdist.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -51,34 +54,99 @@ PROCESS_BACKENDS = tuple(n for n, b in REGISTRY.items() if b.process_level)
 BENCH_BACKENDS = tuple(n for n, b in REGISTRY.items() if b.benchable)
 
 
-def fastest(gpus: int, mpi_ready: bool) -> tuple[str, str]:
-    """The backend ``tfdist train --workers N`` picks when none is given, and the one-line reason.
+#: What a user may ask for: ``auto`` or a backend's name.
+CHOICES = ("auto", *NAMES)
 
-    On CPU with mpi4py and an MPI launcher present, the MPI backend: measured side by side on 2 workers
-    (``tfdist bench --compare all``), TensorFlow's gRPC collectives cost 20-30 % of each step there and the
-    MPI backend's shared-memory all-reduce under 1 ms. With GPUs, TensorFlow's collectives (NCCL).
 
-    >>> fastest(0, True)[0], fastest(0, False)[0], fastest(4, True)[0]
-    ('mpi', 'tf', 'tf')
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a job or a process runs, and why."""
+
+    name: str
+    #: One line saying why ``auto`` became ``name``; "" when there is nothing to say (the name was given,
+    #: or there was nothing to choose between: a script's own strategy, one worker).
+    reason: str = ""
+    #: ``horovod`` asked for where Horovod is not installed: the job runs on the MPI backend and the
+    #: scripts' ``import horovod`` gives tfdist's Horovod API (:mod:`tfdist.horovod`).
+    horovod_shim: bool = False
+
+
+def _never() -> bool:
+    return False
+
+
+def _always() -> bool:
+    return True
+
+
+def check_name(requested: str, source: str) -> str:
+    """``requested`` as a backend name (``auto`` included), or ConfigError naming where it came from.
+
+    Input/Output: ``(" MPI", "--backend")`` -> ``"mpi"``; ``("gloo", "TFDIST_BACKEND")`` -> ConfigError
+    ``TFDIST_BACKEND='gloo' is not a backend; choose auto, tf, mpi, horovod. Hint: …``.
     """
+    name = requested.strip().lower()
+    if name not in CHOICES:
+        hint = " Hint: unset TFDIST_BACKEND or set it to one of those." if source == "TFDIST_BACKEND" else ""
+        raise ConfigError(f"{source}={name!r} is not a backend; choose {', '.join(CHOICES)}.{hint}")
+    return name
+
+
+def choose(
+    requested: str,
+    *,
+    source: str = "--backend",
+    under_mpi: bool = False,
+    own_strategy: bool = True,
+    workers: int = 2,
+    gpus: int = 0,
+    mpi_ready: Callable[[], bool] = _never,
+    mpi_launcher: str = "an MPI launcher",
+    horovod_installed: Callable[[], bool] = _always,
+) -> BackendChoice:
+    """The one backend decision, for every front end: a process's context and strategy plan, ``tfdist
+    launch``, ``tfdist train --workers N`` and ``tfdist slurm`` (at submission).
+
+    ``requested``: ``auto`` or a name, from ``source`` (``--backend`` or ``TFDIST_BACKEND``, named in the
+    error for an unknown one). ``auto`` becomes, in this order:
+
+    - ``mpi`` in a process an MPI launcher started (``under_mpi``);
+    - ``tf`` for a program that builds its own strategy (``own_strategy``: a user's script, whose
+      MultiWorkerMirroredStrategy spans the job only through TensorFlow's collectives; ``tfdist train``
+      runs on every backend), or for fewer than 2 ``workers`` (nothing to synchronise);
+    - ``tf`` with ``gpus`` (NCCL);
+    - on CPU, ``mpi`` when ``mpi_ready()`` (mpi4py and ``mpi_launcher`` found; asked only here), else
+      ``tf``. Measured side by side on 2 workers (``tfdist bench --compare all``): TensorFlow's gRPC
+      collectives cost 20-30 % of each step there, the MPI backend's shared-memory all-reduce under 1 ms.
+
+    ``horovod`` where ``horovod_installed()`` says no (asked only then) runs tfdist's Horovod API.
+    Pure: the probes are the caller's; no TensorFlow, MPI or Horovod import.
+
+    Input/Output:
+    ``choose("auto", own_strategy=False, workers=2, gpus=0, mpi_ready=lambda: True)`` ->
+    ``BackendChoice("mpi", "CPU only, mpi4py and an MPI launcher found: the MPI backend, …")``;
+    ``choose("auto", under_mpi=True)`` -> ``BackendChoice("mpi", "started by an MPI launcher")``;
+    ``choose("horovod", horovod_installed=lambda: False)`` -> ``BackendChoice("horovod", "", True)``.
+    """
+    name = check_name(requested, source)
+    if name == "horovod":
+        return BackendChoice(name, horovod_shim=not horovod_installed())
+    if name != "auto":
+        return BackendChoice(name)
+    if under_mpi:
+        return BackendChoice("mpi", "started by an MPI launcher")
+    if own_strategy or workers < 2:
+        return BackendChoice("tf")
     if gpus:
-        return "tf", "GPUs visible: TensorFlow's collectives (NCCL)"
-    if mpi_ready:
-        return "mpi", (
-            "CPU only, mpi4py and an MPI launcher found: the MPI backend, faster than TensorFlow's "
-            "collectives on CPU (--backend tf to choose those)"
+        return BackendChoice("tf", "GPUs visible: TensorFlow's collectives (NCCL)")
+    if mpi_ready():
+        return BackendChoice(
+            "mpi",
+            f"CPU only, mpi4py and {mpi_launcher} found: the MPI backend, faster than TensorFlow's "
+            "collectives on CPU (--backend tf to choose those)",
         )
-    return "tf", (
-        "CPU only, no mpi4py/MPI launcher: TensorFlow's collectives (pip install 'tfdist[mpi]' is faster)"
+    return BackendChoice(
+        "tf",
+        f"CPU only, mpi4py or {mpi_launcher} missing: TensorFlow's collectives (pip install 'tfdist[mpi]' "
+        "is faster)",
     )
-
-
-def resolve(requested: str, under_mpi: bool) -> str:
-    """The backend a process uses: ``auto`` is MPI under an MPI process manager, TensorFlow elsewhere.
-
-    >>> resolve("auto", under_mpi=True), resolve("auto", under_mpi=False), resolve("horovod", False)
-    ('mpi', 'tf', 'horovod')
-    """
-    if requested != "auto":
-        return requested
-    return "mpi" if under_mpi else "tf"

@@ -38,7 +38,7 @@ def detected() -> Context:
     """The context as the environment describes it right now (no strategy)."""
     env = detect_environment()
     requested = str(variables.get("TFDIST_BACKEND")).lower()
-    return Context(env, backends.resolve(requested, under_mpi=env.kind == "mpi"))
+    return Context(env, backends.choose(requested, source="TFDIST_BACKEND", under_mpi=env.kind == "mpi").name)
 
 
 def current() -> Context:

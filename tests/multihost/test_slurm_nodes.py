@@ -213,7 +213,7 @@ def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, t
     )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("tfdist slurm: backend")]
-    assert len(said) == 1 and said[0].startswith("tfdist slurm: backend mpi: CPU nodes"), proc.stderr
+    assert len(said) == 1 and said[0].startswith("tfdist slurm: backend mpi: CPU only"), proc.stderr
     job_id = proc.stdout.split()[2].rstrip(";")
     received_before = cluster.received_bytes("node2")
     log = finished(cluster, job_id, tmp_path / "run")

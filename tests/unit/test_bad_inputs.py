@@ -17,7 +17,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     # ---- tfdist env: the environment variables it reads
     (["env"], {"TFDIST_CPU_REPLICAS": "abc"}, "TFDIST_CPU_REPLICAS='abc' is not an integer"),
     (["env"], {"TFDIST_CPU_REPLICAS": "0"}, "cpu_replicas=0 must be at least 1"),
-    (["env"], {"TFDIST_BACKEND": "nccl"}, "backend 'nccl' is unknown"),
+    (["env"], {"TFDIST_BACKEND": "nccl"}, "TFDIST_BACKEND='nccl' is not a backend"),
     (["env"], {"TFDIST_STRATEGY": "bogus"}, "strategy kind 'bogus' is unknown"),
     (["env"], {"TFDIST_COMMUNICATION": "xyz"}, "communication 'xyz' is unknown"),
     (["env"], {"TFDIST_COLLECTIVE_TIMEOUT": "-1"}, "collective_timeout=-1.0 must be positive"),

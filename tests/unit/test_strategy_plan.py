@@ -191,7 +191,7 @@ def test_horovod_backend_plans_like_mpi() -> None:
         ({"kind": "multi_worker"}, "cannot be combined with the MPI backend"),
         ({"kind": "mirrored"}, "cannot be combined with the MPI backend"),
         ({"cpu_replicas": 2}, "cannot be combined with the MPI backend"),
-        ({"backend": "nccl"}, "backend 'nccl' is unknown"),
+        ({"backend": "nccl"}, "TFDIST_BACKEND='nccl' is not a backend"),
     ],
 )
 def test_mpi_backend_refuses_other_strategies(options: dict, expected: str) -> None:

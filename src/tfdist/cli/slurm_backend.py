@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from tfdist import backends, variables
 from tfdist.errors import ConfigError
+from tfdist.launch.preflight import horovod_installed
 from tfdist.slurm.script import DEFAULT_MPI_PLUGIN, MPI_BACKENDS, SbatchSpec, runs_tfdist_train
 
 #: Seconds `srun --mpi=list` may take (it only reads the plugin directory).
@@ -44,44 +45,36 @@ def _mpi4py_in(spec: SbatchSpec) -> bool | None:
 
 
 def resolve_backend(spec: SbatchSpec, requested: str) -> SbatchSpec:
-    """``spec`` with its backend: the one asked for (flag, config file or TFDIST_BACKEND), checked against
-    what the job can run, or for ``auto`` the fastest correct one (said on stderr for ``tfdist train``).
-    """
-    name = (requested or str(variables.get("TFDIST_BACKEND"))).strip().lower()
-    source = "--backend" if requested else "TFDIST_BACKEND"
-    if name not in ("auto", *backends.NAMES):
-        raise ConfigError(f"{source}={name!r} is not a backend; choose auto, {', '.join(backends.NAMES)}.")
+    """``spec`` with its backend (:func:`tfdist.backends.choose`): the one asked for (flag, config file or
+    TFDIST_BACKEND), checked against what the job can run, or for ``auto`` the fastest correct one (said on
+    stderr for ``tfdist train``)."""
     plugin = spec.mpi or DEFAULT_MPI_PLUGIN
-    if name == "auto":
-        # A script that builds MultiWorkerMirroredStrategy itself is one job only through TensorFlow's
-        # collectives; `tfdist train` works on every backend, so it gets the fastest.
-        if not runs_tfdist_train(spec.command):
-            return spec
-        plugins = srun_mpi_plugins()
-        mpi_ready = bool(_mpi4py_in(spec)) and plugins is not None and plugin in plugins
-        name, reason = backends.fastest(spec.gpus_per_node, mpi_ready)
-        if name == "mpi":
-            reason = (
-                f"CPU nodes, mpi4py and srun --mpi={plugin} found: the MPI backend (--backend tf for "
-                "TensorFlow's collectives)"
-            )
-        elif not spec.gpus_per_node:
-            reason = (
-                f"CPU nodes, but no mpi4py in the job's Python or no srun --mpi={plugin} plugin here: "
-                "TensorFlow's collectives"
-            )
-        sys.stderr.write(f"tfdist slurm: backend {name}: {reason}.\n")
-        return replace(spec, backend=name)
-    shim = name == "horovod" and importlib.util.find_spec("horovod") is None
-    chosen = replace(spec, backend=name, horovod_shim=shim)
-    if name in MPI_BACKENDS:
-        _check_mpi_ready(chosen, name, plugin, source)
-    if shim:
+    choice = backends.choose(
+        requested or str(variables.get("TFDIST_BACKEND")),
+        source="--backend" if requested else "TFDIST_BACKEND",
+        own_strategy=not runs_tfdist_train(spec.command),
+        gpus=spec.gpus_per_node,
+        mpi_ready=lambda: _mpi_ready(spec, plugin),
+        mpi_launcher=f"srun --mpi={plugin}",
+        horovod_installed=horovod_installed,
+    )
+    chosen = replace(spec, backend=choice.name, horovod_shim=choice.horovod_shim)
+    if choice.reason:
+        sys.stderr.write(f"tfdist slurm: backend {choice.name}: {choice.reason}.\n")
+    elif choice.name in MPI_BACKENDS:  # named, not chosen after the probe: can the job start its ranks?
+        _check_mpi_ready(chosen, choice.name, plugin, "--backend" if requested else "TFDIST_BACKEND")
+    if choice.horovod_shim:
         sys.stderr.write(
             "tfdist slurm: Horovod is not installed here; in this job `import horovod` gives tfdist's "
             "implementation (tfdist.horovod, on the MPI backend).\n"
         )
     return chosen
+
+
+def _mpi_ready(spec: SbatchSpec, plugin: str) -> bool:
+    """The job's Python has mpi4py and this Slurm offers ``srun --mpi=plugin``."""
+    plugins = srun_mpi_plugins()
+    return bool(_mpi4py_in(spec)) and plugins is not None and plugin in plugins
 
 
 def _check_mpi_ready(spec: SbatchSpec, name: str, plugin: str, source: str) -> None:

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             f"--global-batch-size={config.global_batch_size} is not divisible by --workers={args.workers} "
             "(one replica each on CPU). Hint: a multiple of the worker count."
         )
-    backend = args.backend or _default_backend(gpus, args.workers)
+    backend = _backend(args.backend, args.workers, gpus)
     wire = wire_env(args, backend)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,
@@ -186,27 +186,20 @@ def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
     return env
 
 
-def _default_backend(gpus: int, workers: int) -> str:
-    """The fastest backend this machine can run (see :func:`tfdist.backends.fastest`), said in one line."""
+def _backend(requested: str | None, workers: int, gpus: int) -> str:
+    """The backend of ``--workers N``: ``--backend``, else TFDIST_BACKEND (as every launched process reads
+    it), else the fastest this machine runs (:func:`tfdist.backends.choose`), said in one line."""
     from tfdist import backends, variables
-    from tfdist.errors import SetupError
-    from tfdist.launch.preflight import find_mpiexec
+    from tfdist.launch.preflight import mpi_ready
 
-    chosen = str(variables.get("TFDIST_BACKEND")).strip().lower()
-    if chosen != "auto":  # the user's choice through the environment, as every launched process reads it
-        if chosen not in backends.NAMES:
-            raise ConfigError(
-                f"TFDIST_BACKEND={chosen!r} (environment variable) is not a backend; available: auto, "
-                f"{', '.join(backends.NAMES)}. Hint: unset it or use --backend."
-            )
-        return chosen
-    if workers < 2:
-        return "tf"
-    try:
-        find_mpiexec()
-        mpi_ready = True
-    except SetupError:
-        mpi_ready = False
-    name, reason = backends.fastest(gpus, mpi_ready)
-    sys.stderr.write(f"tfdist train: backend {name}: {reason}.\n")
-    return name
+    choice = backends.choose(
+        requested or str(variables.get("TFDIST_BACKEND")),
+        source="--backend" if requested else "TFDIST_BACKEND",
+        own_strategy=False,
+        workers=workers,
+        gpus=gpus,
+        mpi_ready=mpi_ready,
+    )
+    if choice.reason:
+        sys.stderr.write(f"tfdist train: backend {choice.name}: {choice.reason}.\n")
+    return choice.name

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tfdist import backends
 from tfdist.backends import MPI_INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.launch.config import LaunchConfig
@@ -84,11 +85,16 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
         check_hosts_resolve(config.hosts)
         if not config.node_ports:  # a rendezvous gives each node ports it found free itself
             check_ports_free(fixed_ports(config), config.base_port)
-    if config.backend == "tf":
+    choice = backends.choose(config.backend, horovod_installed=horovod_installed)
+    if choice.name not in backends.PROCESS_BACKENDS:
         return Machine()
-    shim = config.backend == "horovod" and importlib.util.find_spec("horovod") is None
     mpiexec = find_mpiexec()
-    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", shim)
+    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", choice.horovod_shim)
+
+
+def horovod_installed() -> bool:
+    """Whether Horovod itself is importable here (without importing it)."""
+    return importlib.util.find_spec("horovod") is not None
 
 
 def fixed_ports(config: LaunchConfig) -> tuple[int, ...]:
@@ -172,6 +178,15 @@ def find_mpiexec() -> str:
         if found:
             return found
     raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {MPI_INSTALL_HINT}")
+
+
+def mpi_ready() -> bool:
+    """Whether mpi4py and an MPI launcher are here (:func:`find_mpiexec` finds one)."""
+    try:
+        find_mpiexec()
+    except SetupError:
+        return False
+    return True
 
 
 def mpi_flavour(mpiexec: str) -> str:

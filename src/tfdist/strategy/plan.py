@@ -11,7 +11,6 @@ from tfdist.errors import ConfigError
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "parameter_server", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-BACKENDS = ("auto", *backends.NAMES)
 PROCESS_BACKENDS = backends.PROCESS_BACKENDS
 #: A stuck peer should fail the step in minutes, not hang for hours (TensorFlow's default is no limit).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
@@ -40,10 +39,7 @@ class StrategyOptions:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(
-                f"backend {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)} (TFDIST_BACKEND)."
-            )
+        backends.check_name(self.backend, "TFDIST_BACKEND")
         if self.kind not in KINDS:
             raise ConfigError(f"strategy kind {self.kind!r} is unknown; choose one of {', '.join(KINDS)}.")
         if self.communication not in COMMUNICATIONS:
@@ -126,11 +122,6 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     return StrategyOptions(**values)  # type: ignore[arg-type]
 
 
-def resolve_backend(env: ClusterEnvironment, backend: str) -> str:
-    """``auto`` means MPI under an MPI process manager and TensorFlow's collectives everywhere else."""
-    return backends.resolve(backend, under_mpi=env.kind == "mpi")
-
-
 def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions) -> tuple[int, ...]:
     """Choose which of TensorFlow's visible GPUs this process uses.
 
@@ -174,7 +165,7 @@ def plan_strategy(
     """
     opts = options or StrategyOptions()
     gpus = plan_gpus(env, devices, opts)
-    backend = resolve_backend(env, opts.backend)
+    backend = backends.choose(opts.backend, source="TFDIST_BACKEND", under_mpi=env.kind == "mpi").name
     if backend in PROCESS_BACKENDS:
         kind, reason = _mpi_kind(env, opts)
     else:
