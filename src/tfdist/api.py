@@ -30,12 +30,6 @@ def _same_as_before(before: context.Context, chosen: StrategyPlan) -> Any:
     return before.strategy
 
 
-def last_strategy() -> Any:
-    """The strategy built by :func:`strategy` in this process, or None."""
-    built = context.built()
-    return built.strategy if built else None
-
-
 def rank() -> int:
     """This process's training rank (0 = chief); -1 for parameter servers and evaluators."""
     return context.current().environment.rank

@@ -132,8 +132,3 @@ def decode(wire: np.ndarray, compression: str, out: np.ndarray | None = None) ->
         return values
     out[...] = values
     return out
-
-
-def add_decoded(total: np.ndarray, wire: np.ndarray, compression: str) -> None:
-    """``total += decode(wire)`` in float32."""
-    total += decode(wire, compression)

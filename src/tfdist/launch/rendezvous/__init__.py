@@ -1,8 +1,8 @@
 """WHO ARE MY PEERS? One answer, several sources: ``--hosts/--node-rank`` (static), ``--rdzv HOST:PORT``
 (nodes meet at an endpoint, authenticated by a token), a scheduler's variables.
 
-:func:`rendezvous` is the store-based source: the node that ``HOST`` names serves the endpoint, every node
-(that one included) joins it, and all receive the same :class:`Assignment`.
+:class:`Rendezvous` is the store-based source: the node that ``HOST`` names serves the endpoint, every node
+(that one included) joins it, and all receive the same :class:`Assignment`, again after every failure.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class RendezvousSpec:
-    """``--rdzv HOST:PORT`` and its options (checked here; the meeting happens in :func:`rendezvous`)."""
+    """``--rdzv HOST:PORT`` and its options (checked here; the meeting happens in :class:`Rendezvous`)."""
 
     endpoint: str
     timeout: float = DEFAULT_TIMEOUT_S
@@ -154,12 +154,8 @@ class Rendezvous:
         *,
         restarts: int = 0,
         last_call: float = LAST_CALL_S,
-        hold: bool = True,
     ) -> None:
-        """``nodes``: the fewest and the most nodes of a round; ``restarts``: rounds after the first;
-        ``hold``: keep the connection of each round open (the server's sign that this node lives, and
-        where it hears of the others: :meth:`notice`)."""
-        self.hold = hold
+        """``nodes``: the fewest and the most nodes of a round; ``restarts``: rounds after the first."""
         self.spec, self.nodes, self.nproc, self.tasks = spec, nodes, nproc, tasks
         self.command, self.digest = command, digest
         self.restarts, self.last_call = restarts, last_call
@@ -198,7 +194,7 @@ class Rendezvous:
                 secret,
                 request,
                 max(0.1, deadline - time.monotonic()),
-                hold=self.held if self.hold else None,
+                hold=self.held,
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
@@ -252,13 +248,6 @@ class Rendezvous:
             self.server.stop(Notice(name, why[:400] or "stopped", True, code) if stop else None)
 
 
-def rendezvous(
-    spec: RendezvousSpec, nnodes: int, nproc: int, tasks: int, command: str, digest: str
-) -> Assignment:
-    """Meet the other ``nnodes - 1`` nodes at the endpoint once and return this node's assignment."""
-    return Rendezvous(spec, (nnodes, nnodes), nproc, tasks, command, digest, hold=False).meet()
-
-
 __all__ = [
     "Assignment",
     "Notice",
@@ -266,5 +255,4 @@ __all__ = [
     "RendezvousSpec",
     "job_digest",
     "parse_endpoint",
-    "rendezvous",
 ]
