@@ -35,8 +35,8 @@ class TaskSlot:
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """Everything needed to start one local process."""
+class ProcessSpec:
+    """Everything needed to start one local process: a worker, a parameter server or the MPI launcher."""
 
     slot: TaskSlot
     argv: tuple[str, ...]
@@ -177,7 +177,7 @@ def plan_workers(
     attempt: int,
     base_env: Mapping[str, str],
     cpu_ids: Sequence[int] = (),
-) -> list[WorkerSpec]:
+) -> list[ProcessSpec]:
     """The processes this node starts for one attempt, each with argv, environment and log file."""
     slots = plan_slots(config)
     spec = cluster_spec(config, slots, local_ports)
@@ -188,7 +188,7 @@ def plan_workers(
     binding = cpu_sets(config.bind, len(training), cpu_ids, cpu_training) if not config.ps else []
     world = len(spec.get("chief", [])) + len(spec.get("worker", []))
     attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
-    out: list[WorkerSpec] = []
+    out: list[ProcessSpec] = []
     for slot in local:
         env = dict(base_env)
         # TensorFlow's C++ INFO lines from N workers drown the output; users can still set 0 themselves.
@@ -229,7 +229,7 @@ def plan_workers(
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
         log_path = os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
         cpus = binding[local_rank] if binding and local_rank >= 0 else ()
-        out.append(WorkerSpec(slot, _argv(config, slot), with_bootstrap(env), log_path, cpus))
+        out.append(ProcessSpec(slot, _argv(config, slot), with_bootstrap(env), log_path, cpus))
     return out
 
 
@@ -276,7 +276,7 @@ def plan_mpi(
     cpu_ids: Sequence[int] = (),
     visible_gpus: Sequence[str] = (),
     proxy: Sequence[str] = (),
-) -> list[WorkerSpec]:
+) -> list[ProcessSpec]:
     """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend).
 
     On several nodes (:mod:`tfdist.launch.hydra`): node 0 runs the launcher for every node's ranks, and
@@ -316,10 +316,10 @@ def plan_mpi(
     )
     if config.nnodes == 1:
         log_path = os.path.join(attempt_dir, "mpi.log")
-        return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path)]
+        return [ProcessSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path)]
     env.update(hydra.control_env(mpi_control_port(config)))
     rank = config.node_rank
-    own = WorkerSpec(
+    own = ProcessSpec(
         TaskSlot("proxy", rank, rank, 1),
         tuple(proxy),
         dict(base_env),
@@ -328,7 +328,7 @@ def plan_mpi(
     if rank != 0:
         return [own]
     log_path = os.path.join(attempt_dir, "mpi.log")
-    return [WorkerSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path), own]
+    return [ProcessSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path), own]
 
 
 def mpi_control_port(config: LaunchConfig) -> int:

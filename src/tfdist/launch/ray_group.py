@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tfdist.launch.logs import LogPump
-from tfdist.launch.plan import WorkerSpec
+from tfdist.launch.plan import ProcessSpec
 from tfdist.launch.workers import Worker, WorkerGroup
 from tfdist.worker import boot_dir
 
@@ -128,7 +128,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def __init__(
         self,
-        specs: list[WorkerSpec],
+        specs: list[ProcessSpec],
         actors: Sequence[Any],
         *,
         prefix: bool,

@@ -15,7 +15,7 @@ from typing import Any
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.logs import console_print
-from tfdist.launch.plan import WorkerSpec
+from tfdist.launch.plan import ProcessSpec
 from tfdist.launch.ray_group import RayWorkerGroup
 from tfdist.launch.ray_plan import (
     RAY_INSTALL_HINT,
@@ -138,7 +138,7 @@ class RayPlacement:
 
     def plan(
         self, config: LaunchConfig, *, run_dir: str, attempt: int, base_env: Mapping[str, str]
-    ) -> list[WorkerSpec]:
+    ) -> list[ProcessSpec]:
         """Every worker of one attempt, with ports free on its node now."""
         ports = self.ray.get([actor.free_port.remote() for actor in self.actors], timeout=60)
         placements = [
@@ -150,7 +150,7 @@ class RayPlacement:
         )
 
     def group(
-        self, specs: list[WorkerSpec], config: LaunchConfig, console_names: set[str] | None
+        self, specs: list[ProcessSpec], config: LaunchConfig, console_names: set[str] | None
     ) -> RayWorkerGroup:
         """The attempt's WorkerGroup on the actors."""
         return RayWorkerGroup(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import TaskSlot, WorkerSpec, plan_workers
+from tfdist.launch.plan import ProcessSpec, TaskSlot, plan_workers
 
 #: ``--ray-strategy`` values and the placement-group strategy Ray calls them.
 RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict-spread": "STRICT_SPREAD"}
@@ -119,7 +119,7 @@ def plan_ray_workers(
     run_dir: str,
     attempt: int,
     base_env: Mapping[str, str],
-) -> list[WorkerSpec]:
+) -> list[ProcessSpec]:
     """Every worker of one attempt: the launcher's environment for one worker, placed in the Ray job.
 
     Each worker is planned as the launcher plans a one-worker node (threads for its bundle's CPUs, the
@@ -136,7 +136,7 @@ def plan_ray_workers(
         bind="none",  # the node's cores are Ray's to share out; its CPU bundle is the worker's share
         gpus_per_worker="all",  # leave CUDA_VISIBLE_DEVICES as Ray set it for the bundle's GPUs
     )
-    specs: list[WorkerSpec] = []
+    specs: list[ProcessSpec] = []
     for index, place in enumerate(placements):
         local = [i for i, p in enumerate(placements) if p.node_id == place.node_id]
         (alone,) = plan_workers(
@@ -162,7 +162,7 @@ def plan_ray_workers(
         if config.ray_gpus <= 1:
             env.pop("TFDIST_GPUS_PER_WORKER", None)
         slot = TaskSlot("worker", index, index, 0)
-        specs.append(WorkerSpec(slot, alone.argv, env, os.path.join(attempt_dir, f"worker{index}.log"), ()))
+        specs.append(ProcessSpec(slot, alone.argv, env, os.path.join(attempt_dir, f"worker{index}.log"), ()))
     return specs
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tfdist import variables
 from tfdist.launch.logs import LogPump
-from tfdist.launch.plan import WorkerSpec
+from tfdist.launch.plan import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
 
@@ -41,7 +41,7 @@ def _child_setup(cpus: tuple[int, ...]) -> None:
 class Worker:
     """One started process with its log pump."""
 
-    spec: WorkerSpec
+    spec: ProcessSpec
     popen: subprocess.Popen[bytes]
     pump: LogPump
 
@@ -76,7 +76,7 @@ def _descendants(pid: int) -> list[int]:
 class WorkerGroup:
     """The processes of one attempt. Each runs in its own session so a signal reaches its whole tree."""
 
-    def __init__(self, specs: list[WorkerSpec], *, prefix: bool, console_names: set[str] | None) -> None:
+    def __init__(self, specs: list[ProcessSpec], *, prefix: bool, console_names: set[str] | None) -> None:
         self.specs = specs
         self.prefix = prefix
         self.console_names = console_names  # None = every process on the console
