@@ -8,28 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.errors import ConfigError
-from tfdist.launch.fanout import HostSlots, launch_args, parse_host_slots, per_host_log_dir, remote_shell
-
-
-def test_host_slots_are_parsed_as_horovodrun_writes_them() -> None:
-    assert parse_host_slots("n1:4,n2:4") == (HostSlots("n1", 4), HostSlots("n2", 4))
-    assert parse_host_slots("a,b") == (HostSlots("a", 1), HostSlots("b", 1))
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("n1:4,n2:2", "every host must run the same number of workers"),
-        ("n1:x", "has slots 'x', not a number"),
-        ("n1:0", "n1 has 0 slots"),
-        ("n1:2,n1:2", "host n1 is listed twice"),
-        ("n1:2,,n2:2", "an empty host name"),
-    ],
-)
-def test_bad_host_slots(text: str, expected: str) -> None:
-    with pytest.raises(ConfigError, match=expected):
-        parse_host_slots(text)
+from tfdist.launch.fanout import launch_args, per_host_log_dir, remote_shell
+from tfdist.nodes import parse_host_slots
 
 
 def test_every_host_runs_the_users_launch_with_the_jobs_nodes_and_rendezvous() -> None:

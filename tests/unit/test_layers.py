@@ -22,6 +22,7 @@ PLANNERS = [
     "tfdist.backends",
     "tfdist.variables",
     "tfdist.context",
+    "tfdist.nodes",
     "tfdist.cli",
 ]
 

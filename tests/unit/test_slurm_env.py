@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdist.env import SlurmEnvironment, detect_environment
-from tfdist.env.nodelist import expand_nodelist, expand_tasks_per_node
 from tfdist.env.slurm import PORT_BASE, PORT_SLOT_WIDTH
 from tfdist.errors import ConfigError
+from tfdist.nodes import expand_nodelist, expand_tasks_per_node
 
 
 @pytest.mark.parametrize(

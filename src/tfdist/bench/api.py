@@ -33,7 +33,7 @@ from tfdist.bench.stats import Sample, combine_copies, common_window, sample_fro
 
 def machine() -> dict[str, Any]:
     """Cores and visible GPUs (without importing TensorFlow)."""
-    from tfdist.launch.gpus import visible_gpus
+    from tfdist.nodes import visible_gpus
 
     return {
         "cores": os.cpu_count() or 1,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
-from tfdist.launch.hosts import check_hosts
+from tfdist.nodes import check_hosts
 from tfdist.sync.wire import COMPRESSIONS, check_bucket_mb, check_compression
 from tfdist.workloads.config import TrainConfig
 

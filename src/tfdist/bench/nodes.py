@@ -8,31 +8,12 @@ Input/Output: ``resolve_nodes("n1,n2", (), None, {})`` -> ``(("n1", "n2"), "")``
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 
-from tfdist.errors import ConfigError
+from tfdist.nodes import expand_nodelist, parse_hosts
 
 #: How a command reaches one node of a Slurm allocation: one task there, beside whatever already runs.
 SRUN_ON_HOST = "srun --nodes 1 --ntasks 1 --nodelist {host} --overlap --"
-
-
-def slurm_nodes(nodelist: str) -> tuple[str, ...]:
-    """The host names of a Slurm node list (``n[1-3]`` -> n1, n2, n3), expanded by ``scontrol``."""
-    try:
-        proc = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(
-            f"SLURM_JOB_NODELIST={nodelist!r}: scontrol could not expand it ({exc}). Hint: pass --hosts."
-        ) from None
-    if proc.returncode != 0:
-        raise ConfigError(
-            f"SLURM_JOB_NODELIST={nodelist!r}: scontrol show hostnames failed ({proc.stderr.strip()}). "
-            "Hint: pass --hosts."
-        )
-    return tuple(proc.stdout.split())
 
 
 def resolve_nodes(
@@ -41,8 +22,9 @@ def resolve_nodes(
     """(hosts, on-host prefix): as given; else, with ``--nodes`` inside a Slurm allocation, its nodes
     reached through ``srun``; else none (one machine)."""
     if hosts is not None:
-        return tuple(h.strip() for h in hosts.split(",")), on_host or ""
+        return parse_hosts(hosts), on_host or ""
     nodelist = environ.get("SLURM_JOB_NODELIST")
     if nodes and nodelist:
-        return slurm_nodes(nodelist), SRUN_ON_HOST if on_host is None else on_host
+        prefix = SRUN_ON_HOST if on_host is None else on_host
+        return tuple(expand_nodelist(nodelist, "SLURM_JOB_NODELIST")), prefix
     return (), on_host or ""

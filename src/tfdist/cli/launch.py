@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from tfdist import nodes
 from tfdist.cli.argtypes import integer, seconds
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
@@ -144,17 +145,9 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
     if args.hosts and args.hostfile:
         raise ConfigError("--hosts and --hostfile were both given; use one.")
     if args.hostfile:
-        try:
-            with open(args.hostfile, encoding="utf-8") as fh:
-                lines = [line.split("#")[0].strip() for line in fh]
-        except OSError as exc:
-            raise ConfigError(f"--hostfile {args.hostfile!r} cannot be read: {exc.strerror}.") from None
-        hosts = tuple(line.split()[0] for line in lines if line)
-        if not hosts:
-            raise ConfigError(f"--hostfile {args.hostfile!r} lists no hosts.")
-        return hosts
+        return nodes.read_hostfile(args.hostfile)
     if args.hosts:
-        hosts = tuple(h.strip() for h in args.hosts.split(","))
+        hosts = nodes.parse_hosts(args.hosts)
         if any(not h for h in hosts):
             raise ConfigError(f"--hosts={args.hosts!r} has an empty entry.")
         return hosts
@@ -164,7 +157,7 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the LaunchConfig (validated) from parsed flags."""
     from tfdist.launch import LaunchConfig
-    from tfdist.launch.gpus import visible_gpus
+    from tfdist.nodes import visible_gpus
 
     nproc = args.nproc_per_node
     gpus = args.gpus_per_worker or "1"
@@ -329,7 +322,7 @@ def _from_one_node(args: argparse.Namespace) -> int:
     from tfdist.launch import fanout
     from tfdist.launch.preflight import check_hosts_resolve
 
-    hosts = fanout.parse_host_slots(args.host_slots)
+    hosts = nodes.parse_host_slots(args.host_slots)
     if args.rdzv or args.hosts or args.hostfile or args.node_rank or args.nnodes != "1":
         raise ConfigError(
             "-H names every host and its workers; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be at least 1.")
     from tfdist.launch import LaunchConfig, launch
-    from tfdist.launch.gpus import visible_gpus
+    from tfdist.nodes import visible_gpus
 
     gpus = len(visible_gpus(os.environ))
     if config.global_batch_size and not gpus and config.global_batch_size % args.workers:

@@ -80,19 +80,3 @@ class ClusterEnvironment:
             "gpu_ids": list(self.gpu_ids) if self.gpu_ids is not None else None,
             "warnings": list(self.warnings),
         }
-
-
-def parse_gpu_list(value: str, source: str) -> tuple[str, ...]:
-    """Parse a CUDA_VISIBLE_DEVICES-style list.
-
-    Input/Output: ``"0,2"`` -> ``("0", "2")``; ``""`` -> ``()``; ``"GPU-1a2b,GPU-3c4d"`` -> the UUIDs.
-    """
-    from tfdist.errors import ConfigError
-
-    text = value.strip()
-    if not text or text in ("-1", "none", "NoDevFiles"):
-        return ()
-    items = tuple(part.strip() for part in text.split(","))
-    if any(not item for item in items):
-        raise ConfigError(f"{source}={value!r} has an empty entry. Hint: use a comma list such as 0,1.")
-    return items

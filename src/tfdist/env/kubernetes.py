@@ -15,8 +15,9 @@ import re
 from collections.abc import Mapping
 
 from tfdist import variables
-from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
+from tfdist.nodes import parse_gpu_list
 
 #: The port every pod listens on when the manifest names none (the TFJob operator's default too).
 DEFAULT_PORT = 2222

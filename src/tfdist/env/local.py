@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.env.base import ClusterEnvironment
+from tfdist.nodes import parse_gpu_list
 
 
 class LocalEnvironment(ClusterEnvironment):

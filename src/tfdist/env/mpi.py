@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
+from tfdist.nodes import parse_gpu_list
 
 #: (rank, size, local rank, local size) variables per MPI family, in the order they are tried.
 FAMILIES = (

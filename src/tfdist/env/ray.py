@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tfdist.env.base import ClusterEnvironment, parse_gpu_list
+from tfdist.env.base import ClusterEnvironment
+from tfdist.nodes import parse_gpu_list
 
 #: Set by Ray in every process it starts (the raylet that owns the worker); never in a plain shell.
 RAY_MARKER = "RAY_RAYLET_PID"

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tfdist import variables
-from tfdist.env.base import ClusterEnvironment, parse_gpu_list
-from tfdist.env.nodelist import expand_nodelist, expand_tasks_per_node
+from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
+from tfdist.nodes import expand_nodelist, expand_tasks_per_node, parse_gpu_list
 
 #: Ports are derived as BASE + (job id mod SLOTS) * SLOT_WIDTH + local task index, so concurrent jobs
 #: sharing a node almost never collide while all tasks of one job agree. TFDIST_PORT overrides the base.

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist import variables
-from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict, parse_gpu_list
+from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict
 from tfdist.errors import ConfigError
+from tfdist.nodes import loopback_among_remote, parse_gpu_list
 
 _HINT = (
     'Hint: TF_CONFIG looks like {"cluster": {"worker": ["host:port", ...]}, '
     '"task": {"type": "worker", "index": 0}}.'
 )
-_LOOPBACK = ("localhost", "127.", "[::1]", "::1")
 
 
 def parse_address(address: object, where: str) -> tuple[str, int]:
@@ -72,8 +72,8 @@ def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
 def loopback_warning(spec: ClusterSpecDict) -> str | None:
     """Warn when loopback addresses are mixed with other hosts: remote tasks could never reach them."""
     hosts = {addr.rpartition(":")[0] for addrs in spec.values() for addr in addrs}
-    loop = {h for h in hosts if h.startswith(_LOOPBACK)}
-    if loop and loop != hosts:
+    loop = set(loopback_among_remote(hosts))
+    if loop:
         return (
             f"TF_CONFIG mixes loopback hosts ({', '.join(sorted(loop))}) with other hosts "
             f"({', '.join(sorted(hosts - loop))}); tasks on other machines cannot reach a loopback address."

@@ -14,15 +14,14 @@ from tfdist.errors import ConfigError, WorkerFailedError
 from tfdist.launch import hydra
 from tfdist.launch.attempt import Attempt, Signals
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.gpus import visible_gpus
 from tfdist.launch.logs import console_print
 from tfdist.launch.outcome import FailureInfo, deterministic, failure_line, record_end, report
 from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Stop, decide
-from tfdist.launch.ports import free_ports
 from tfdist.launch.preflight import mpi_flavour, preflight
 from tfdist.launch.rendezvous.protocol import Notice
 from tfdist.launch.workers import WorkerGroup
+from tfdist.nodes import free_ports, visible_gpus
 
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
 

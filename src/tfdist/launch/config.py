@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from tfdist import backends
 from tfdist.errors import ConfigError
-from tfdist.launch.hosts import check_hosts
 from tfdist.launch.ray_address import check_address
+from tfdist.nodes import check_hosts
 
 BACKENDS = backends.NAMES
 

@@ -16,57 +16,18 @@ import os
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from tfdist.errors import ConfigError
+from tfdist.nodes import HostSlots, free_ports, is_this_machine
 
 #: Variables a remote launcher gets from this one (ssh starts remote commands with a bare environment).
 FORWARDED_PREFIXES = ("TFDIST_", "TF_CPP_", "TF_ENABLE_", "UCX_", "PYTHONPATH", "CUDA_VISIBLE_DEVICES")
 #: Port of the rendezvous when the first host is another machine (no way to ask it for a free one).
 DEFAULT_RDZV_PORT = 29400
-
-
-@dataclass(frozen=True)
-class HostSlots:
-    """One ``-H`` entry: a host and its workers (ranks)."""
-
-    name: str
-    slots: int
-
-
-def parse_host_slots(text: str) -> tuple[HostSlots, ...]:
-    """``"n1:4,n2:4"`` -> hosts with their slots (``n1`` alone means 1 slot), checked.
-
-    Input/Output: ``"a:2,b:2"`` -> ``(HostSlots("a", 2), HostSlots("b", 2))``.
-    """
-    hosts: list[HostSlots] = []
-    for part in text.split(","):
-        name, _, slots = part.strip().partition(":")
-        if not name:
-            raise ConfigError(f"-H {text!r}: an empty host name. Hint: -H n1:4,n2:4.")
-        try:
-            count = int(slots) if slots else 1
-        except ValueError:
-            raise ConfigError(f"-H {text!r}: {part.strip()!r} has slots {slots!r}, not a number.") from None
-        if count < 1:
-            raise ConfigError(f"-H {text!r}: {name} has {count} slots; give at least 1.")
-        hosts.append(HostSlots(name, count))
-    names = [h.name for h in hosts]
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"-H {text!r}: host {twice} is listed twice. Hint: one entry per host, HOST:SLOTS.")
-    if len({h.slots for h in hosts}) > 1:
-        raise ConfigError(
-            f"-H {text!r}: every host must run the same number of workers (tfdist runs -n per node); got "
-            f"{', '.join(f'{h.name}:{h.slots}' for h in hosts)}."
-        )
-    return tuple(hosts)
 
 
 def launch_args(argv: Sequence[str], script: str, hosts: Sequence[HostSlots], endpoint: str) -> list[str]:
@@ -106,18 +67,6 @@ def forwarded_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> di
     return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) and k != "TFDIST_RDZV_TOKEN"}
 
 
-def is_this_machine(name: str) -> bool:
-    """Whether ``name`` is this machine (its host name, loopback, or one of its addresses)."""
-    if name in ("localhost", socket.gethostname(), socket.getfqdn()):
-        return True
-    try:
-        address = socket.gethostbyname(name)
-        mine = {socket.gethostbyname(socket.gethostname())}
-    except OSError:
-        return False
-    return address.startswith("127.") or address in mine
-
-
 def commands(
     hosts: Sequence[HostSlots], args: Sequence[str], ssh: str, python: str, cwd: str
 ) -> list[tuple[str, list[str]]]:
@@ -153,8 +102,6 @@ def rendezvous_endpoint(hosts: Sequence[HostSlots]) -> str:
     """The first host serves the rendezvous: a free port when it is this machine, else the default."""
     first = hosts[0].name
     if is_this_machine(first):
-        from tfdist.launch.ports import free_ports
-
         return f"{first}:{free_ports(1, '')[0]}"
     return f"{first}:{DEFAULT_RDZV_PORT}"
 

@@ -13,7 +13,6 @@ import contextlib
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tfdist.launch.workers import _child_setup
+from tfdist.nodes import free_ports
 from tfdist.worker import with_bootstrap
 
 #: After the process exited, how long to wait for its output to end before reporting the exit code anyway
@@ -79,9 +79,7 @@ class WorkerHost:
 
     def free_port(self) -> int:
         """A port free on every interface of this node now."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            return int(s.getsockname()[1])
+        return free_ports(1, "")[0]
 
     def start(
         self, argv: list[str], planned: dict[str, str], cwd: str, launcher_python: str, launcher_boot: str

@@ -8,21 +8,18 @@ first step: it imports neither TensorFlow nor Keras.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shutil
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
+from tfdist.nodes import gpu_count, loopback_peers
 from tfdist.worker import with_bootstrap
-
-#: Where the NVIDIA driver lists the GPUs of a node: counting them needs neither TensorFlow nor nvidia-smi.
-NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
 
 
 def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
@@ -73,38 +70,6 @@ def _task_gpu(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: in
     return visible[env.local_rank]
 
 
-def node_gpu_count() -> int:
-    """GPUs the NVIDIA driver reports on this node (0 without the driver)."""
-    try:
-        return len(os.listdir(NVIDIA_GPUS_DIR))
-    except OSError:
-        return 0
-
-
-def loopback_peers(
-    own_host: str, hosts: Sequence[str], resolve: Callable[[str], str] = socket.gethostbyname
-) -> list[tuple[str, str]]:
-    """The job's OTHER nodes whose names resolve to a loopback address here, with that address.
-
-    A peer that resolves to 127.x here cannot be reached: this task would dial itself. (This node's own
-    name resolving to 127.0.1.1, Debian's default, is harmless: peers resolve it with their own files.)
-
-    Input/Output: ``("node1", ["node1", "node2"], {"node1": "127.0.1.1", "node2": "127.0.1.1"}.get)`` ->
-    ``[("node2", "127.0.1.1")]``.
-    """
-    found = []
-    for host in dict.fromkeys(hosts):
-        if host == own_host:
-            continue
-        try:
-            address = resolve(host)
-        except (OSError, UnicodeError):
-            continue  # unresolvable names fail in TensorFlow with their own clear message
-        if ipaddress.ip_address(address).is_loopback:
-            found.append((host, address))
-    return found
-
-
 def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) -> None:
     """ConfigError naming the node and the fix when a peer node's name resolves to loopback here."""
     hosts = [address.rpartition(":")[0] for tasks in env.cluster_spec.values() for address in tasks]
@@ -136,6 +101,6 @@ def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) 
     base = dict(os.environ if environ is None else environ)
     cluster = detect_environment(base)
     check_peer_addresses(cluster, base)
-    env = plan_task_env(cluster, base, node_gpu_count())
+    env = plan_task_env(cluster, base, gpu_count())
     env.update(pmi1_safe_netmod(base, has_mpich_wheel()))
     os.execve(program, list(command), env)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from tfdist import variables
 from tfdist.errors import ConfigError
-from tfdist.launch.ports import free_ports
 from tfdist.launch.rendezvous import client, protocol
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
 from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer, keepalive
+from tfdist.nodes import free_ports
 
 DEFAULT_TIMEOUT_S = 300.0
 

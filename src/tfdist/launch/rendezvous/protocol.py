@@ -25,6 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tfdist import nodes
 from tfdist.errors import ConfigError
 
 VERSION = "tfdist-rdzv/1"
@@ -293,15 +294,10 @@ def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str, round_: i
 
 def loopback_among_remote(assignment: Assignment) -> str | None:
     """A one-line error when some node is reachable only as loopback while others are remote."""
-    import ipaddress
-
-    loop = [
-        (n, a)
-        for n, a in zip(assignment.names, assignment.addresses, strict=True)
-        if ipaddress.ip_address(a).is_loopback
-    ]
-    if loop and len(loop) != assignment.nnodes:
-        name, address = loop[0]
+    loop = nodes.loopback_among_remote(assignment.addresses)
+    if loop:
+        address = loop[0]
+        name = assignment.names[assignment.addresses.index(address)]
         return (
             f"node {name} reached the rendezvous through {address} (loopback), so the other nodes cannot "
             f"reach it: the endpoint's name resolves to loopback on {name}. Hint: give --rdzv the endpoint's "

@@ -1,0 +1,258 @@
+"""Node and host lists, pure: Slurm's compressed lists, ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS``, and
+their checks (valid names, no repeats, no loopback beside remote hosts).
+
+Slurm's lists are expanded by hand, without ``scontrol``: nothing in the Python ecosystem parses them
+without a Slurm installation, and tasks must agree on the cluster spec from their environment alone.
+
+Input/Output: ``expand_nodelist("n[01-02],m5")`` -> ``["n01", "n02", "m5"]``; ``parse_host_slots("a:2,b:2")``
+-> ``(HostSlots("a", 2), HostSlots("b", 2))``; ``check_hosts(("node1", "node1"), "--hosts")`` -> ConfigError
+naming the repeated host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tfdist.errors import ConfigError
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+#: Guard against lists like n[0-99999999] that would exhaust memory rather than describe a real job.
+MAX_HOSTS = 100_000
+
+
+def _split_top_level(text: str, source: str) -> list[str]:
+    """Split on commas that are outside brackets."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise ConfigError(f"{source}={text!r} has nested brackets; Slurm node lists never nest them.")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ConfigError(f"{source}={text!r} has a ']' without '['.")
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if depth != 0:
+        raise ConfigError(f"{source}={text!r} has an unclosed '['.")
+    parts.append("".join(current))
+    return parts
+
+
+def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
+    """Expand ``01-03,7`` to ``["01", "02", "03", "7"]`` keeping the zero padding of each range."""
+    values: list[str] = []
+    for item in body.split(","):
+        match = _RANGE.match(item.strip())
+        if not match:
+            raise ConfigError(
+                f"{source}={whole!r}: {item!r} inside brackets is not a number or a range like 01-04."
+            )
+        lo_text, hi_text = match.group(1), match.group(2)
+        if hi_text is None:
+            values.append(lo_text)
+            continue
+        lo, hi = int(lo_text), int(hi_text)
+        if hi < lo:
+            raise ConfigError(f"{source}={whole!r}: range {item!r} runs backwards.")
+        if hi - lo + 1 > MAX_HOSTS:
+            raise ConfigError(f"{source}={whole!r}: range {item!r} names more than {MAX_HOSTS} hosts.")
+        width = len(lo_text)
+        values.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return values
+
+
+def _expand_host(pattern: str, source: str, whole: str) -> list[str]:
+    """Expand one host pattern that may hold several bracket groups (a[1-2]b[3-4] -> 4 hosts)."""
+    hosts = [""]
+    rest = pattern
+    while rest:
+        open_at = rest.find("[")
+        if open_at < 0:
+            hosts = [h + rest for h in hosts]
+            break
+        close_at = rest.find("]", open_at)
+        prefix, body = rest[:open_at], rest[open_at + 1 : close_at]
+        expanded = _expand_ranges(body, source, whole)
+        hosts = [h + prefix + v for h in hosts for v in expanded]
+        if len(hosts) > MAX_HOSTS:
+            raise ConfigError(f"{source}={whole!r} names more than {MAX_HOSTS} hosts.")
+        rest = rest[close_at + 1 :]
+    return hosts
+
+
+def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]:
+    """Expand a Slurm node list.
+
+    Input/Output: ``"n[01-03,7],m5"`` -> ``["n01", "n02", "n03", "n7", "m5"]``;
+    ``"a[1-2]b[3-4]"`` -> ``["a1b3", "a1b4", "a2b3", "a2b4"]``.
+    """
+    if not text or not text.strip():
+        raise ConfigError(f"{source} is empty. Hint: run inside an srun step, or set TF_CONFIG yourself.")
+    hosts: list[str] = []
+    for part in _split_top_level(text.strip(), source):
+        if not part or part.startswith("["):
+            raise ConfigError(
+                f"{source}={text!r} has an empty host name. Hint: expected e.g. node[01-04],gpu7."
+            )
+        if any(c.isspace() for c in part):
+            raise ConfigError(f"{source}={text!r} contains white space inside a host name.")
+        hosts.extend(_expand_host(part, source, text))
+    return hosts
+
+
+def expand_tasks_per_node(text: str, source: str = "SLURM_STEP_TASKS_PER_NODE") -> list[int]:
+    """Expand Slurm's task counts per node.
+
+    Input/Output: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``; ``"4"`` -> ``[4]``.
+    """
+    counts: list[int] = []
+    for item in (text or "").split(","):
+        match = _COUNT.match(item.strip())
+        if not match:
+            raise ConfigError(f"{source}={text!r}: {item!r} is not a count like 2 or 2(x3).")
+        count, repeat = int(match.group(1)), int(match.group(2) or 1)
+        if count < 1 or repeat < 1:
+            raise ConfigError(f"{source}={text!r}: counts and repeats must be at least 1.")
+        if repeat > MAX_HOSTS:
+            raise ConfigError(f"{source}={text!r}: repeat {repeat} exceeds {MAX_HOSTS} nodes.")
+        counts.extend([count] * repeat)
+    return counts
+
+
+# RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 1-63 characters each.
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def is_address(host: str) -> bool:
+    """A host name (RFC 1123) or an IPv4 / IPv6 address."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        pass
+    return 0 < len(host) <= 253 and all(_LABEL.match(label) for label in host.rstrip(".").split("."))
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address: reachable only from the machine itself."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_among_remote(hosts: Iterable[str]) -> list[str]:
+    """The loopback entries of ``hosts`` when some other entry is not loopback, else ``[]``: a node given
+    as loopback next to remote ones cannot be reached by them (each would reach its own machine).
+
+    Input/Output: ``["localhost", "n2"]`` -> ``["localhost"]``; ``["127.0.0.1", "localhost"]`` -> ``[]``.
+    """
+    given = list(hosts)
+    loopback = [h for h in given if is_loopback(h)]
+    return loopback if len(loopback) != len(given) else []
+
+
+def check_hosts(hosts: tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``hosts`` unchanged when every entry is a distinct, valid address that every node can reach."""
+    for position, host in enumerate(hosts, 1):
+        if not host:
+            raise ConfigError(
+                f"{where}: entry {position} is empty. Hint: one address per node, e.g. node1,node2."
+            )
+        if not is_address(host):
+            raise ConfigError(
+                f"{where}: {host!r} is not a host name or IP address (letters, digits, '-' and '.' only). "
+                "Hint: give the nodes' names as the cluster resolves them."
+            )
+    seen: dict[str, int] = {}
+    for position, host in enumerate(hosts, 1):
+        key = host.lower().rstrip(".")
+        if key in seen:
+            raise ConfigError(
+                f"{where}: {host!r} is listed twice (entries {seen[key]} and {position}); each node is one "
+                "entry. Hint: for several workers per node use -n (--nproc-per-node)."
+            )
+        seen[key] = position
+    loopback = loopback_among_remote(hosts)
+    if loopback:
+        raise ConfigError(
+            f"{where}: {loopback[0]!r} cannot be mixed with other hosts: the other nodes would reach their "
+            "own loopback, not this machine. Hint: use this node's network name or address."
+        )
+    return hosts
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    """A comma list of node addresses (``--hosts``), each stripped; checked by :func:`check_hosts`.
+
+    Input/Output: ``"n1, n2"`` -> ``("n1", "n2")``; ``"n1,,n2"`` -> ``("n1", "", "n2")``.
+    """
+    return tuple(h.strip() for h in text.split(","))
+
+
+def read_hostfile(path: str) -> tuple[str, ...]:
+    """The nodes of a host file (``--hostfile``): the first word of each line, ``#`` comments and blank
+    lines skipped (an MPI host file's ``slots=4`` is ignored).
+
+    Input/Output: a file ``"n1 slots=4\n# spare\nn2\n"`` -> ``("n1", "n2")``.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line.split("#")[0].strip() for line in fh]
+    except OSError as exc:
+        raise ConfigError(f"--hostfile {path!r} cannot be read: {exc.strerror}.") from None
+    hosts = tuple(line.split()[0] for line in lines if line)
+    if not hosts:
+        raise ConfigError(f"--hostfile {path!r} lists no hosts.")
+    return hosts
+
+
+@dataclass(frozen=True)
+class HostSlots:
+    """One ``-H`` entry: a host and its workers (ranks)."""
+
+    name: str
+    slots: int
+
+
+def parse_host_slots(text: str) -> tuple[HostSlots, ...]:
+    """``"n1:4,n2:4"`` (``-H``) -> hosts with their slots (``n1`` alone means 1 slot), checked.
+
+    Input/Output: ``"a:2,b:2"`` -> ``(HostSlots("a", 2), HostSlots("b", 2))``.
+    """
+    hosts: list[HostSlots] = []
+    for part in text.split(","):
+        name, _, slots = part.strip().partition(":")
+        if not name:
+            raise ConfigError(f"-H {text!r}: an empty host name. Hint: -H n1:4,n2:4.")
+        try:
+            count = int(slots) if slots else 1
+        except ValueError:
+            raise ConfigError(f"-H {text!r}: {part.strip()!r} has slots {slots!r}, not a number.") from None
+        if count < 1:
+            raise ConfigError(f"-H {text!r}: {name} has {count} slots; give at least 1.")
+        hosts.append(HostSlots(name, count))
+    names = [h.name for h in hosts]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"-H {text!r}: host {twice} is listed twice. Hint: one entry per host, HOST:SLOTS.")
+    if len({h.slots for h in hosts}) > 1:
+        raise ConfigError(
+            f"-H {text!r}: every host must run the same number of workers (tfdist runs -n per node); got "
+            f"{', '.join(f'{h.name}:{h.slots}' for h in hosts)}."
+        )
+    return tuple(hosts)

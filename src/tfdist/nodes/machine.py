@@ -1,0 +1,143 @@
+"""This machine as a node: free ports, its GPUs, name lookups that do not hang, whether a name is this
+machine. No TensorFlow (the launcher and ``tfdist run`` must start fast); every outside call is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from tfdist.errors import ConfigError
+from tfdist.nodes.lists import is_loopback
+
+#: Where the NVIDIA driver lists the node's GPUs (one entry each): the count when neither NVML nor
+#: nvidia-smi is installed.
+NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports free on ``host`` now ("" = every interface): all bound at once, then
+    released."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def parse_gpu_list(value: str, source: str) -> tuple[str, ...]:
+    """Parse a CUDA_VISIBLE_DEVICES-style list.
+
+    Input/Output: ``"0,2"`` -> ``("0", "2")``; ``""`` -> ``()``; ``"GPU-1a2b,GPU-3c4d"`` -> the UUIDs.
+    """
+    text = value.strip()
+    if not text or text in ("-1", "none", "NoDevFiles"):
+        return ()
+    items = tuple(part.strip() for part in text.split(","))
+    if any(not item for item in items):
+        raise ConfigError(f"{source}={value!r} has an empty entry. Hint: use a comma list such as 0,1.")
+    return items
+
+
+def gpu_count() -> int:
+    """The NVIDIA GPUs of this node, counted the same way by every command (``tfdist launch``, ``tfdist
+    run`` under srun, ``tfdist train``, ``tfdist bench``): NVML, else ``nvidia-smi -L``, else the driver's
+    :data:`NVIDIA_GPUS_DIR`; 0 without a driver. CUDA_VISIBLE_DEVICES is not applied here
+    (:func:`visible_gpus` does)."""
+    try:
+        import pynvml  # nvidia-ml-py, installed with the gpu extra
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no library, no driver, or no device: fall through to nvidia-smi
+        pass
+    if shutil.which("nvidia-smi") is not None:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=15, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return 0
+        return sum(1 for row in out.stdout.splitlines() if row.startswith("GPU "))
+    try:
+        return len(os.listdir(NVIDIA_GPUS_DIR))
+    except OSError:
+        return 0
+
+
+def visible_gpus(environ: Mapping[str, str]) -> list[str]:
+    """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of :func:`gpu_count`."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return list(parse_gpu_list(environ["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES"))
+    return [str(i) for i in range(gpu_count())]
+
+
+def address_of(host: str) -> str | None:
+    """The IPv4 address ``host`` resolves to here, else None."""
+    try:
+        return socket.gethostbyname(host)
+    except (OSError, UnicodeError):
+        return None
+
+
+def host_name(address: str, timeout: float = 1.0) -> str | None:
+    """The name ``address`` resolves back to, within ``timeout`` seconds (a slow resolver is not waited
+    for), else None."""
+    found: list[str] = []
+
+    def look() -> None:
+        try:
+            found.append(socket.gethostbyaddr(address)[0])
+        except (OSError, UnicodeError):
+            pass
+
+    thread = threading.Thread(target=look, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return found[0] if found else None
+
+
+def is_this_machine(name: str) -> bool:
+    """Whether ``name`` is this machine (its host name, loopback, or one of its addresses)."""
+    if name in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        address = socket.gethostbyname(name)
+        mine = {socket.gethostbyname(socket.gethostname())}
+    except OSError:
+        return False
+    return is_loopback(address) or address in mine
+
+
+def loopback_peers(
+    own_host: str, hosts: Sequence[str], resolve: Callable[[str], str | None] = address_of
+) -> list[tuple[str, str]]:
+    """The OTHER nodes of ``hosts`` whose names resolve to a loopback address here, with that address.
+
+    A peer that resolves to 127.x here cannot be reached: this node would dial itself. (This node's own
+    name resolving to 127.0.1.1, Debian's default, is harmless: peers resolve it with their own files.)
+    Unresolvable names are skipped: they fail in TensorFlow with their own clear message.
+
+    Input/Output: ``("node1", ["node1", "node2"], {"node1": "127.0.1.1", "node2": "127.0.1.1"}.get)`` ->
+    ``[("node2", "127.0.1.1")]``.
+    """
+    found = []
+    for host in dict.fromkeys(hosts):
+        if host == own_host:
+            continue
+        address = resolve(host)
+        if address is not None and is_loopback(address):
+            found.append((host, address))
+    return found
