@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from tfdist.bench.config import BenchConfig
-from tfdist.bench.linkreport import describe, diagnosis, link_of, probe_pairs, slow_node
 from tfdist.bench.nodes import SRUN_ON_HOST, resolve_nodes
 from tfdist.bench.plan import Command, RunSpec, node_commands, on_node, plan_bench
 from tfdist.bench.runner import RunFailed, run_all
 from tfdist.bench.stats import Sample, summarize
 from tfdist.cli import main
+from tfdist.diagnose.linkreport import describe, diagnosis, link_of, probe_pairs, slow_node
 from tfdist.errors import ConfigError
 from tfdist.train.options import FitOptions
 from tfdist.train.timeline import NoTimeline, Timeline, merge, open_timeline
@@ -140,7 +140,7 @@ def test_link_probe_over_loopback(tmp_path: Path) -> None:
     """The real probe: one process serves, another measures, over a real TCP connection."""
     port = 29580
     rest = ("--pings", "20", "--out", str(tmp_path / "a.json"))
-    link = [sys.executable, "-m", "tfdist.bench.link"]
+    link = [sys.executable, "-m", "tfdist.diagnose.link"]
     server = subprocess.Popen([*link, "serve", "--port", str(port), "--out", str(tmp_path / "b.json")])
     try:
         measured = subprocess.run(

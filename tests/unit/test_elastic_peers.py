@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 import time
 
+from tfdist.diagnose import peers
 from tfdist.launch.logs import lost_contact
-from tfdist.train import peers
 
 
 def test_a_live_task_is_not_named_and_a_dead_one_is() -> None:

@@ -23,6 +23,7 @@ PLANNERS = [
     "tfdist.variables",
     "tfdist.context",
     "tfdist.nodes",
+    "tfdist.diagnose.linkreport",
     "tfdist.cli",
 ]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tfdist.cli.slurm_backend import resolve_backend
+from tfdist.diagnose.peers import is_peer_failure, lost_peers
 from tfdist.errors import ConfigError
 from tfdist.slurm import SbatchSpec
 from tfdist.slurm.commands import _reason
 from tfdist.slurm.script import runs_tfdist_train
-from tfdist.train.peers import is_peer_failure, lost_peers
 
 
 @pytest.mark.parametrize(

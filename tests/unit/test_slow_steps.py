@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.train.slowness import SlowSteps, answers, verdict
+from tfdist.diagnose.slowness import SlowSteps, answers, verdict
 
 
 def feed(per_step: list[float]) -> list[float | None]:
@@ -85,7 +85,7 @@ def test_the_round_trips_of_this_process_s_connections_are_read(tmp_path: object
     """A real loopback connection: its kernel round-trip estimate is found by the peer's address."""
     import socket
 
-    from tfdist.train.slowness import _tcp_rtts
+    from tfdist.diagnose.slowness import _tcp_rtts
 
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())

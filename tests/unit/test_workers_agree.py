@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tfdist.diagnose.peers import collective_error
 from tfdist.errors import ConfigError
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
-from tfdist.train.peers import collective_error
 from tfdist.train.uneven import INFINITE, UNKNOWN, OwnData, _agreed_batch, _steps, _worker_batch, digest
 
 SAME = (3, 64, 6, 10, 0)  # epochs, batch, steps, log_every, initial_epoch

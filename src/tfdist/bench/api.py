@@ -13,8 +13,6 @@ from typing import Any
 
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
-from tfdist.bench.linkreport import describe, link_of, probe_pairs
-from tfdist.bench.linkreport import diagnosis as link_diagnosis
 from tfdist.bench.plan import (
     LOCAL,
     BenchPlan,
@@ -29,6 +27,8 @@ from tfdist.bench.plan import (
 from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_all, run_commands
 from tfdist.bench.stats import Sample, combine_copies, common_window, sample_from_summary, summarize
+from tfdist.diagnose.linkreport import describe, link_of, probe_pairs
+from tfdist.diagnose.linkreport import diagnosis as link_diagnosis
 
 
 def machine() -> dict[str, Any]:
@@ -171,7 +171,7 @@ class Bench:
     def _probe_pair(self, a: str, b: str, port: int) -> dict[str, Any]:
         folder = self.out / "runs" / f"link-{a}-{b}"
         folder.mkdir(parents=True, exist_ok=True)
-        link = (sys.executable, "-m", "tfdist.bench.link")
+        link = (sys.executable, "-m", "tfdist.diagnose.link")
         timeout = ("--port", str(port), "--timeout", "60")
         out_a = ("--out", str(folder / "a.json"))
         serve = Command(

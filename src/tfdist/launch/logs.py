@@ -161,7 +161,7 @@ def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
     return lines
 
 
-#: What a worker's lost-peer report starts with (tfdist.train.peers.report).
+#: What a worker's lost-peer report starts with (tfdist.diagnose.peers.report).
 LOST_CONTACT = "lost contact with "
 
 

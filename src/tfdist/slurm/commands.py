@@ -6,8 +6,13 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 
-from tfdist.errors import ConfigError, SetupError
+from tfdist import variables
+from tfdist._log import get_logger
+from tfdist.errors import ConfigError, SetupError, TfdistError
+
+log = get_logger(__name__)
 
 TIMEOUT_S = 30
 _HINT = (
@@ -90,11 +95,24 @@ def cancel(job_id: str) -> None:
         raise ConfigError(f"scancel {job_id} failed: {proc.stderr.strip()}")
 
 
-def requeue(job_id: str) -> None:
-    """``scontrol requeue ID``: put a running job back in the queue (it must allow requeueing)."""
-    proc = _run(["scontrol", "requeue", check_job_id(job_id)])
-    if proc.returncode != 0:
-        raise SetupError(f"scontrol requeue {job_id} failed: {proc.stderr.strip()}")
+def requeue_slurm_job(why: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Ask Slurm to run this job (``SLURM_JOB_ID``) again: ``scontrol requeue ID`` puts it back in the
+    queue (it must allow requeueing); ``why`` goes into the log line. TFDIST_REQUEUE=0 opts out. Never
+    raises (the job may have been submitted without --requeue, or another task asked first): returns
+    whether Slurm took the request."""
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id or not variables.get("TFDIST_REQUEUE", env):
+        return False
+    try:
+        proc = _run(["scontrol", "requeue", check_job_id(job_id)])
+        if proc.returncode != 0:
+            raise SetupError(f"scontrol requeue {job_id} failed: {proc.stderr.strip()}")
+    except TfdistError as exc:
+        log.warning("could not requeue job %s: %s", job_id, exc)
+        return False
+    log.warning("asked Slurm to requeue job %s; %s", job_id, why)
+    return True
 
 
 def log_path(job_id: str) -> str:

@@ -18,10 +18,12 @@ import numpy as np
 
 from tfdist import context
 from tfdist._log import get_logger
+from tfdist.diagnose import peers
+from tfdist.diagnose.slowness import SlowWatch
 from tfdist.errors import CollectiveError, ConfigError, NonFiniteLossError
+from tfdist.slurm import commands
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
-from tfdist.train import peers
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
 from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
 from tfdist.train.data import BatchPlan, DistributedData
@@ -30,7 +32,6 @@ from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions
 from tfdist.train.report import Reporter
 from tfdist.train.scaling import scaled_lr
-from tfdist.train.slowness import SlowWatch
 from tfdist.train.timeline import open_timeline
 
 log = get_logger(__name__)
@@ -534,7 +535,7 @@ class SyncTrainer:
         self._barrier()
         # A Slurm job, whether this task reads Slurm's variables or the TF_CONFIG `tfdist run` derived.
         if self.env.is_chief and self.checkpointer and os.environ.get("SLURM_JOB_ID"):
-            peers.requeue_slurm_job("the next run resumes from the checkpoint")
+            commands.requeue_slurm_job("the next run resumes from the checkpoint")
         raise SystemExit(128 + signum)
 
     def _finish(self, duration: float, examples: int) -> Any:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from tfdist import variables
 from tfdist._log import get_logger
+from tfdist.nodes import address_of, host_name
 
 log = get_logger(__name__)
 
@@ -158,19 +159,9 @@ def _tcp_rtts(hosts: Collection[str]) -> dict[str, float]:
 
 
 def _name_of(host: str) -> str:
-    """The host's name (a reverse lookup within a second), else the address as given."""
-    found: list[str] = []
-
-    def look() -> None:
-        try:
-            found.append(socket.gethostbyaddr(host)[0].split(".")[0])
-        except (OSError, UnicodeError):
-            pass
-
-    thread = threading.Thread(target=look, daemon=True)
-    thread.start()
-    thread.join(1.0)
-    return found[0] if found else host
+    """The host's short name (a reverse lookup within a second), else the address as given."""
+    name = host_name(host, 1.0)
+    return name.split(".")[0] if name else host
 
 
 def answers(
@@ -209,10 +200,7 @@ def _queue(backlog: int | None) -> str:
 
 def _address_of(host: str) -> str:
     """The IPv4 address ``host`` names (connections are known by address), else ``host``."""
-    try:
-        return socket.gethostbyname(host)
-    except (OSError, UnicodeError):
-        return host
+    return address_of(host) or host
 
 
 class SlowWatch:

@@ -1,4 +1,5 @@
-"""When a peer is lost mid-training: say who, where the run can resume, and ask Slurm to run the job again.
+"""When a peer is lost mid-training: say who, where the run can resume, and ask Slurm to run the job again;
+when the workers' collectives no longer meet: say which workers ran which, or which one the others waited for.
 
 TensorFlow reports a lost peer as an ``UnavailableError`` / ``DeadlineExceededError`` (or an aborted
 collective) whose message names the peer by address (``ipv4:10.0.0.2:20041``), by ``host:port`` or by task
@@ -14,8 +15,9 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from tfdist import variables
 from tfdist._log import get_logger
+from tfdist.nodes import address_of, host_name
+from tfdist.slurm.commands import requeue_slurm_job
 
 log = get_logger(__name__)
 
@@ -46,7 +48,7 @@ def is_peer_failure(exc: BaseException) -> bool:
 def lost_peers(
     message: str,
     cluster: Mapping[str, Sequence[str]],
-    resolve: Callable[[str], str] = socket.gethostbyname,
+    resolve: Callable[[str], str | None] = address_of,
 ) -> list[str]:
     """The workers a TensorFlow error message names, as ``worker 1 (node2:20041)``, in cluster order.
 
@@ -59,10 +61,9 @@ def lost_peers(
             host, _, port = address.rpartition(":")
             entry = (task_type, index, address)
             by_address[(host, port)] = entry
-            try:
-                by_address[(resolve(host), port)] = entry
-            except (OSError, UnicodeError):
-                pass
+            ip = resolve(host)
+            if ip is not None:
+                by_address[(ip, port)] = entry
     found: set[tuple[str, int, str]] = set()
     for ip, port in _ADDRESS.findall(message):
         if (ip, port) in by_address:
@@ -95,27 +96,11 @@ def _knock(address: str, timeout: float) -> str | None:
         return f"is unreachable ({exc.strerror or exc}): host or link down"
 
 
-def _host_name(ip: str, timeout: float) -> str | None:
-    """The name ``ip`` resolves back to, within ``timeout`` (a slow resolver is not waited for)."""
-    found: list[str] = []
-
-    def look() -> None:
-        try:
-            found.append(socket.gethostbyaddr(ip)[0])
-        except (OSError, UnicodeError):
-            pass
-
-    thread = threading.Thread(target=look, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return found[0] if found else None
-
-
 def probe(
     cluster: Mapping[str, Sequence[str]],
     timeout: float = PROBE_S,
     knock: Callable[[str, float], str | None] = _knock,
-    name_of: Callable[[str, float], str | None] = _host_name,
+    name_of: Callable[[str, float], str | None] = host_name,
 ) -> list[str]:
     """The tasks of ``cluster`` that do not accept a connection now, each with why, in cluster order:
     ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``. All tasks are
@@ -276,18 +261,3 @@ def report(
     if checkpoint and os.environ.get("SLURM_JOB_ID"):
         requeue_slurm_job(f"it resumes from step {checkpoint_step} once its nodes are back")
     return line
-
-
-def requeue_slurm_job(why: str) -> None:
-    """Ask Slurm to run this job again (``scontrol requeue``); TFDIST_REQUEUE=0 opts out."""
-    from tfdist.errors import TfdistError
-    from tfdist.slurm import commands
-
-    job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id or not variables.get("TFDIST_REQUEUE"):
-        return
-    try:
-        commands.requeue(job_id)
-        log.warning("asked Slurm to requeue job %s; %s", job_id, why)
-    except TfdistError as exc:  # e.g. submitted without --requeue, or another task asked first
-        log.warning("could not requeue job %s: %s", job_id, exc)

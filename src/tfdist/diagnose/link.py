@@ -1,9 +1,10 @@
 """The link between two nodes, measured once per bench: round-trip latency and TCP bandwidth (no TensorFlow).
 
-``python -m tfdist.bench.link serve --port P --out FILE`` on one node answers one probe and writes its side
-(the interface the probe arrived on); ``python -m tfdist.bench.link measure --peer HOST --port P --out FILE``
-on another node connects (retrying while the server starts), times ``--pings`` one-byte round trips, then
-sends for ``--seconds`` and divides the bytes the server confirms by the time until its confirmation.
+``python -m tfdist.diagnose.link serve --port P --out FILE`` on one node answers one probe and writes its
+side (the interface the probe arrived on); ``python -m tfdist.diagnose.link measure --peer HOST --port P
+--out FILE`` on another node connects (retrying while the server starts), times ``--pings`` one-byte round
+trips, then sends for ``--seconds`` and divides the bytes the server confirms by the time until its
+confirmation.
 Both write JSON: ``interface``, its reported ``speed_mbit`` (0 when the driver reports none) and ``mtu``;
 the measuring side adds ``rtt_ms`` (median) and ``gbit_s``.
 """
@@ -114,8 +115,8 @@ def measure(peer: str, port: int, pings: int, seconds: float, timeout: float) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tfdist.bench.link``."""
-    parser = argparse.ArgumentParser(prog="python -m tfdist.bench.link")
+    """Entry point of ``python -m tfdist.diagnose.link``."""
+    parser = argparse.ArgumentParser(prog="python -m tfdist.diagnose.link")
     sub = parser.add_subparsers(dest="side", required=True)
     srv = sub.add_parser("serve")
     msr = sub.add_parser("measure")
