@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import ConfigError
-from tfdist.train.uneven import OwnData, own_data, own_dataset
+from tfdist.train.uneven import OwnData, empty_batches, own_data, own_dataset
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,11 @@ class DistributedData:
             examples = len(self.arrays[0])
             self.own = own_data(self.arrays, batch_size, steps_per_epoch, table, per_worker)
             if self.own is not None:
-                self.plan = self.own.plan(self.replicas)
+                self.plan = own_plan(self.own, self.replicas)
             else:
                 self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
         elif isinstance(source, tf.data.Dataset) and (
-            own := own_dataset(source, batch_size, steps_per_epoch, table, per_worker)
+            own := own_dataset(source, batch_size, steps_per_epoch, table, per_worker, static_batch)
         ):
             if class_weights is not None and len(source.element_spec) == 3:
                 raise ConfigError(
@@ -146,7 +146,7 @@ class DistributedData:
                     "(as in Keras). Hint: fold the class weights into the sample weights."
                 )
             self.own, self.dataset = own, source
-            self.plan = own.plan(self.replicas)
+            self.plan = own_plan(own, self.replicas)
         elif isinstance(source, tf.data.Dataset):
             spec = source.element_spec
             if not isinstance(spec, tuple) or len(spec) not in (2, 3):
@@ -235,8 +235,14 @@ class DistributedData:
         return x, y, w, share
 
     def _user_batches(self) -> Any:
-        if self.own is not None:
-            return self.own.batches(self.dataset, self.class_weights, self._pad_batch)
+        if self.own is not None:  # this worker's batches, padded after its end (or cycled)
+            own = self.own
+            ds = self.dataset.map(weighted(1, self.class_weights)).map(self._pad_batch)  # share 1: see uneven
+            if own.cycle:
+                return ds.repeat().take(own.steps)
+            padded = ds.concatenate(empty_batches(ds.element_spec, own.batch))
+            # An unknown length: endless, the loop ends the epoch when no worker has a real row left.
+            return padded if own.steps is None else padded.take(own.steps)
         batches = self.dataset.map(weighted(None, self.class_weights))
         return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
 
@@ -317,7 +323,7 @@ class DistributedData:
         """The epoch's length, told by the first epoch (:attr:`dynamic` is False from now on)."""
         assert self.own is not None
         self.own = self.own.learnt(steps)
-        self.plan = self.own.plan(self.replicas)
+        self.plan = own_plan(self.own, self.replicas)
 
     def has_rows(self, batch: Any) -> bool:
         """Whether this worker's part of a distributed ``(x, y, w, s)`` batch holds a real row."""
@@ -349,6 +355,15 @@ class DistributedData:
             yield batch, last
             if last:
                 return
+
+
+def own_plan(own: OwnData, replicas: int) -> BatchPlan:
+    """The epoch's plan for the workers' own data (batch sizes checked against the replicas;
+    ``steps_per_epoch`` 0 while the first epoch has not told it)."""
+    import dataclasses
+
+    plan = plan_batches(own.global_batch, replicas, None, own.steps or 1)
+    return dataclasses.replace(plan, steps_per_epoch=own.steps or 0)
 
 
 def check_arrays(source: Any) -> tuple[np.ndarray, ...]:

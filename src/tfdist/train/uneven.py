@@ -57,16 +57,6 @@ class OwnData:
         """Rows of one global batch: every worker's batch."""
         return self.batch * self.workers
 
-    def plan(self, replicas: int) -> Any:
-        """The epoch's :class:`tfdist.train.data.BatchPlan` (batch sizes checked against the replicas;
-        ``steps_per_epoch`` 0 while the first epoch has not told it)."""
-        import dataclasses
-
-        from tfdist.train.data import plan_batches
-
-        plan = plan_batches(self.global_batch, replicas, None, self.steps or 1)
-        return dataclasses.replace(plan, steps_per_epoch=self.steps or 0)
-
     def learnt(self, steps: int) -> OwnData:
         """The same data once the first epoch told how many steps an epoch has."""
         import dataclasses
@@ -79,19 +69,6 @@ class OwnData:
             return -examples % self.batch if examples else self.batch
         assert self.steps is not None  # arrays always know their length
         return self.steps * self.batch - examples
-
-    def batches(self, dataset: Any, class_weights: Any, pad: Callable[..., Any]) -> Any:
-        """One epoch of this worker's dataset as ``(x, y, w, s)`` batches of :attr:`batch` rows, padded
-        with zero-weight batches after its end (or cycled, see :attr:`cycle`)."""
-        from tfdist.train.data import weighted
-
-        # rows=1: each real row's share is 1 here, divided by the job's real rows in the step.
-        ds = dataset.map(weighted(1, class_weights)).map(pad)
-        if self.cycle:
-            return ds.repeat().take(self.steps)
-        padded = ds.concatenate(empty_batches(ds.element_spec, self.batch))
-        # An unknown length: endless, the loop ends the epoch when no worker has a real row left.
-        return padded if self.steps is None else padded.take(self.steps)
 
 
 def empty_batches(spec: Any, rows: int) -> Any:
@@ -146,11 +123,13 @@ def own_dataset(
     steps_per_epoch: int | None,
     table: Callable[[np.ndarray], np.ndarray] | None,
     per_worker: bool | None,
+    batch_of: Callable[[Any], int],
 ) -> OwnData | None:
     """:class:`OwnData` for a dataset when each worker's is its own (None: it is the job's).
 
     ``per_worker`` None: own when a worker's dataset has the auto-shard policy ``OFF`` or the workers'
-    datasets hold different numbers of batches.
+    datasets hold different numbers of batches. ``batch_of``: the rows of the dataset's batches
+    (:func:`tfdist.train.data.static_batch`).
     """
     if per_worker is False or table is None:
         return None
@@ -159,7 +138,7 @@ def own_dataset(
     cardinality = int(dataset.cardinality().numpy())
     policy = dataset.options().experimental_distribute.auto_shard_policy
     off = policy == tf.data.experimental.AutoShardPolicy.OFF
-    size = _declared_batch(dataset) if cardinality != 0 else 0
+    size = batch_of(dataset) if cardinality != 0 else 0
     rows = table(np.array([cardinality, float(off), size], np.float64))
     workers = len(rows)
     if workers == 1:
@@ -169,12 +148,6 @@ def own_dataset(
         return None
     batch = _agreed_batch(rows[:, 2], batch_size, workers)
     return OwnData(batch, workers, _steps(cards, steps_per_epoch), steps_per_epoch is not None, tuple(cards))
-
-
-def _declared_batch(dataset: Any) -> int:
-    from tfdist.train.data import static_batch
-
-    return static_batch(dataset)
 
 
 def _worker_batch(batch_size: int, workers: int) -> int:
