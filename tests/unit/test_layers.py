@@ -24,6 +24,7 @@ PLANNERS = [
     "tfdist.context",
     "tfdist.nodes",
     "tfdist.diagnose.linkreport",
+    "tfdist.worker.contract",
     "tfdist.cli",
 ]
 

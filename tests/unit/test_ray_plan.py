@@ -23,7 +23,6 @@ from tfdist.launch.ray_plan import (
     NodeResources,
     Placement,
     bundle,
-    forwarded_env,
     plan_ray_workers,
     shortfall,
 )
@@ -73,17 +72,6 @@ def test_shortfall_names_what_is_missing(
 def test_bundle_has_gpus_only_when_asked() -> None:
     assert bundle(ray_config()) == {"CPU": 1.0}
     assert bundle(ray_config(ray_gpus=1.0, ray_cpus=4.0)) == {"CPU": 4.0, "GPU": 1.0}
-
-
-def test_forwarded_env_keeps_tfdist_and_tf_settings_only() -> None:
-    env = {
-        "TFDIST_KERAS_PATCH": "0",
-        "TF_CPP_MIN_LOG_LEVEL": "1",
-        "TF_CONFIG": "{}",
-        "HOME": "/r",
-        "PATH": "/b",
-    }
-    assert forwarded_env(env) == {"TFDIST_KERAS_PATCH": "0", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 def test_each_worker_gets_its_node_address_port_rank_and_local_rank(tmp_path: Path) -> None:

@@ -23,9 +23,8 @@ import time
 from collections.abc import Sequence
 
 from tfdist.nodes import HostSlots, free_ports, is_this_machine
+from tfdist.worker.contract import forwarded_env
 
-#: Variables a remote launcher gets from this one (ssh starts remote commands with a bare environment).
-FORWARDED_PREFIXES = ("TFDIST_", "TF_CPP_", "TF_ENABLE_", "UCX_", "PYTHONPATH", "CUDA_VISIBLE_DEVICES")
 #: Port of the rendezvous when the first host is another machine (no way to ask it for a free one).
 DEFAULT_RDZV_PORT = 29400
 
@@ -62,16 +61,12 @@ def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]
     )
 
 
-def forwarded_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, str]:
-    """The variables a remote launcher gets from this one."""
-    return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) and k != "TFDIST_RDZV_TOKEN"}
-
-
 def commands(
     hosts: Sequence[HostSlots], args: Sequence[str], ssh: str, python: str, cwd: str
 ) -> list[tuple[str, list[str]]]:
-    """(host, argv) of the process that starts each host's launcher."""
-    env = forwarded_env()
+    """(host, argv) of the process that starts each host's launcher; ssh starts remote commands with a
+    bare environment, so each gets what travels to another host (:func:`forwarded_env`)."""
+    env = forwarded_env(os.environ)
     out = []
     for host in hosts:
         own = per_host_log_dir(args, host.name)

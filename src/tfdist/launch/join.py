@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tfdist.worker.contract import AttemptFiles
+
 #: How long to wait for the other workers' records once one worker reported a strategy that does not
 #: span the job (they build theirs at about the same time).
 SETTLE_S = 3.0
@@ -70,10 +72,10 @@ class JoinCheck:
             names = os.listdir(self.attempt_dir)
         except OSError:
             return out
-        for name in names:
-            if not (name.startswith("rank") and name.endswith(".strategy.json")):
+        for name in names:  # rank<R>.strategy.json (tfdist.worker.join)
+            rank = AttemptFiles.record_owner(name, "strategy")
+            if rank is None:
                 continue
-            rank = name[4 : -len(".strategy.json")]
             try:
                 with open(os.path.join(self.attempt_dir, name), encoding="utf-8") as fh:
                     out[int(rank)] = json.load(fh)

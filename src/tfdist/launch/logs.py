@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import IO, Any, TextIO
 
 from tfdist import variables
+from tfdist.worker.contract import AttemptFiles
 
 #: Lines kept in memory per process for the failure report.
 TAIL_LINES = 20
@@ -47,7 +48,7 @@ class LogPump(threading.Thread):
 
     def run(self) -> None:
         """Pump until the process closes its output."""
-        ranks = RankFiles(os.path.dirname(self.log_path)) if self.label == "mpi" else None
+        ranks = RankFiles(AttemptFiles(os.path.dirname(self.log_path))) if self.label == "mpi" else None
         with open(self.log_path, "w", encoding="utf-8", buffering=1) as log:
             for raw in iter(self.stream.readline, b""):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
@@ -79,8 +80,8 @@ class RankFiles:
 
     _TAG = re.compile(r"^\[(\d+)\] ?|^\[\d+,(\d+)\]<\w+>: ?")  # MPICH "[1] ", Open MPI "[1,1]<stdout>: "
 
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
+    def __init__(self, attempt: AttemptFiles | str) -> None:
+        self.attempt = attempt if isinstance(attempt, AttemptFiles) else AttemptFiles(attempt)
         self.files: dict[str, IO[str]] = {}
 
     @classmethod
@@ -98,7 +99,7 @@ class RankFiles:
             return
         if rank not in self.files:
             self.files[rank] = open(  # noqa: SIM115 - open for the life of the pump, closed in close()
-                os.path.join(self.directory, f"rank{rank}.log"), "w", encoding="utf-8", buffering=1
+                self.attempt.rank_log(rank), "w", encoding="utf-8", buffering=1
             )
         self.files[rank].write(text + "\n")
 
@@ -125,20 +126,26 @@ def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
     directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
     if not directory or not os.path.isdir(directory):
         return None
+    attempt = AttemptFiles(directory)
     rank = variables.raw("TFDIST_RANK", env)
-    names = [f"rank{rank}.error.json"] if rank is not None else None
-    if names is None:
-        records = [n for n in os.listdir(directory) if n.endswith(".error.json")]
-        names = sorted(records, key=lambda n: os.path.getmtime(os.path.join(directory, n)))[:1]
-    for name in names:
+    if rank is not None:
+        paths = {rank: attempt.record("error", rank)}
+    else:  # the MPI launcher: the first of its ranks to fail
+        listed = {
+            owner: os.path.join(directory, name)
+            for name in os.listdir(directory)
+            if (owner := attempt.record_owner(name, "error")) is not None
+        }
+        paths = dict(sorted(listed.items(), key=lambda item: os.path.getmtime(item[1]))[:1])
+    for owner, path in paths.items():
         try:
-            with open(os.path.join(directory, name), encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 record = json.load(fh)
         except (OSError, ValueError):
             continue
         if isinstance(record, dict):
             if rank is None:  # one launcher process for every rank: say which rank failed
-                record["mpi_rank"] = name.removeprefix("rank").split(".")[0]
+                record["mpi_rank"] = owner
             return record
     return None
 

@@ -11,6 +11,7 @@ from typing import Any
 from tfdist import files
 from tfdist.launch.logs import console_print, error_lines, lost_contact
 from tfdist.launch.policy import Outcome
+from tfdist.worker.contract import RunFiles
 
 #: The exception a worker records for a user mistake (tfdist.worker.errors exits 2 with its one line).
 _USER_ERROR = "ConfigError"
@@ -56,10 +57,10 @@ def record_end(
         "ended_at": time.time(),
         "failure": None if failure is None else {"name": failure.name, "line": failure_line(failure)},
     }
+    attempt_files = RunFiles(run_dir).attempt(attempt)
     try:
-        directory = os.path.join(run_dir, f"attempt-{attempt}")
-        os.makedirs(directory, exist_ok=True)
-        files.write_json(os.path.join(directory, "ended.json"), record)
+        os.makedirs(attempt_files.directory, exist_ok=True)
+        files.write_json(attempt_files.ended, record)
     except OSError:  # the record helps a reader; a full or read-only disk must not end the launch
         pass
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tfdist.errors import ConfigError
 from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
-from tfdist.worker import with_bootstrap
+from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 LOOPBACK = "127.0.0.1"
 #: Multi-node default: every node must derive the same ports without talking, so they are fixed.
@@ -167,6 +165,36 @@ def _rank(slot: TaskSlot, has_chief: bool) -> int:
     return -1
 
 
+def launcher_env(
+    config: LaunchConfig,
+    base_env: Mapping[str, str],
+    threads: Mapping[str, str] | None = None,
+    defaults: Mapping[str, str] | None = None,
+    collective_timeout: bool = True,
+) -> dict[str, str]:
+    """What the launcher adds to ``base_env`` for every process it starts, before the worker contract
+    (:func:`tfdist.worker.contract.task_env`) places the process in the job: ``defaults`` and TensorFlow's
+    log level unless set, the user's ``--env``, unbuffered output (its pipe is the launcher's), the
+    collective timeout from the watchdog (``collective_timeout``: TensorFlow's collectives), and the planned
+    thread counts (``threads``) under the user's own.
+
+    Input/Output: ``--cpu --watchdog-timeout 30``, base ``{}``, threads ``{"OMP_NUM_THREADS": "2"}`` ->
+    ``{"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TFDIST_COLLECTIVE_TIMEOUT": "30",
+    "OMP_NUM_THREADS": "2"}``.
+    """
+    env = {**(defaults or {}), **base_env}
+    # TensorFlow's C++ INFO lines from N workers drown the output; users can still set 0 themselves.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(config.extra_env)
+    env["PYTHONUNBUFFERED"] = "1"
+    if collective_timeout and config.watchdog_timeout and "TFDIST_COLLECTIVE_TIMEOUT" not in env:
+        # A collective stuck longer than the watchdog would be killed anyway: let TensorFlow fail first.
+        env["TFDIST_COLLECTIVE_TIMEOUT"] = str(config.watchdog_timeout)
+    if threads is not None:
+        with_thread_defaults(env, {**base_env, **config.extra_env}, threads)
+    return env
+
+
 def plan_workers(
     config: LaunchConfig,
     *,
@@ -187,53 +215,39 @@ def plan_workers(
     cpu_training = config.cpu or not visible_gpus
     binding = cpu_sets(config.bind, len(training), cpu_ids, cpu_training) if not config.ps else []
     world = len(spec.get("chief", [])) + len(spec.get("worker", []))
-    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
+    files = RunFiles(run_dir).attempt(attempt)
+    n_workers = len(spec.get("worker", []))
+    threads = thread_env(cores, len(training), n_workers + 1 if config.ps else 1) if config.cpu else None
     out: list[ProcessSpec] = []
     for slot in local:
-        env = dict(base_env)
-        # TensorFlow's C++ INFO lines from N workers drown the output; users can still set 0 themselves.
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env.update(config.extra_env)
         local_rank = training.index(slot) if slot in training else -1
-        env.update(
-            {
-                "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": slot.role, "index": slot.index}}),
-                "TFDIST_RANK": str(_rank(slot, config.uses_chief)),
-                "TFDIST_LOCAL_RANK": str(local_rank),
-                "TFDIST_WORLD_SIZE": str(world),
-                "TFDIST_LOCAL_WORLD_SIZE": str(len(training)),
-                "TFDIST_ROLE": slot.role,
-                "TFDIST_RUN_DIR": run_dir,
-                "TFDIST_ATTEMPT_DIR": attempt_dir,
-                "TFDIST_RESTART_COUNT": str(attempt),
-                "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"{slot.role}{slot.index}.heartbeat"),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        if config.watchdog_timeout and "TFDIST_COLLECTIVE_TIMEOUT" not in env:
-            # A collective stuck longer than the watchdog would be killed anyway: let TensorFlow fail first.
-            env["TFDIST_COLLECTIVE_TIMEOUT"] = str(config.watchdog_timeout)
-        if config.gpus_per_worker == "all":
-            env["TFDIST_GPUS_PER_WORKER"] = "all"
-        if slot.role == "ps":
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        elif gpus[local_rank] is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[local_rank]  # type: ignore[assignment]
-        n_workers = len(spec.get("worker", []))
-        if config.cpu:
-            user = {**base_env, **config.extra_env}
-            with_thread_defaults(
-                env, user, thread_env(cores, len(training), n_workers + 1 if config.ps else 1)
-            )
-        elif config.ps and "TF_NUM_INTEROP_THREADS" not in env:
+        env = launcher_env(config, base_env, threads)
+        if config.ps and not config.cpu and "TF_NUM_INTEROP_THREADS" not in env:
             env["TF_NUM_INTEROP_THREADS"] = str(max(cores, n_workers + 1))
-        log_path = os.path.join(attempt_dir, f"{slot.role}{slot.index}.log")
+        task = TaskSpec(
+            world_size=world,
+            rank=_rank(slot, config.uses_chief),
+            local_rank=local_rank,
+            local_world_size=len(training),
+            role=slot.role,
+            index=slot.index,
+            cluster=spec,
+            run_dir=run_dir,
+            attempt=attempt,
+            gpus="" if slot.role == "ps" else gpus[local_rank],
+            all_gpus=config.gpus_per_worker == "all",
+        )
         cpus = binding[local_rank] if binding and local_rank >= 0 else ()
-        out.append(ProcessSpec(slot, _argv(config, slot), with_bootstrap(env), log_path, cpus))
+        out.append(
+            ProcessSpec(
+                slot, worker_argv(config, slot), task_env(task, env), files.log(slot.role, slot.index), cpus
+            )
+        )
     return out
 
 
-def _argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
+def worker_argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
+    """The command of a worker or parameter server: the user's program under ``config.python``."""
     if config.uses_chief and config.ps and slot.role in ("worker", "ps"):
         # Parameter-server jobs: only the chief runs the user's program; the others serve its variables.
         return (config.python, "-u", "-m", "tfdist.launch.ps_server")
@@ -282,23 +296,19 @@ def plan_mpi(
     On several nodes (:mod:`tfdist.launch.hydra`): node 0 runs the launcher for every node's ranks, and
     every node runs ``proxy``, the Hydra proxy that starts its own ranks.
     """
-    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
-    env = {**MPI_YIELD_ENV, **base_env, **config.extra_env}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env.update(
-        {
-            "TFDIST_BACKEND": config.backend,
-            "TFDIST_WORLD_SIZE": str(config.nproc_per_node * config.nnodes),
-            "TFDIST_RUN_DIR": run_dir,
-            "TFDIST_ATTEMPT_DIR": attempt_dir,
-            "TFDIST_RESTART_COUNT": str(attempt),
-            "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, "mpi.heartbeat"),
-            "PYTHONUNBUFFERED": "1",
-        }
+    files = RunFiles(run_dir).attempt(attempt)
+    threads = thread_env(cores, config.nproc_per_node) if config.cpu else None
+    env = launcher_env(config, base_env, threads, defaults=MPI_YIELD_ENV, collective_timeout=False)
+    # One process for every rank of this node: the MPI launcher gives each its rank.
+    task = TaskSpec(
+        world_size=config.nproc_per_node * config.nnodes,
+        rank=None,
+        role="mpi",
+        run_dir=run_dir,
+        attempt=attempt,
+        gpus="" if config.cpu else None,
+        backend=config.backend,
     )
-    if config.cpu:
-        with_thread_defaults(env, {**base_env, **config.extra_env}, thread_env(cores, config.nproc_per_node))
-        env["CUDA_VISIBLE_DEVICES"] = ""
     # `python -m mpi4py` turns an uncaught exception or a non-zero exit in any rank into MPI_Abort, so the
     # other ranks do not wait forever in a collective for a peer that has left.
     program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
@@ -314,21 +324,15 @@ def plan_mpi(
         str(config.nproc_per_node * config.nnodes),
         *program,
     )
+    launcher = TaskSlot("mpi", 0, 0, 0)
     if config.nnodes == 1:
-        log_path = os.path.join(attempt_dir, "mpi.log")
-        return [ProcessSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path)]
+        return [ProcessSpec(launcher, argv, task_env(task, env), files.log("mpi"))]
     env.update(hydra.control_env(mpi_control_port(config)))
-    rank = config.node_rank
-    own = ProcessSpec(
-        TaskSlot("proxy", rank, rank, 1),
-        tuple(proxy),
-        dict(base_env),
-        os.path.join(attempt_dir, f"proxy{rank}.log"),
-    )
-    if rank != 0:
+    proxy_slot = TaskSlot("proxy", config.node_rank, config.node_rank, 1)
+    own = ProcessSpec(proxy_slot, tuple(proxy), dict(base_env), files.log("proxy", config.node_rank))
+    if config.node_rank != 0:
         return [own]
-    log_path = os.path.join(attempt_dir, "mpi.log")
-    return [ProcessSpec(TaskSlot("mpi", 0, 0, 0), argv, with_bootstrap(env), log_path), own]
+    return [ProcessSpec(launcher, argv, task_env(task, env), files.log("mpi")), own]
 
 
 def mpi_control_port(config: LaunchConfig) -> int:

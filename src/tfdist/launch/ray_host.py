@@ -24,6 +24,7 @@ from typing import Any
 from tfdist.launch.workers import _child_setup
 from tfdist.nodes import free_ports
 from tfdist.worker import with_bootstrap
+from tfdist.worker.contract import RECORD_KINDS, AttemptFiles
 
 #: After the process exited, how long to wait for its output to end before reporting the exit code anyway
 #: (a grandchild may hold the pipe open).
@@ -50,7 +51,7 @@ def node_env(planned: Mapping[str, str], here: Mapping[str, str], launcher_boot:
 
 def _record_names(rank: str) -> tuple[str, ...]:
     # What tfdist.worker writes for the launcher: the strategy it built and its uncaught exception.
-    return (f"rank{rank}.strategy.json", f"rank{rank}.error.json")
+    return tuple(AttemptFiles.record_name(kind, rank) for kind in RECORD_KINDS)
 
 
 class WorkerHost:

@@ -23,10 +23,10 @@ from tfdist.launch.ray_plan import (
     NodeResources,
     Placement,
     bundle,
-    forwarded_env,
     plan_ray_workers,
     shortfall,
 )
+from tfdist.worker.contract import forwarded_env
 
 #: How long the bundles may wait for resources that exist but other jobs hold, before the launch gives up.
 PLACEMENT_WAIT_S = 60.0

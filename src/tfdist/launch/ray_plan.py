@@ -8,21 +8,16 @@ and passes the answers in.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import ProcessSpec, TaskSlot, plan_workers
+from tfdist.launch.plan import ProcessSpec, TaskSlot, launcher_env, thread_env, worker_argv
+from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 #: ``--ray-strategy`` values and the placement-group strategy Ray calls them.
 RAY_STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict-spread": "STRICT_SPREAD"}
 RAY_INSTALL_HINT = "Hint: pip install 'tfdist[ray]' (Ray 2.60), then start or join a cluster with ray start."
-#: Variables of the launching shell that reach the workers on the Ray nodes; everything else comes from the
-#: node itself, as Ray started it (its PATH, its Python, the GPUs Ray gives the bundle).
-FORWARDED_PREFIXES = ("TFDIST_", "TF_", "KERAS_", "NCCL_", "XLA_FLAGS", "PYTHONHASHSEED")
-_NOT_FORWARDED = ("TF_CONFIG",)
 
 
 @dataclass(frozen=True)
@@ -103,15 +98,6 @@ def _text(need: Mapping[str, float]) -> str:
     return " + ".join(f"{amount:g} {name}" for name, amount in need.items())
 
 
-def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The launching shell's variables that every worker gets (:data:`FORWARDED_PREFIXES`).
-
-    Input/Output: ``{"TFDIST_KERAS_PATCH": "0", "TF_CONFIG": "{...}", "HOME": "/root"}`` ->
-    ``{"TFDIST_KERAS_PATCH": "0"}``.
-    """
-    return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) and k not in _NOT_FORWARDED}
-
-
 def plan_ray_workers(
     config: LaunchConfig,
     placements: Sequence[Placement],
@@ -120,49 +106,38 @@ def plan_ray_workers(
     attempt: int,
     base_env: Mapping[str, str],
 ) -> list[ProcessSpec]:
-    """Every worker of one attempt: the launcher's environment for one worker, placed in the Ray job.
+    """Every worker of one attempt, placed in the Ray job.
 
-    Each worker is planned as the launcher plans a one-worker node (threads for its bundle's CPUs, the
-    bootstrap, heartbeat, collective timeout), then given its place in the whole job: ``TF_CONFIG`` with
-    every worker's node address and port, its rank, and its rank among the workers on its node.
+    Each worker gets what the launcher gives a worker of a one-worker node (threads for its bundle's CPUs,
+    unbuffered output, the collective timeout; no CPU binding: the node's cores are Ray's to share out)
+    and its place in the whole job from the worker contract: ``TF_CONFIG`` with every worker's node address
+    and port, its rank, and its rank among the workers on its node. Its GPUs are its bundle's, as Ray set
+    ``CUDA_VISIBLE_DEVICES`` on the node (all of them in the worker with ``--gpus-per-worker`` 2 or more).
     """
     world = len(placements)
     cluster = {"worker": [f"{_host(p.address)}:{p.port}" for p in placements]}
-    attempt_dir = os.path.join(run_dir, f"attempt-{attempt}")
-    one = replace(
-        config,
-        nproc_per_node=1,
-        ray=None,
-        bind="none",  # the node's cores are Ray's to share out; its CPU bundle is the worker's share
-        gpus_per_worker="all",  # leave CUDA_VISIBLE_DEVICES as Ray set it for the bundle's GPUs
-    )
+    files = RunFiles(run_dir).attempt(attempt)
+    threads = thread_env(max(1, int(config.ray_cpus)), 1) if config.cpu else None
+    env = launcher_env(config, base_env, threads)
+    env.pop("TFDIST_GPUS_PER_WORKER", None)  # the bundle decides, not the launching shell
     specs: list[ProcessSpec] = []
     for index, place in enumerate(placements):
         local = [i for i, p in enumerate(placements) if p.node_id == place.node_id]
-        (alone,) = plan_workers(
-            one,
-            local_ports=[place.port],
-            visible_gpus=(),
-            cores=max(1, int(config.ray_cpus)),
+        task = TaskSpec(
+            world_size=world,
+            rank=index,
+            local_rank=local.index(index),
+            local_world_size=len(local),
+            index=index,
+            cluster=cluster,
             run_dir=run_dir,
             attempt=attempt,
-            base_env=base_env,
+            gpus="" if config.cpu else None,
+            all_gpus=config.ray_gpus > 1,
         )
-        env = dict(alone.env)
-        env.update(
-            {
-                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-                "TFDIST_RANK": str(index),
-                "TFDIST_WORLD_SIZE": str(world),
-                "TFDIST_LOCAL_RANK": str(local.index(index)),
-                "TFDIST_LOCAL_WORLD_SIZE": str(len(local)),
-                "TFDIST_HEARTBEAT_FILE": os.path.join(attempt_dir, f"worker{index}.heartbeat"),
-            }
-        )
-        if config.ray_gpus <= 1:
-            env.pop("TFDIST_GPUS_PER_WORKER", None)
         slot = TaskSlot("worker", index, index, 0)
-        specs.append(ProcessSpec(slot, alone.argv, env, os.path.join(attempt_dir, f"worker{index}.log"), ()))
+        argv = worker_argv(config, slot)
+        specs.append(ProcessSpec(slot, argv, task_env(task, env), files.log("worker", index), ()))
     return specs
 
 

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from tfdist import files, variables
+from tfdist.worker.contract import AttemptFiles
 
 TARGET = "tensorflow.python.distribute.distribute_lib"
 
@@ -50,10 +51,10 @@ def report(class_name: str, spans: bool, environ: Mapping[str, str] = os.environ
     """Write this worker's record (atomically; the latest strategy wins)."""
     if not watching(environ):
         return
-    directory = str(variables.raw("TFDIST_ATTEMPT_DIR", environ))
-    path = os.path.join(directory, f"rank{variables.raw('TFDIST_RANK', environ) or '0'}.strategy.json")
+    attempt = AttemptFiles(str(variables.raw("TFDIST_ATTEMPT_DIR", environ)))
+    path = attempt.record("strategy", variables.raw("TFDIST_RANK", environ) or "0")
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(attempt.directory, exist_ok=True)
         files.write_json(path, {"class": class_name, "spans": spans})
     except OSError:  # the check is advice; training goes on without it
         pass

@@ -8,7 +8,6 @@ first step: it imports neither TensorFlow nor Keras.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -19,11 +18,12 @@ from tfdist.env.base import ClusterEnvironment
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
 from tfdist.nodes import gpu_count, loopback_peers
-from tfdist.worker import with_bootstrap
+from tfdist.worker.contract import TaskSpec, task_env
 
 
 def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
-    """The environment the task's command runs with.
+    """The environment the task's command runs with: the worker contract
+    (:func:`tfdist.worker.contract.task_env`) for the task the scheduler describes.
 
     - ``TF_CONFIG`` from the cluster spec (the ports every task derives from the job id), unless set;
     - ``TFDIST_RANK``, ``TFDIST_LOCAL_RANK``, ``TFDIST_WORLD_SIZE``, ``TFDIST_LOCAL_WORLD_SIZE``,
@@ -34,24 +34,18 @@ def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus
 
     Input/Output: rank 1 of a 2-task Slurm step -> ``TF_CONFIG`` with ``{"type": "worker", "index": 1}``.
     """
-    out = dict(environ)
-    if env.is_distributed and "TF_CONFIG" not in environ:
-        out["TF_CONFIG"] = json.dumps(
-            {"cluster": env.cluster_spec, "task": {"type": env.role, "index": env.task_index}}
-        )
-    out.update(
-        {
-            "TFDIST_RANK": str(env.rank),
-            "TFDIST_LOCAL_RANK": str(env.local_rank),
-            "TFDIST_WORLD_SIZE": str(env.world_size),
-            "TFDIST_LOCAL_WORLD_SIZE": str(env.local_world_size),
-            "TFDIST_ROLE": env.role,
-        }
+    own_tf_config = "TF_CONFIG" in environ or not env.is_distributed
+    task = TaskSpec(
+        world_size=env.world_size,
+        rank=env.rank,
+        local_rank=env.local_rank,
+        local_world_size=env.local_world_size,
+        role=env.role,
+        index=env.task_index,
+        cluster=None if own_tf_config else env.cluster_spec,
+        gpus=_task_gpu(env, environ, node_gpus),
     )
-    gpu = _task_gpu(env, environ, node_gpus)
-    if gpu is not None:
-        out["CUDA_VISIBLE_DEVICES"] = gpu
-    return with_bootstrap(out)
+    return task_env(task, environ)
 
 
 def _task_gpu(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int) -> str | None:

@@ -1,0 +1,219 @@
+"""The worker contract: what a task of a job finds in its environment and where its run's files are.
+
+Every source of workers describes a task the same way (:class:`TaskSpec`) and gets its environment from
+ONE function, :func:`task_env`: the launcher's own processes (:func:`tfdist.launch.plan.plan_workers`,
+the MPI launcher of :func:`tfdist.launch.plan.plan_mpi`), Ray's placements
+(:func:`tfdist.launch.ray_plan.plan_ray_workers`) and a scheduler's tasks (``tfdist run`` under srun or
+in a pod, :func:`tfdist.worker.task.plan_task_env`). What each source decides on its own (ports, GPUs,
+thread counts, log levels) it passes in or adds around it.
+
+:class:`RunFiles` and :class:`AttemptFiles` name every file of a launch's run directory, for the
+launcher that reads them and the workers that write them. :func:`forwarded_env` decides which of this
+process's variables travel to another host (``-H`` over ssh, ``--ray``).
+
+Pure: no TensorFlow, no file system, no ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tfdist.worker import BOOT_MARK, with_bootstrap
+
+#: The variables that place one task in its job (and its launcher's run): they describe this task only,
+#: so they are written for each task and never travel to another host.
+TASK_KEYS = (
+    "TF_CONFIG",
+    "TFDIST_RANK",
+    "TFDIST_LOCAL_RANK",
+    "TFDIST_WORLD_SIZE",
+    "TFDIST_LOCAL_WORLD_SIZE",
+    "TFDIST_ROLE",
+    "TFDIST_RUN_DIR",
+    "TFDIST_ATTEMPT_DIR",
+    "TFDIST_RESTART_COUNT",
+    "TFDIST_HEARTBEAT_FILE",
+)
+
+
+@dataclass(frozen=True)
+class AttemptFiles:
+    """The files of one attempt's directory (``<run>/attempt-K/``), named once.
+
+    - ``<role><index>.log`` / ``.heartbeat``: a launched process's output and the training loop's
+      heartbeat (``worker1.log``, ``chief0.log``, ``ps0.log``, ``proxy1.log``; the MPI launcher, one per
+      job, is ``mpi.log``);
+    - ``rank<R>.log``: rank R's lines split out of the MPI launcher's output;
+    - ``rank<R>.strategy.json``: the strategy a worker built (the join check);
+    - ``rank<R>.error.json``: a worker's uncaught exception (the failure report);
+    - ``ended.json``: how the attempt ended on this node.
+    """
+
+    directory: str
+
+    @staticmethod
+    def stem(role: str, index: int = 0) -> str:
+        """A process's file stem (one MPI launcher per job has no index).
+
+        Input/Output: ``("worker", 1)`` -> ``"worker1"``; ``("mpi", 0)`` -> ``"mpi"``.
+        """
+        return role if role == "mpi" else f"{role}{index}"
+
+    def log(self, role: str, index: int = 0) -> str:
+        """A launched process's log file."""
+        return os.path.join(self.directory, f"{self.stem(role, index)}.log")
+
+    def heartbeat(self, role: str, index: int = 0) -> str:
+        """The file the process's training loop touches for the watchdog."""
+        return os.path.join(self.directory, f"{self.stem(role, index)}.heartbeat")
+
+    def rank_log(self, rank: int | str) -> str:
+        """Rank ``rank``'s lines of the MPI launcher's output."""
+        return os.path.join(self.directory, f"rank{rank}.log")
+
+    @property
+    def ended(self) -> str:
+        """``ended.json``: the launcher's record of how the attempt ended on this node."""
+        return os.path.join(self.directory, "ended.json")
+
+    @staticmethod
+    def record_name(kind: str, rank: int | str) -> str:
+        """A worker's record for the launcher. Input/Output: ``("error", 1)`` -> ``"rank1.error.json"``."""
+        return f"rank{rank}.{kind}.json"
+
+    def record(self, kind: str, rank: int | str) -> str:
+        """The path of rank ``rank``'s record of ``kind`` (``"strategy"``, ``"error"``)."""
+        return os.path.join(self.directory, self.record_name(kind, rank))
+
+    @staticmethod
+    def record_owner(name: str, kind: str) -> str | None:
+        """Who wrote the record file ``name`` of ``kind``: its rank, or its whole stem when it was not
+        written under a rank; None for another kind or another file.
+
+        Input/Output: ``("rank1.error.json", "error")`` -> ``"1"``; ``("pid42.error.json", "error")`` ->
+        ``"pid42"``; ``("rank1.log", "error")`` -> None.
+        """
+        suffix = f".{kind}.json"
+        if not name.endswith(suffix) or name.startswith("."):
+            return None
+        stem = name[: -len(suffix)]
+        return stem.removeprefix("rank") if stem.startswith("rank") else stem
+
+
+#: Records a worker writes for the launcher, by kind: the strategy it built, its uncaught exception.
+RECORD_KINDS = ("strategy", "error")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """A launch's run directory: one :class:`AttemptFiles` per attempt (``attempt-K/``)."""
+
+    run_dir: str
+
+    def attempt(self, attempt: int) -> AttemptFiles:
+        """The files of attempt ``attempt`` (0 for the first start, +1 per restart)."""
+        return AttemptFiles(os.path.join(self.run_dir, f"attempt-{attempt}"))
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a job, as every source describes it.
+
+    ``cluster``: TensorFlow's cluster spec, written as ``TF_CONFIG`` with ``role``/``index`` as the task;
+    ``None`` leaves ``TF_CONFIG`` as it is (a user's own, or a single process). ``rank`` is the training
+    rank (-1 for a parameter server); ``None`` for the MPI launcher's process, whose ranks get theirs from
+    it. ``run_dir``/``attempt``: the launcher's run (``None``: no launcher, as under ``tfdist run``).
+    ``gpus``: ``CUDA_VISIBLE_DEVICES`` (``None``: as it is); ``all_gpus``: every visible GPU in this task
+    (``TFDIST_GPUS_PER_WORKER=all``); ``backend``: ``TFDIST_BACKEND`` (``None``: as it is).
+    """
+
+    world_size: int
+    rank: int | None = 0
+    local_rank: int = 0
+    local_world_size: int = 1
+    role: str = "worker"
+    index: int = 0
+    cluster: Mapping[str, Sequence[str]] | None = None
+    run_dir: str | None = None
+    attempt: int = 0
+    gpus: str | None = None
+    all_gpus: bool = False
+    backend: str | None = None
+
+
+def task_env(task: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
+    """The task's environment: ``base`` with the task's place in the job on top, and tfdist's bootstrap.
+
+    Input/Output: ``TaskSpec(world_size=2, rank=1, local_rank=1, local_world_size=2, index=1,
+    cluster={"worker": ["a:1", "a:2"]}, run_dir="/r", attempt=0)``, base ``{"PATH": "/bin"}`` ->
+    ``{"PATH": "/bin", "TF_CONFIG": '{"cluster": {"worker": ["a:1", "a:2"]}, "task": {"type": "worker",
+    "index": 1}}', "TFDIST_RANK": "1", "TFDIST_LOCAL_RANK": "1", "TFDIST_WORLD_SIZE": "2",
+    "TFDIST_LOCAL_WORLD_SIZE": "2", "TFDIST_ROLE": "worker", "TFDIST_RUN_DIR": "/r",
+    "TFDIST_ATTEMPT_DIR": "/r/attempt-0", "TFDIST_RESTART_COUNT": "0",
+    "TFDIST_HEARTBEAT_FILE": "/r/attempt-0/worker1.heartbeat", "PYTHONPATH": "<boot>", ...}``.
+    """
+    env = dict(base)
+    if task.cluster is not None:
+        cluster = {role: list(tasks) for role, tasks in task.cluster.items()}
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": task.role, "index": task.index}})
+    if task.backend is not None:
+        env["TFDIST_BACKEND"] = task.backend
+    if task.rank is not None:
+        env.update(
+            {
+                "TFDIST_RANK": str(task.rank),
+                "TFDIST_LOCAL_RANK": str(task.local_rank),
+                "TFDIST_WORLD_SIZE": str(task.world_size),
+                "TFDIST_LOCAL_WORLD_SIZE": str(task.local_world_size),
+                "TFDIST_ROLE": task.role,
+            }
+        )
+    else:
+        env["TFDIST_WORLD_SIZE"] = str(task.world_size)
+    if task.run_dir is not None:
+        files = RunFiles(task.run_dir).attempt(task.attempt)
+        env.update(
+            {
+                "TFDIST_RUN_DIR": task.run_dir,
+                "TFDIST_ATTEMPT_DIR": files.directory,
+                "TFDIST_RESTART_COUNT": str(task.attempt),
+                "TFDIST_HEARTBEAT_FILE": files.heartbeat(task.role, task.index),
+            }
+        )
+    if task.all_gpus:
+        env["TFDIST_GPUS_PER_WORKER"] = "all"
+    if task.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = task.gpus
+    return with_bootstrap(env)
+
+
+#: What travels from this process to the workers on another host, which otherwise start with that host's
+#: own environment (ssh's bare one, the one Ray started a node with): tfdist's and TensorFlow's settings,
+#: Keras', the collective libraries' (NCCL, UCX), XLA's flags, the hash seed, and the Python path (every
+#: host runs the same Python environment at the same paths).
+FORWARDED_PREFIXES = (
+    "TFDIST_",
+    "TF_",
+    "KERAS_",
+    "NCCL_",
+    "UCX_",
+    "XLA_FLAGS",
+    "PYTHONHASHSEED",
+    "PYTHONPATH",
+)
+#: Never travels: this task's place in its job (the other host's tasks get their own), this host's GPUs
+#: (each host has its own), the bootstrap's mark (it marks a worker, not a launcher) and the rendezvous'
+#: secret (sent on ssh's input, never in an environment or a command line).
+NOT_FORWARDED = frozenset({*TASK_KEYS, "CUDA_VISIBLE_DEVICES", BOOT_MARK, "TFDIST_RDZV_TOKEN"})
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` (this process's) that travel to another host.
+
+    Input/Output: ``{"TFDIST_KERAS_PATCH": "0", "NCCL_DEBUG": "INFO", "TF_CONFIG": "{...}",
+    "CUDA_VISIBLE_DEVICES": "0", "HOME": "/root"}`` -> ``{"TFDIST_KERAS_PATCH": "0", "NCCL_DEBUG": "INFO"}``.
+    """
+    return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) and k not in NOT_FORWARDED}
