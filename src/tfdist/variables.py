@@ -72,8 +72,14 @@ VARIABLES: dict[str, Variable] = _declare(
         "gradient synchronisation: auto, tf, mpi, horovod (auto = mpi under an MPI process manager)",
     ),
     Variable("TFDIST_COMMUNICATION", "str", "auto", "collective implementation: auto, ring, nccl"),
+    # The TF backend hands it to TensorFlow's CommunicationOptions; the MPI backend (tfdist.fit, the Horovod
+    # API) checks it itself (tfdist.sync.watch): the job then ends with one line naming the collective and
+    # where the other ranks are.
     Variable(
-        "TFDIST_COLLECTIVE_TIMEOUT", "float", "300", "seconds before a stuck collective fails (0 = none)"
+        "TFDIST_COLLECTIVE_TIMEOUT",
+        "float",
+        "300",
+        "seconds a collective may wait for the other ranks before the job fails (tf, mpi backends; 0 = none)",
     ),
     Variable(
         "TFDIST_CPU_REPLICAS", "int", None, "split the CPU into N logical devices (MirroredStrategy on CPU)"

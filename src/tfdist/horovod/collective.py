@@ -100,7 +100,7 @@ def run(
             raise tf.errors.InvalidArgumentError(None, None, str(exc)) from None
         return [tf.convert_to_tensor(a) for a in run_eager(request)]
 
-    holder: dict[str, str] = {}
+    holder = {"name": ""}  # not annotated: AutoGraph cannot convert a function with an annotated closure name
     inputs = list(tensors) + ([tf.convert_to_tensor(local)] if local is not None else [])
 
     def submit(*arrays: np.ndarray) -> np.int64:

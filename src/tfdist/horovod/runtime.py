@@ -113,7 +113,8 @@ def _coordinated(world: World, execute: Callable[[list[Any]], None]) -> World:
         world.coordinator = Coordinator(None, None, None, execute)
         return world
     sync = world.float_sync()  # made here, in the caller's thread: its MPI set-up is collective
-    sync.register(KINDS, execute)
+    # Horovod's joined ranks take part in allreduces only (zeros); its other ops fail while one is joined.
+    sync.register(KINDS, execute, joinable=("ALLREDUCE",))
     world.coordinator = sync.coordinator
     return world
 

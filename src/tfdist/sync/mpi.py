@@ -9,11 +9,17 @@ name, and the sums of one round travel in one packed buffer. The step's one unna
 the caller's thread, paired by order as every rank issues it in the same place: through the coordinator
 the same step was slower (mnist-cnn, 2 ranks, 5 alternated repeats: 1,959 against 2,047 examples/s,
 ``benchmarks/results/horovod_commits.json``; a round and two thread hand-offs per step).
+
+Every wait is polled (:class:`tfdist.sync.reduce.Waiter`, no blocking MPI call after set-up), so none
+outlives ``TFDIST_COLLECTIVE_TIMEOUT``: each collective is labelled for the line that then ends the job
+(:mod:`tfdist.sync.watch`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import pickle
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -27,7 +33,8 @@ from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
-from tfdist.sync.reduce import NodeReducer, Waiter, cross_sum_bits, layout
+from tfdist.sync.reduce import NodeReducer, Waiter, allgather_bytes, broadcast_bytes, cross_sum_bits, layout
+from tfdist.sync.watch import Watch
 from tfdist.sync.wire import WireOptions, decode, encode, plan_buckets
 
 log = get_logger(__name__)
@@ -48,6 +55,17 @@ def import_mpi() -> Any:
     except ImportError as exc:
         raise SetupError(f"the MPI backend needs mpi4py and an MPI library ({exc}). {INSTALL_HINT}") from None
     return MPI
+
+
+def collective_timeout() -> float:
+    """TFDIST_COLLECTIVE_TIMEOUT in seconds (0: none); ConfigError for a negative value."""
+    seconds = float(variables.get("TFDIST_COLLECTIVE_TIMEOUT"))
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ConfigError(
+            f"TFDIST_COLLECTIVE_TIMEOUT={seconds:g} must be a number of seconds >= 0 (0: no timeout; default "
+            "300)."
+        )
+    return seconds
 
 
 def check_world(size: int) -> None:
@@ -80,12 +98,19 @@ class MPISync(ProcessLevel):
             raise ConfigError(
                 f"TFDIST_MPI_POLL_BURST={burst} must be at least 1 (polls per wake-up; default 16)."
             )
-        self.reducer = NodeReducer(mpi, self.comm, Waiter(spin_s, poll_sleep_s, burst), shared_memory=shared)
+        # The roll call's own communicator, duplicated here since every rank makes its synchroniser at the
+        # same point: a question never meets the sums' messages.
+        roll_call = self.comm.Dup() if self.size > 1 else None
+        self.watch = Watch(roll_call, mpi, self.rank, self.size, collective_timeout())
+        waiter = Waiter(spin_s, poll_sleep_s, burst, self.watch)
+        self.reducer = NodeReducer(mpi, self.comm, waiter, shared_memory=shared)
         # Sums that run while the backward pass computes must not spin on the core it computes on.
-        self.background = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6, burst)
+        progress_s = float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6
+        self.background = Waiter(0.0, progress_s, burst, self.watch)
         self._executors: dict[str, Callable[[list[Request]], None]] = {SUM: self._sums}
         self._reducing = threading.Lock()  # the caller's and the coordinator's sums share the windows
-        self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute)
+        self.coordinator = Coordinator(self.comm, mpi, self.reducer.waiter, self._execute, self.watch)
+        self.coordinator.joinable.add(SUM)  # a joined rank adds zeros to the named sums of the others
         self.options = WireOptions()
         self.configure(WireOptions.from_environment())
         self._exchanges = 0  # traced bucketed exchanges: names their sums, the same on every rank
@@ -108,19 +133,25 @@ class MPISync(ProcessLevel):
         elif self.rank == 0 and options.compression != "none":  # asked for, and not done: say why
             log.info("MPI backend: one node, so gradients uncompressed, no buckets (nothing crosses a link)")
 
-    def register(self, kinds: Iterable[str], execute: Callable[[list[Request]], None]) -> None:
+    def register(
+        self, kinds: Iterable[str], execute: Callable[[list[Request]], None], joinable: Iterable[str] = ()
+    ) -> None:
         """Let ``execute`` run the matched requests of ``kinds`` (Horovod's collectives): the same list,
-        in the same order, on every rank, on the coordinator's thread."""
+        in the same order, on every rank, on the coordinator's thread. A rank that joined (``hvd.join()``)
+        takes part in those of ``joinable`` with zeros."""
         for kind in kinds:
             self._executors[kind] = execute
+        self.coordinator.joinable.update(joinable)
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0, name: str | None = None) -> list[Any]:
+    def graph_allreduce(
+        self, parts: list[Any], keep: int = 0, name: str | None = None, label: str | None = None
+    ) -> list[Any]:
         """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""
         import tensorflow as tf
 
         parts = [tf.cast(p, tf.float32) for p in parts]
         outs = tf.numpy_function(
-            lambda *arrays: self.allreduce(arrays, keep, name),
+            lambda *arrays: self.allreduce(arrays, keep, name, label),
             parts,
             [tf.float32] * len(parts),
             stateful=True,
@@ -210,8 +241,23 @@ class MPISync(ProcessLevel):
             self.coordinator.submit(Request(name, SUM, parts, args=(compression, exact), local=0))
         )
 
+    def exchange_sums(self, sums: Any) -> Any:
+        """Evaluation sums, summed over the ranks in the step."""
+        return self.graph_allreduce([sums], label="the evaluation's metric all-reduce")[0]
+
+    def step_total(self, value: Any) -> Any:
+        """Summed over the ranks now (each rank is one replica): one all-reduce of one float."""
+        import tensorflow as tf
+
+        (total,) = self.graph_allreduce([tf.reshape(value, [1])], label="the all-reduce of the batch's rows")
+        return total[0]
+
     def allreduce(
-        self, parts: Sequence[np.ndarray], keep: int = 0, name: str | None = None
+        self,
+        parts: Sequence[np.ndarray],
+        keep: int = 0,
+        name: str | None = None,
+        label: str | None = None,
     ) -> list[np.ndarray]:
         """Element-wise sums over all ranks of every array in ``parts``, through one packed all-reduce.
 
@@ -224,10 +270,13 @@ class MPISync(ProcessLevel):
         overwrites (the training step consumes the gradients in ``apply_gradients`` before it returns);
         the others are fresh copies the caller may keep (the metric sums, accumulated across steps).
         RuntimeError naming both sides when the ranks passed different shapes under one name.
+        ``label`` names an unnamed sum in a timeout's line (default: the gradient all-reduce when ``keep``,
+        the training step's sum of gradients and metric sums).
         """
         arrays = [np.asarray(p, np.float32) for p in parts]
         if name is None:
-            return self.packed_sum(arrays, keep)
+            label = label or ("the gradient all-reduce" if keep else "an all-reduce")
+            return self.packed_sum(arrays, keep, label=label)
         done = self.coordinator.wait(self.coordinator.submit(Request(name, SUM, arrays, local=keep)))
         if done.error:
             raise RuntimeError(done.error)
@@ -240,11 +289,15 @@ class MPISync(ProcessLevel):
         compressed: int = 0,
         compression: str = "none",
         waiter: Waiter | None = None,
+        label: str | None = None,
     ) -> list[np.ndarray]:
         """Sums of ``parts`` through ONE packed all-reduce, now, unmatched: for unnamed sums and for the
         coordinator's executors, where every rank runs the same list of requests; ``keep`` as in
         :meth:`allreduce`. The first ``compressed`` parts cross nodes as ``compression`` (gradients); the
-        others stay exact float32 (metric sums and counts)."""
+        others stay exact float32 (metric sums and counts). ``label``: a collective of its own, named so
+        in a timeout (None: part of the caller's, a coordinator's round)."""
+        if label is not None:
+            self.watch.begin(label)
         offsets, length = layout([p.size for p in parts])
         exact_from = offsets[compressed] if compressed < len(parts) else length
         with self._reducing:
@@ -317,17 +370,47 @@ class MPISync(ProcessLevel):
             at += a.size
         return out
 
-    def allgather(self, array: np.ndarray) -> np.ndarray:
+    def allgather(self, array: np.ndarray, label: str = "an allgather") -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
-        return np.concatenate(self.comm.allgather(np.ascontiguousarray(array)), axis=0)
+        return np.concatenate(self.allgather_object(np.ascontiguousarray(array), label=label), axis=0)
+
+    def table(self, row: np.ndarray) -> np.ndarray:
+        """Every rank's ``row``, in rank order (one small gather)."""
+        row = np.asarray(row, np.float64).reshape(1, -1)
+        return row if self.size == 1 else self.allgather(row, "the allgather of the workers' settings")
+
+    def agree(self, flag: bool) -> bool:
+        """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""
+        if self.size == 1:
+            return flag
+        votes = self.allgather(np.array([float(flag)], np.float32), "the allgather of the votes to stop")
+        return bool(votes.sum() > 0)
+
+    def allgather_object(self, obj: Any, comm: Any = None, label: str = "allgather_object") -> list[Any]:
+        """Every rank's picklable ``obj``, in rank order, over ``comm`` (default: the job's)."""
+        comm = comm or self.comm
+        self.watch.begin(label)
+        payloads = allgather_bytes(comm, self.mpi, self.reducer.waiter, pickle.dumps(obj))
+        return [pickle.loads(p) for p in payloads]
+
+    def broadcast_object(
+        self, obj: Any, root: int = 0, comm: Any = None, label: str = "broadcast_object"
+    ) -> Any:
+        """``root``'s picklable ``obj`` on every rank, over ``comm`` (default: the job's)."""
+        comm = comm or self.comm
+        self.watch.begin(label)
+        payload = pickle.dumps(obj) if comm.Get_rank() == root else b""
+        return pickle.loads(broadcast_bytes(comm, self.reducer.waiter, payload, root))
 
     def barrier(self) -> None:
         """Return once every rank got here (a one-float all-reduce, polled like the training ones)."""
-        self.allreduce([np.zeros(1, np.float32)])
+        self.allreduce([np.zeros(1, np.float32)], label="a barrier")
 
     def broadcast_weights(self, model: Any) -> None:
         """Give every rank rank 0's initial weights (one packed broadcast)."""
         weights = model.get_weights()
         flat = pack_weights(weights)
-        self.comm.Bcast(flat, root=0)
+        self.watch.begin("the broadcast of the initial weights")
+        if self.size > 1 and flat.size:
+            self.reducer.waiter.wait(self.comm.Ibcast(flat, root=0))
         model.set_weights(unpack_weights(flat, weights))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.errors import SetupError
+from tfdist.sync.watch import CHECK_S, Watch
 from tfdist.sync.wire import WIRE_DTYPES, decode, encode
 
 ALIGN_FLOATS = 16  # 64 bytes: TensorFlow's CPU alignment, below which it copies a returned array
@@ -55,11 +56,14 @@ class Waiter:
     1 s for its peer burns 0.11 s of CPU, not 1 s).
     """
 
-    def __init__(self, spin_s: float, sleep_s: float, burst: int = 16) -> None:
+    def __init__(self, spin_s: float, sleep_s: float, burst: int = 16, watch: Watch | None = None) -> None:
         self.spin_s, self.sleep_s, self.burst = spin_s, sleep_s, max(1, burst)
+        #: The collective timeout and roll call (:mod:`tfdist.sync.watch`), looked at on the slow path only.
+        self.watch = watch
 
     def wait(self, request: Any) -> None:
-        """Return once ``request`` completed.
+        """Return once ``request`` completed; CollectiveError once it waited longer than the watch's
+        timeout (the line names the collective of this thread's last ``watch.begin``).
 
         Each wake-up polls ``burst`` times before sleeping again: one poll moves a bounded piece of a large
         transfer (~60 KB per poll measured for a 4.8 MB sum across two test hosts, UCX over TCP), so with
@@ -67,13 +71,28 @@ class Waiter:
         half_sum_nodes.py``, 200 us sleeps, uncapped link): 4.8 MB summed in 25 ms with 1 poll per wake-up,
         6.3 ms with 16, CPU time 3.8 and 3.3 ms; at 1 Gbit/s 40 ms either way (the wire's pace).
         """
-        deadline = time.perf_counter() + self.spin_s
+        started = time.perf_counter()
+        deadline = started + self.spin_s
         while not request.Test():
             if time.perf_counter() > deadline:
-                for _ in range(self.burst - 1):
+                self._wait_slowly(request, started)
+                return
+
+    def _wait_slowly(self, request: Any, started: float) -> None:
+        """The wait of a rank whose peers are late: sleep between bursts of polls; every CHECK_S, answer
+        the roll call and check the timeout (one clock read per wake-up)."""
+        watch, check_at = self.watch, started + CHECK_S
+        try:
+            while True:
+                for _ in range(self.burst):
                     if request.Test():
                         return
                 time.sleep(self.sleep_s)
+                if watch is not None and time.perf_counter() >= check_at:
+                    check_at = watch.check(started) + CHECK_S
+        finally:
+            if watch is not None:
+                watch.leave()
 
 
 class NodeReducer:
@@ -208,3 +227,28 @@ def cross_sum_bits(comm: Any, bits: np.ndarray, compression: str, waiter: Waiter
     gathered = np.empty_like(sent)
     waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered))
     return gathered[: bits.size]
+
+
+def allgather_bytes(comm: Any, mpi: Any, waiter: Waiter, payload: bytes) -> list[bytes]:
+    """Every rank's bytes, in rank order: two non-blocking collectives (the lengths, then the bytes),
+    completed by ``waiter`` (so they time out and answer roll calls as the sums do)."""
+    size = comm.Get_size()
+    counts = np.empty(size, np.int64)
+    waiter.wait(comm.Iallgather(np.array([len(payload)], np.int64), counts))
+    data = np.empty(int(counts.sum()), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    sendbuf = np.frombuffer(payload, np.uint8) if payload else np.empty(0, np.uint8)
+    waiter.wait(comm.Iallgatherv(sendbuf, [data, counts.tolist(), offsets.tolist(), mpi.BYTE]))
+    return [data[o : o + c].tobytes() for o, c in zip(offsets, counts, strict=True)]
+
+
+def broadcast_bytes(comm: Any, waiter: Waiter, payload: bytes, root: int) -> bytes:
+    """``root``'s bytes on every rank (``payload`` is read on the root only): the length, then the bytes,
+    each a non-blocking broadcast completed by ``waiter``."""
+    mine = comm.Get_rank() == root
+    length = np.array([len(payload) if mine else 0], np.int64)
+    waiter.wait(comm.Ibcast(length, root=root))
+    data = np.frombuffer(payload, np.uint8).copy() if mine else np.empty(int(length[0]), np.uint8)
+    if data.size:
+        waiter.wait(comm.Ibcast(data, root=root))
+    return data.tobytes()

@@ -75,6 +75,17 @@ def describe(exc_type: type[BaseException], exc: BaseException, tb: TracebackTyp
     }
 
 
+def collective_timeout() -> BaseException | None:
+    """The MPI backend's collective timeout in this process, if one happened (:mod:`tfdist.sync.watch`).
+
+    Read from ``sys.modules``, not imported: a process that never loaded it had no MPI collective. It is
+    the cause whatever reached the top: raised inside a training step, it arrives wrapped in TensorFlow's
+    ``UnknownError`` (a first line of graph names), or as the Horovod op's own error.
+    """
+    watch = sys.modules.get("tfdist.sync.watch")
+    return watch.fatal() if watch is not None else None
+
+
 def user_error_exit(exc: BaseException) -> None:
     """End the process as the CLI ends on a user mistake: its one line, exit code 2, no traceback.
 
@@ -100,15 +111,23 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
     path = os.path.join(directory, record_name(environ))
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        timeout = collective_timeout()
         try:
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
                 os.makedirs(directory, exist_ok=True)
-                files.write_json(path, describe(exc_type, exc, tb))
+                shown = (
+                    describe(type(timeout), timeout, tb)
+                    if timeout is not None
+                    else describe(exc_type, exc, tb)
+                )
+                files.write_json(path, shown)
         except Exception:  # never hide the user's own traceback behind ours
             pass
         if issubclass(exc_type, ConfigError):
             user_error_exit(exc)
         previous(exc_type, exc, tb)
+        if timeout is not None and str(timeout) != str(exc):  # the log's last line: the cause, not a wrapper
+            sys.stderr.write(f"{type(timeout).__name__}: {timeout}\n")
         if several:
             failed_exit()
 
