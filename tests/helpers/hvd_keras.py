@@ -4,8 +4,8 @@
 
 Data: scikit-learn's digits, each rank its shard (ds.shard(size, rank)); learning rate scaled by the
 number of ranks (``--lr-ranks`` lets one process stand in for N ranks); DistributedOptimizer; broadcast,
-metric averaging and (optionally) warm-up callbacks; a checkpoint and TensorBoard on rank 0 only. Writes OUT/rank<R>.npz
-(final weights) and OUT/history-<R>.json.
+metric averaging and (optionally) warm-up callbacks; a checkpoint and TensorBoard on rank 0 only. Writes
+OUT/rank<R>.npz (final weights) and OUT/history-<R>.json.
 """
 
 import argparse

@@ -30,11 +30,11 @@ from tfdist import variables
 from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
-from tfdist.errors import ConfigError, SetupError
+from tfdist.errors import CollectiveError, ConfigError, SetupError
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, allgather_bytes, broadcast_bytes, cross_sum_bits, layout
-from tfdist.sync.watch import Watch
+from tfdist.sync.watch import Watch, current_step, different_gathers
 from tfdist.sync.wire import WireOptions, decode, encode, plan_buckets
 
 log = get_logger(__name__)
@@ -390,8 +390,14 @@ class MPISync(ProcessLevel):
         """Every rank's picklable ``obj``, in rank order, over ``comm`` (default: the job's)."""
         comm = comm or self.comm
         self.watch.begin(label)
-        payloads = allgather_bytes(comm, self.mpi, self.reducer.waiter, pickle.dumps(obj))
-        return [pickle.loads(p) for p in payloads]
+        # The label travels with the object: ranks that reached different gathers (a collective in a
+        # callback on one rank only) are told so in one line, not by whatever their objects do together.
+        payloads = allgather_bytes(comm, self.mpi, self.reducer.waiter, pickle.dumps((label, obj)))
+        gathered = [pickle.loads(p) for p in payloads]
+        labels = [g[0] for g in gathered]
+        if len(set(labels)) > 1:
+            raise CollectiveError(different_gathers(labels, current_step()))
+        return [g[1] for g in gathered]
 
     def broadcast_object(
         self, obj: Any, root: int = 0, comm: Any = None, label: str = "broadcast_object"

@@ -82,6 +82,32 @@ def set_step(step: int | None) -> None:
     _STEP[0] = step
 
 
+def current_step() -> int | None:
+    """The training step :func:`set_step` told (None: none)."""
+    return _STEP[0]
+
+
+def different_gathers(labels: Sequence[str], step: int | None) -> str:
+    """The line for ranks whose gathers met although they were different collectives (rank order).
+
+    Input/Output: ``(["an allgather", "a barrier", "a barrier"], 9)`` -> ``"the ranks ran different
+    collectives at step 9: rank 0 was in an allgather; ranks 1, 2 were in a barrier. A rank took ..."``.
+    """
+    by_label: dict[str, list[int]] = {}
+    for rank, label in enumerate(labels):
+        by_label.setdefault(label, []).append(rank)
+    where = "; ".join(
+        f"{rank_list(ranks)} {'was' if len(ranks) == 1 else 'were'} in {label}"
+        for label, ranks in by_label.items()
+    )
+    at = f" at step {step}" if step is not None else ""
+    return (
+        f"the ranks ran different collectives{at}: {where}. A rank took another branch: a callback, data or "
+        "a condition on some ranks only. Hint: give every rank the same collective program (tfdist.fit "
+        "agrees on its own; check code that reads tfdist.rank())."
+    )
+
+
 def fatal() -> CollectiveError | None:
     """This process's collective timeout, if one happened: the worker's failure record prefers its line to
     the exception that reached the top (TensorFlow wraps an error raised inside a step in an

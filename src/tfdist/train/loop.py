@@ -24,6 +24,7 @@ from tfdist.errors import CollectiveError, ConfigError, NonFiniteLossError
 from tfdist.slurm import commands
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
+from tfdist.sync.watch import set_step
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
 from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
 from tfdist.train.data import BatchPlan, DistributedData
@@ -345,6 +346,7 @@ class SyncTrainer:
             raise
         finally:
             self.stop.restore()
+            set_step(None)
         return self._finish(time.monotonic() - started, examples)
 
     def _barrier(self) -> None:
@@ -397,6 +399,7 @@ class SyncTrainer:
             self.schedule.update(step)  # first: a callback's own per-step rate comes after, and stays
             if not block:  # as Keras with steps_per_execution: begin at a block's first step
                 self.callbacks.on_train_batch_begin(done)
+            set_step(step + 1)  # the MPI backend's timeout line names the step being run
             with self.trace.span("step"):
                 out = self.train_step(batch, self._votes[bool(self.stop.signum)])
             block.append(out)
