@@ -63,7 +63,8 @@ def references(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return differ, uneven
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
+# The MPI backend's cases run on one machine in the first tier (tests/multiprocess), here in the second.
+@pytest.mark.parametrize("backend", ["tf", pytest.param("mpi", marks=pytest.mark.slow)])
 def test_workers_that_differ_across_hosts_equal_one_process(
     cluster: Cluster, references: tuple[Path, Path], backend: str, tmp_path: Path
 ) -> None:

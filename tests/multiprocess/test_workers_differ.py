@@ -86,7 +86,11 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
+# The TF backend's cases run across two test hosts in the first tier (tests/multihost), here in the second.
+BOTH = [pytest.param("tf", marks=pytest.mark.slow), "mpi"]
+
+
+@pytest.mark.parametrize("backend", BOTH)
 def test_chief_only_callbacks_equal_one_process(backend: str, one_process: Path, tmp_path: Path) -> None:
     """TensorBoard (per batch, every 4), ModelCheckpoint (epoch, every 4 steps), CSVLogger, EarlyStopping, a
     per-batch logger and BackupAndRestore given to rank 0 only: both workers end as one process did, and
@@ -153,7 +157,7 @@ def check_uneven(reference: Path, out: Path, workers: int) -> None:
             np.testing.assert_allclose(got["predict"], ref["predict"], atol=TOL, rtol=0, err_msg=name)
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
+@pytest.mark.parametrize("backend", BOTH)
 def test_uneven_own_data_on_two_workers_equals_one_process(
     backend: str, two_worker_reference: Path, tmp_path: Path
 ) -> None:
@@ -210,7 +214,7 @@ MISMATCH = str(HELPERS / "mismatch_fit.py")
     [
         # Either rank may be the first to see it.
         ("tf", [], r"CollectiveError: the workers ran different collectives at step 9: rank [01] met a"),
-        ("tf", ["--sleep"], r"on rank 0: rank\(s\) 1 had not arrived"),
+        pytest.param("tf", ["--sleep"], r"on rank 0: rank\(s\) 1 had not arrived", marks=pytest.mark.slow),
         ("mpi", [], r"CollectiveError: the ranks ran different collectives at step \d+: rank 0 was in the"),
         ("mpi", ["--sleep"], r"waited 5 s on rank 0 .*: rank 1 had not arrived: it did not answer"),
     ],

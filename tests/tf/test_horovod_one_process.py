@@ -54,7 +54,6 @@ def test_one_process_is_a_job_of_size_one(hvd: object) -> None:
     ("call", "message"),
     [
         (lambda h: h.allreduce(np.ones(2, np.float32), op=h.Adasum), "Adasum is not supported"),
-        (lambda h: h.join(), "hvd.join() (uneven numbers of batches per rank) is not supported"),
         (lambda h: h.elastic.run, "tfdist launch --max-restarts"),
         (lambda h: h.SyncBatchNormalization(), "BatchNormalization(synchronized=True)"),
         (lambda h: h.add_process_set([0]), "add_process_set is not supported"),
@@ -67,6 +66,12 @@ def test_what_is_not_supported_says_so(hvd: object, call: object, message: str) 
     with pytest.raises((NotImplementedError, ValueError)) as info:
         call(htf)  # type: ignore[operator]
     assert message in str(info.value)
+
+
+def test_join_in_one_process_returns_its_own_rank(hvd: object) -> None:
+    import tfdist.horovod.tensorflow as htf
+
+    assert int(htf.join()) == 0  # the last rank to join: the only one
 
 
 def test_distributed_optimizer_refuses_what_it_cannot_wrap(hvd: object) -> None:

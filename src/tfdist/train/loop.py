@@ -125,7 +125,7 @@ class SyncTrainer:
             self.epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=only_first)
         self.restored = False
         self.checkpointer = self._restore()
-        if self.data.dynamic and int(self.epoch_steps.numpy()):  # resumed after the first epoch
+        if self.unknown_length and int(self.epoch_steps.numpy()):  # resumed after the first epoch
             self.data.learn(int(self.epoch_steps.numpy()))
             self.plan = self.data.plan
         self._start_at(options.initial_epoch)
@@ -212,6 +212,12 @@ class SyncTrainer:
         return self.val is not None
 
     @property
+    def unknown_length(self) -> bool:
+        """Whether an epoch's length is not known yet: each worker's own data of unknown length, told by
+        the first epoch (:mod:`tfdist.train.uneven`)."""
+        return self.data.dynamic
+
+    @property
     def replicas(self) -> int:
         """Replicas that share each global batch (all processes' strategies together)."""
         return int(self.data.replicas)
@@ -249,7 +255,7 @@ class SyncTrainer:
     def _check_unknown_length(self) -> None:
         """Settings counted in epochs need an epoch's length: own data of unknown length tell it only at the
         end of the first epoch."""
-        if not self.data.dynamic:
+        if not self.unknown_length:
             return
         o = self.options
         for name, value in (("warmup_epochs", o.warmup_epochs), ("initial_epoch", o.initial_epoch)):
@@ -274,7 +280,7 @@ class SyncTrainer:
             is_chief=self.env.is_chief,
             keep=self.options.keep_checkpoints,
             extra={"epoch_sums": self.epoch_sums}
-            | ({"epoch_steps": self.epoch_steps} if self.data.dynamic else {}),
+            | ({"epoch_steps": self.epoch_steps} if self.unknown_length else {}),
         )
         restored = checkpointer.restore_latest()
         resumed = np.array([float(bool(restored)), float(self.step_var.numpy())])

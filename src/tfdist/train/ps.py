@@ -55,6 +55,11 @@ class ParameterServerTrainer(SyncTrainer):
         return int(self.strategy.num_replicas_in_sync)
 
     @property
+    def unknown_length(self) -> bool:
+        """Scheduled steps always have a planned length here."""
+        return False
+
+    @property
     def has_validation(self) -> bool:
         """True when validation arrays were given."""
         return self.val_arrays is not None
