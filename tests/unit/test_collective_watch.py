@@ -36,7 +36,6 @@ def test_rank_lists_are_short(ranks: list[int], text: str) -> None:
         (None, "did not answer within 2 s: busy outside any collective"),
         (Answer(3, (("a barrier", 12, 5.4),)), "is waiting in a barrier (collective #12) since 5 s"),
         (Answer(3, (("a barrier", 12, 5.4),), timed_out=True), "since 5 s (timed out too)"),
-        (Answer(None, (), finished=9), "finished its script after collective #9"),
         (Answer(None, (), unreachable="connection closed"), "cannot be reached (connection closed)"),
     ],
 )
@@ -61,13 +60,13 @@ def test_a_rank_that_does_not_answer_is_the_one_named() -> None:
 def test_ranks_waiting_in_the_same_collective_arrived_the_others_are_grouped_by_whereabouts() -> None:
     here = Answer(41, (("the gradient all-reduce", 88, 300.0),))
     elsewhere = Answer(41, (("a barrier", 88, 12.0),))
-    text = line(6, {1: here, 2: elsewhere, 4: here, 5: Answer(None, (), finished=87)}, step=None)
+    text = line(6, {1: here, 2: elsewhere, 4: here, 5: Answer(None, (), unreachable="gone")}, step=None)
     assert " at step" not in text  # the loop did not say
     assert (
         "ranks 2, 3, 5 had not arrived: rank 2 is waiting in a barrier (collective #88) since 12 s; "
         "rank 3 did not answer within 2 s"
     ) in text
-    assert "rank 5 finished its script after collective #87; ranks 1, 4 waited in it too" in text
+    assert "rank 5 cannot be reached (gone): its process is gone; ranks 1, 4 waited in it too" in text
 
 
 def test_when_every_rank_waits_in_it_the_line_says_so() -> None:

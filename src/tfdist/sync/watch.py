@@ -45,11 +45,8 @@ CHECK_S = 0.25
 #: Seconds a rank whose collective timed out waits for the others' answers (every waiting rank answers
 #: within ~CHECK_S; a busy machine may take longer to schedule it).
 GRACE_S = 2.0
-QUESTION, ANSWER, FAREWELL = 7301, 7302, 7303  # tags on the roll call's own communicator
+QUESTION, ANSWER = 7301, 7302  # tags on the roll call's own communicator
 MAX_GROUPS = 4  # distinct whereabouts named in one line; the rest are counted
-#: Largest job whose ranks say goodbye at exit: every rank messages every other one, which in a large job
-#: would open connections between ranks that never talked, for a diagnosis only.
-FAREWELL_MAX_RANKS = 64
 
 #: A wait's (label, collective number), or what computes it: evaluated only when the wait is slow.
 What = tuple[str, int] | Callable[[], tuple[str, int]]
@@ -65,8 +62,6 @@ class Answer(NamedTuple):
     timed_out: bool = False
     #: Why it could not be asked (an MPI error), instead of an answer.
     unreachable: str = ""
-    #: It finished its script (said so at exit) after this many collectives.
-    finished: int | None = None
 
 
 _STEP: list[int | None] = [None]
@@ -144,8 +139,6 @@ def whereabouts(answer: Answer | None, grace_s: float) -> str:
         )
     if answer.unreachable:
         return f"cannot be reached ({answer.unreachable}): its process is gone"
-    if answer.finished is not None:
-        return f"finished its script after collective #{answer.finished}"
     if not answer.waits:
         return "waits in no collective"
     parts = [f"{label} (collective #{seq}) since {seconds:.0f} s" for label, seq, seconds in answer.waits]
@@ -216,10 +209,9 @@ class Watch:
         self._sends: list[Any] = []  # answers in flight: their buffers must live until sent
         self.failed: CollectiveError | None = None
         self.number = 0  # the last collective this rank started
-        if comm is not None and size <= FAREWELL_MAX_RANKS:
-            # A rank that finishes its script cannot answer a roll call: it says goodbye instead. Registered
-            # after mpi4py's import, so it runs before MPI_Finalize.
-            atexit.register(self._farewell)
+        # No goodbye at exit from a rank that finished its script (it cannot answer a roll call): a message
+        # nobody receives makes MPICH's MPI_Finalize fail across nodes ("OFI poll failed" in
+        # flush_send_queue) when its peer finalised first, so a job that succeeded would end as failed.
 
     # ---- the fast path: what a collective's start costs ----
 
@@ -307,39 +299,21 @@ class Watch:
         while len(answers) < self.size - 1 and time.perf_counter() < deadline:
             self._answer()  # others may be holding their own roll call: answer them meanwhile
             try:
-                got = self._receive(ANSWER) or self._receive(FAREWELL)
+                got = self._receive(ANSWER)
             except self.mpi.Exception as exc:
                 log.debug("roll call: %s", exc)
                 break
             if got is None:
                 time.sleep(0.02)
                 continue
-            source, tag, message = got
-            if tag == FAREWELL:
-                answers[source] = Answer(None, (), finished=int(message))
-            else:
-                answers.setdefault(source, Answer(*message))  # a farewell says more than a late answer
+            source, _, message = got
+            answers.setdefault(source, Answer(*message))
         return answers
 
     def _receive(self, tag: int) -> tuple[int, int, Any] | None:
         status = self.mpi.Status()
         message = self.comm.improbe(source=self.mpi.ANY_SOURCE, tag=tag, status=status)
         return None if message is None else (status.Get_source(), tag, message.recv())
-
-    def _farewell(self) -> None:
-        """At exit: tell every other rank this one finished its script, after which collective (a few
-        bytes each; waits at most 0.1 s for them to leave)."""
-        if self.failed is not None:
-            return
-        try:
-            sends = [
-                self.comm.isend(self.number, dest=r, tag=FAREWELL) for r in range(self.size) if r != self.rank
-            ]
-            deadline = time.perf_counter() + 0.1
-            while sends and time.perf_counter() < deadline:
-                sends = [s for s in sends if not s.Test()]
-        except self.mpi.Exception as exc:  # peers already gone: nothing to tell
-            log.debug("farewell: %s", exc)
 
     def _expire(self, ident: int) -> NoReturn:
         with self._expiring:
