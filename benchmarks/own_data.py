@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _launched.py
+from _launched import launched_run
 
 WORKER = str(Path(__file__).with_name("_own_data_worker.py"))
 MODES = ("job", "own", "own-dataset", "own-unknown")
@@ -24,19 +24,7 @@ MODES = ("job", "own", "own-dataset", "own-unknown")
 
 def one_run(backend: str, mode: str, steps: int, workers: int) -> list[float]:
     """examples/s of each epoch of one launched run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--backend", backend]
-        proc = subprocess.run(
-            [*cmd, "--log-dir", os.path.join(tmp, "logs"), WORKER, mode, str(steps), out],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"{backend}/{mode} failed:\n{proc.stderr[-3000:]}")
-        with open(out) as f:
-            return [float(v) for v in json.load(f)["examples_per_sec"]]
+    return [float(v) for v in launched_run(WORKER, backend, workers, mode, str(steps))["examples_per_sec"]]
 
 
 def main() -> int:
