@@ -137,16 +137,6 @@ class DistributedData:
                 self.plan = own_plan(self.own, self.replicas)
             else:
                 self.plan = plan_batches(batch_size, self.replicas, examples, steps_per_epoch)
-        elif isinstance(source, tf.data.Dataset) and (
-            own := own_dataset(source, batch_size, steps_per_epoch, table, per_worker, static_batch)
-        ):
-            if class_weights is not None and len(source.element_spec) == 3:
-                raise ConfigError(
-                    "class_weight and sample weights (the dataset's third element) cannot be used together "
-                    "(as in Keras). Hint: fold the class weights into the sample weights."
-                )
-            self.own, self.dataset = own, source
-            self.plan = own_plan(own, self.replicas)
         elif isinstance(source, tf.data.Dataset):
             spec = source.element_spec
             if not isinstance(spec, tuple) or len(spec) not in (2, 3):
@@ -160,14 +150,18 @@ class DistributedData:
                     "(as in Keras). Hint: fold the class weights into the sample weights."
                 )
             self.dataset = source
-            global_batch = batch_size or static_batch(source)
-            cardinality = int(source.cardinality().numpy())  # batches, a partial last one included
-            self.plan = plan_batches(
-                global_batch,
-                self.replicas,
-                cardinality * global_batch if cardinality >= 0 else None,
-                steps_per_epoch,
-            )
+            self.own = own_dataset(source, batch_size, steps_per_epoch, table, per_worker, static_batch)
+            if self.own is not None:
+                self.plan = own_plan(self.own, self.replicas)
+            else:
+                global_batch = batch_size or static_batch(source)
+                cardinality = int(source.cardinality().numpy())  # batches, a partial last one included
+                self.plan = plan_batches(
+                    global_batch,
+                    self.replicas,
+                    cardinality * global_batch if cardinality >= 0 else None,
+                    steps_per_epoch,
+                )
         elif callable(source):
             if steps_per_epoch is None or batch_size is None:
                 raise ConfigError(

@@ -387,7 +387,7 @@ class SyncTrainer:
         totals = np.array(self.epoch_sums.numpy()) if skip > 0 else np.zeros(self.metrics.width)
         self.resumed_examples = float(totals[-1])
         started = time.monotonic()
-        learning = self.data.dynamic  # own data of unknown length: this epoch tells every epoch's length
+        learning = self.unknown_length  # this epoch tells every epoch's length
         if learning:
             iterator = self.data.epoch(epoch, skip)  # endless padding after the data: one epoch only
         else:
