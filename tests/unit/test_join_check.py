@@ -110,3 +110,27 @@ def test_mpi_output_is_split_into_per_rank_files(tmp_path: Path) -> None:
     files.close()
     assert (tmp_path / "rank0.log").read_text() == "epoch 1\nopen mpi line\n"
     assert (tmp_path / "rank1.log").read_text() == "epoch 1\ndone\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [(5, "exited with code 5"), ("bad input file", "bad input file"), (0, None), (None, None)],
+)
+def test_an_mpi_rank_s_non_zero_exit_is_recorded_with_its_rank(
+    tmp_path: Path, code: object, message: str | None
+) -> None:
+    from tfdist.launch.logs import error_lines, read_error_record
+    from tfdist.worker.errors import record_exit
+
+    env = {"TFDIST_ATTEMPT_DIR": str(tmp_path), "PMI_RANK": "1"}
+    try:
+        raise SystemExit(code)
+    except SystemExit as exc:
+        record_exit(exc, env)
+    record = read_error_record({"TFDIST_ATTEMPT_DIR": str(tmp_path)})  # the MPI launcher: no rank
+    if message is None:
+        assert record is None and not list(tmp_path.iterdir())
+    else:
+        assert record is not None
+        assert error_lines(record, "exited")[0] == f"  [r1] SystemExit: {message}"
+        assert record["where"]["file"] == __file__

@@ -309,9 +309,10 @@ def plan_mpi(
         gpus="" if config.cpu else None,
         backend=config.backend,
     )
-    # `python -m mpi4py` turns an uncaught exception or a non-zero exit in any rank into MPI_Abort, so the
-    # other ranks do not wait forever in a collective for a peer that has left.
-    program = config.command if config.no_python else (config.python, "-u", "-m", "mpi4py", *config.command)
+    # mpi4py's runner (tfdist.worker.mpirun: it also records which rank exited) turns an uncaught exception
+    # or a non-zero exit in any rank into MPI_Abort: the other ranks do not wait forever for a peer that left.
+    runner = (config.python, "-u", "-m", "tfdist.worker.mpirun")
+    program = config.command if config.no_python else (*runner, *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
     bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
     nodes = hydra.manual_args(config.hosts, config.nproc_per_node) if config.nnodes > 1 else ()

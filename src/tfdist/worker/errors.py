@@ -139,6 +139,25 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
     sys.excepthook = hook
 
 
+def record_exit(exc: SystemExit, environ: Mapping[str, str] = os.environ) -> None:
+    """Record a non-zero ``sys.exit`` as the rank's error record (``SystemExit: exited with code N``).
+
+    Only for a process the MPI launcher started (:mod:`tfdist.worker.mpirun`): one launcher process stands
+    for every rank there, and its report names the failed rank from this record. Never raises.
+    """
+    code = exc.code
+    directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
+    if not directory or code in (None, 0):
+        return
+    message = f"exited with code {code}" if isinstance(code, int) else first_line(str(code))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        shown = describe(SystemExit, exc, exc.__traceback__)
+        files.write_json(os.path.join(directory, record_name(environ)), {**shown, "message": message})
+    except Exception:  # the rank's exit code matters more than its record
+        pass
+
+
 def failed_exit() -> None:
     """End a failed worker now, exit code 1 (an uncaught exception's), its output flushed."""
     try:
