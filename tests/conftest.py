@@ -21,7 +21,35 @@ CLUSTER_PREFIXES = (
     "PMI_",
     "PMIX_",
 )
-HELPERS = Path(__file__).parent / "helpers"
+TESTS = Path(__file__).parent
+HELPERS = TESTS / "helpers"
+#: The markers of every test in a folder of tests/ (pyproject.toml describes them). A test adds its own
+#: (``slow``, or ``multiprocess`` for a tests/tf case that starts workers) with a decorator.
+FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
+    "unit": (),
+    "docs": (),
+    "tf": ("tf",),
+    "multiprocess": ("multiprocess",),
+    "slurm": ("slurm",),
+    "multihost": ("multihost",),
+}
+#: pytest-timeout's limit for a folder whose tests take longer than the default (pyproject.toml: 300 s).
+FOLDER_TIMEOUT_S = {"multihost": 900}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test gets its folder's markers (and time limit): one place instead of a line in every file."""
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        if folder not in FOLDER_MARKERS:
+            raise pytest.UsageError(f"tests/{folder}: a test folder without markers (FOLDER_MARKERS)")
+        for name in FOLDER_MARKERS[folder]:
+            item.add_marker(name)
+        if folder in FOLDER_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(FOLDER_TIMEOUT_S[folder]))  # a test's own limit comes first
 
 
 @pytest.fixture(autouse=True)

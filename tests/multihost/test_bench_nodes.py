@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from hostcluster import HOSTS_SCRIPT, Cluster, made_hosts
 
-pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
     "TFDIST_HOSTS_PREFIX": "tfdb",
@@ -30,6 +29,7 @@ def hosts() -> Iterator[None]:
     yield from made_hosts(ENV, 3, ("cap", "node3", "200mbit"))  # node3: the slow host
 
 
+@pytest.mark.slow
 def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     nodes = (
@@ -78,6 +78,7 @@ def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tm
     assert "slow node: node3" in report and "slow node: node3" in proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_inside_a_slurm_allocation(cluster: Cluster, tmp_path: Path) -> None:
     """`salloc -N 2 tfdist bench --nodes 1,2`: the allocation's nodes, each reached through srun."""
     out = tmp_path / "bench"

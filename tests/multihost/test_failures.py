@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
 #: The same job as a plain Keras script: model.fit + BackupAndRestore, no tfdist import.
 KERAS_SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_keras_fit.py")

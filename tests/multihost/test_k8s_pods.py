@@ -22,7 +22,6 @@ import pytest
 import yaml
 from hostcluster import HOSTS_SCRIPT, one_process, received_bytes, unavailable_reason
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
 PREFIX, SUBNET = "tfdk", "10.84.0"
 HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": PREFIX, "TFDIST_HOSTS_SUBNET": SUBNET}

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
 
-pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(600)]
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
 PREFIX = "tfdf"
 ENV = {
@@ -125,6 +124,7 @@ def cut_node2_link_at_step_5(
     return took, results
 
 
+@pytest.mark.slow
 def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path: Path) -> None:
     """node2 loses power at step 5: node1's launcher is told (node2's rendezvous connection closed), ends
     its ranks and Hydra, names node2; no watchdog is set."""
@@ -141,6 +141,7 @@ def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path
     assert_nothing_left("node1", "node2")
 
 
+@pytest.mark.slow
 def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) -> None:
     """node2's link is cut at step 5: MPI itself would wait forever; each side's rendezvous connection
     times out (TCP keep-alive) and each launcher ends its ranks, naming the other side."""
@@ -156,6 +157,7 @@ def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) 
     assert_nothing_left("node1", "node2")
 
 
+@pytest.mark.slow
 def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_path: Path) -> None:
     """As above with --max-restarts 1: both launchers end their ranks, meet again at the rendezvous once
     the link is back (round 1), start one new MPI job across both hosts, resume from the last checkpoint
@@ -176,6 +178,7 @@ def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_
     assert_nothing_left("node1", "node2")
 
 
+@pytest.mark.slow
 def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(hosts: None, tmp_path: Path) -> None:
     """--nnodes 1:2 on the MPI backend: node2 loses power at a random step; node1 is told, meets alone and
     goes on as one rank with the same global batch, to the uninterrupted run's weights."""

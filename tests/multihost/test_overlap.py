@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from hostcluster import finish, made_hosts, one_process
 
-pytestmark = [pytest.mark.multihost, pytest.mark.multiprocess, pytest.mark.tf, pytest.mark.timeout(600)]
 PROBE = str(Path(__file__).parent.parent / "helpers" / "overlap_probe.py")
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},

@@ -25,7 +25,6 @@ from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
 
 pytest.importorskip("ray")
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
 PY = sys.executable
 RAY = str(Path(PY).parent / "ray")

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hostcluster import FINAL, Cluster, one_process
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(900)]
 PY = sys.executable
 PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
 TRAIN = ("--epochs", "2", "--steps", "300")

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hostcluster import FINAL, Cluster, one_process
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(900)]
 ROOT = Path(__file__).parent.parent.parent
 HELPERS = ROOT / "tests" / "helpers"
 PY = sys.executable

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from hostcluster import HOSTS_SCRIPT, unavailable_reason
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
 ENV = {"TFDIST_HOSTS_PREFIX": "tfdh", "TFDIST_HOSTS_SUBNET": "10.79.0"}
 PY = sys.executable
 

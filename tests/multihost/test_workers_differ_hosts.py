@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hostcluster import Cluster, finish
 
-pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
 CALLBACKS = ("tensorboard_n", "early_stopping", "backup")
 UNEVEN = ("arrays_one_batch_more", "dataset_unknown_length")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 STEPS, WARMUP = 10, 2
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 HELPERS = Path(__file__).parent.parent / "helpers"
 
 

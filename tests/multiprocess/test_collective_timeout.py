@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.multiprocess]
 HELPER = str(Path(__file__).parent.parent / "helpers" / "collective_timeout.py")
 TIMEOUT_S = 5
 BOUND_S = TIMEOUT_S + 10  # from entering the collective that never completes to every rank gone
@@ -49,7 +48,6 @@ CASES = [
         r"CollectiveError: allreduce 'HorovodGroupedAllreduce_\w+' waited \d+ s on rank 1 \(collective #4, "
         r"TFDIST_COLLECTIVE_TIMEOUT=5\): rank 0 had not arrived: it did not answer within 2 s",
         id="horovod-uneven-batches-without-join",
-        marks=pytest.mark.tf,
     ),
     pytest.param(
         "fit-sleep",
@@ -57,7 +55,6 @@ CASES = [
         r"CollectiveError: the allgather of the votes to stop waited \d+ s on rank 0 .*: rank 1 had not "
         r"arrived: it did not answer within 2 s: busy outside any collective",
         id="fit-with-a-callback-sleeping-on-rank-1",
-        marks=pytest.mark.tf,
     ),
 ]
 
@@ -111,7 +108,6 @@ def reference(batches: dict[int, int], lr: float = 0.1) -> list[tuple[np.ndarray
     return after
 
 
-@pytest.mark.tf
 def test_join_lets_uneven_batches_finish_with_horovods_result(tmp_path: Path) -> None:
     proc = launch("join", tmp_path, timeout_s=60)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

@@ -18,7 +18,6 @@ import numpy as np
 import psutil
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 STEPS, EPOCHS = 20, 2
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "fit_any.py")
 TOL = 1e-5
 

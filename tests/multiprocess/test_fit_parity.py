@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "fit_parity.py")
 SCENARIOS = (
     "partial_arrays",

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 HELPERS = Path(__file__).parent.parent / "helpers"
 HAVE_HOROVOD = __import__("importlib.util").util.find_spec("horovod") is not None
 

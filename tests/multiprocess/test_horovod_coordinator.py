@@ -9,9 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = [pytest.mark.multiprocess]
 HELPER = Path(__file__).parent.parent / "helpers" / "hvd_coordinator.py"
 
 

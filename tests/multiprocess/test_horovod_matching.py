@@ -9,9 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 HELPER = Path(__file__).parent.parent / "helpers" / "hvd_matching.py"
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf, pytest.mark.slow]
 WORKER = Path(__file__).parents[2] / "benchmarks" / "horovod_upstream_worker.py"
 SUITE = """
 import horovod.tensorflow as hvd
@@ -50,6 +49,7 @@ def outcomes(report: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_collective_one_rank_never_joins_fails_its_test_and_the_run_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_lonely.py").write_text(SUITE)
     cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", "2", "--cpu"]

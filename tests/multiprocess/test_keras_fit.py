@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "keras_fit.py")
 TOL = 1e-5
 

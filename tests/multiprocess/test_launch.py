@@ -14,7 +14,6 @@ import numpy as np
 import psutil
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 HELPERS = Path(__file__).parent.parent / "helpers"
 WORKER = str(HELPERS / "worker.py")
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.tf]
 PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 HELPERS = Path(__file__).parent.parent / "helpers"
 NEVER_JOINS = str(HELPERS / "never_joins.py")
 

@@ -7,9 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.multiprocess
 HELPER = str(Path(__file__).parent.parent / "helpers" / "user_error.py")
 LINE = "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10."
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.multiprocess
 HELPERS = Path(__file__).parent.parent / "helpers"
 DIFFER = str(HELPERS / "workers_differ.py")
 UNEVEN = str(HELPERS / "uneven_fit.py")

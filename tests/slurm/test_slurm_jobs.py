@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parent.parent.parent
 PROBE = str(ROOT / "tests" / "helpers" / "fit_probe.py")
 # A directory and ports of its own, so a cluster the user started by hand is not disturbed.

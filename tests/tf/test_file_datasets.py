@@ -15,8 +15,6 @@ from tfdist.errors import ConfigError
 from tfdist.workloads import datasets
 from tfdist.workloads.sharding import shard_policy
 
-pytestmark = pytest.mark.tf
-
 
 @pytest.mark.parametrize(
     ("files", "workers", "policy"),

@@ -14,8 +14,6 @@ from tfdist.cli import main
 from tfdist.errors import ConfigError
 from tfdist.train.data import plan_batches
 
-pytestmark = pytest.mark.tf
-
 
 def small_model(compiled: bool = True, units: int = 1):
     import keras

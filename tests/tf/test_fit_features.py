@@ -10,8 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
-
 
 def compiled(units: int = 1):
     import keras

@@ -10,8 +10,6 @@ import pytest
 
 from tfdist.errors import ConfigError
 
-pytestmark = pytest.mark.tf
-
 rng = np.random.default_rng(1)
 X = rng.normal(size=(200, 4)).astype("float32")
 Y = (X[:, 0] > 0).astype("int32") + (X[:, 1] > 1).astype("int32")  # classes 0, 1, 2

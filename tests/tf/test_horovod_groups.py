@@ -7,8 +7,6 @@ import pytest
 
 from tfdist.horovod.gradients import gradient_groups, groups_option
 
-pytestmark = pytest.mark.tf
-
 
 def tensors(*sizes: int) -> list[object]:
     import tensorflow as tf

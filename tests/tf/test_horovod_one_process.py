@@ -10,8 +10,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
-
 
 @pytest.fixture
 def hvd() -> Iterator[object]:

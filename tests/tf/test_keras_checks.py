@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-pytestmark = pytest.mark.tf
 
 
 class _Adapter:

@@ -9,8 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
-
 
 def _model() -> object:
     import keras

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 STEPS, EPOCHS = 6, 2
 
 

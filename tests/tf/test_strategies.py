@@ -12,7 +12,6 @@ import pytest
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import plan_workers
 
-pytestmark = pytest.mark.tf
 PROBE = Path(__file__).parent.parent / "helpers" / "strategy_probe.py"
 
 
