@@ -18,6 +18,9 @@ from tfdist.bench.plan import RunSpec, command_for
 from tfdist.bench.probes import memcopy_samples
 from tfdist.bench.runner import run_command
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, medians, write_json
+
 FLOATS = 1_199_882
 
 
@@ -45,26 +48,26 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/allreduce.json")
     args = parser.parse_args()
-    medians: dict[str, list[float]] = {"tf": [], "mpi": [], "memcopy": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for backend in ("tf", "mpi") if repeat % 2 == 0 else ("mpi", "tf"):
-                run_dir = Path(tmp) / f"{backend}{repeat}"
-                medians[backend].append(allreduce_median(backend, args.workers, args.iters, run_dir))
-            medians["memcopy"].append(statistics.median(memcopy_samples(FLOATS, args.iters)))
-    best = {name: statistics.median(values) for name, values in medians.items()}
+
+        def one(name: str, repeat: int) -> float:
+            if name == "memcopy":  # the bound: one process copying the same floats
+                return statistics.median(memcopy_samples(FLOATS, args.iters))
+            return allreduce_median(name, args.workers, args.iters, Path(tmp) / f"{name}{repeat}")
+
+        per_repeat = alternate(("tf", "mpi", "memcopy"), args.repeats, one)
+    best = medians(per_repeat)
     report = {
         "benchmark": "allreduce",
         "floats": FLOATS,
         "bytes": FLOATS * 4,
         "workers": args.workers,
         "threads_per_worker": 1,
-        "median_s_per_repeat": medians,
+        "median_s_per_repeat": per_repeat,
         "median_s": best,
         "vs_memcopy": {name: best[name] / best["memcopy"] for name in ("tf", "mpi")},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps({k: report[k] for k in ("median_s", "vs_memcopy")}, indent=2))
     return 0
 

@@ -9,13 +9,11 @@ ratio. Same model (mnist-cnn, synthetic data, batch 64 per worker), 2 local work
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared _launched.py
-from _launched import launched_run
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, launched_run, medians, write_json
 
 WORKER = str(Path(__file__).with_name("_batch_hooks_worker.py"))
 MODES = ("none", "batch-callback")
@@ -24,6 +22,18 @@ MODES = ("none", "batch-callback")
 def one_run(backend: str, mode: str, steps: int, workers: int) -> float:
     """examples/s of one launched run's timed epoch."""
     return float(launched_run(WORKER, backend, workers, mode, str(steps))["examples_per_sec"])
+
+
+def side_by_side(backend: str, repeats: int, steps: int, workers: int) -> dict[str, object]:
+    """Both modes on one backend, alternated: every run's examples/s, the medians and their ratio."""
+    runs = alternate(MODES, repeats, lambda mode, _: one_run(backend, mode, steps, workers))
+    median = medians(runs)
+    print(f"{backend}: {median} ratio {median['batch-callback'] / median['none']:.3f}", flush=True)
+    return {
+        "examples_per_sec": runs,
+        "median": median,
+        "batch_callback_vs_none": median["batch-callback"] / median["none"],
+    }
 
 
 def main() -> int:
@@ -36,19 +46,8 @@ def main() -> int:
     args = parser.parse_args()
     report: dict[str, object] = {"steps": args.steps, "workers": args.workers, "repeats": args.repeats}
     for backend in args.backends.split(","):
-        runs: dict[str, list[float]] = {mode: [] for mode in MODES}
-        for _ in range(args.repeats):
-            for mode in MODES:
-                runs[mode].append(one_run(backend, mode, args.steps, args.workers))
-        medians = {mode: statistics.median(values) for mode, values in runs.items()}
-        report[backend] = {
-            "examples_per_sec": runs,
-            "median": medians,
-            "batch_callback_vs_none": medians["batch-callback"] / medians["none"],
-        }
-        print(f"{backend}: {medians} ratio {medians['batch-callback'] / medians['none']:.3f}", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+        report[backend] = side_by_side(backend, args.repeats, args.steps, args.workers)
+    write_json(args.out, report)
     return 0
 
 

@@ -14,7 +14,6 @@ the machine's load. Needs root (test hosts); uses the hosts prefix ``tfdb`` and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,7 +24,9 @@ from pathlib import Path
 from tfdist.bench.plan import RunSpec, node_commands
 from tfdist.bench.runner import run_commands
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, write_json
+
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 ENV = {**os.environ, "TFDIST_HOSTS_PREFIX": "tfdb", "TFDIST_HOSTS_SUBNET": "10.90.0"}
 ON_HOST = f"{HOSTS} exec {{host}} --"
@@ -64,7 +65,7 @@ def allreduce(backend: str, out: Path, nodes: int = 2) -> dict:
     probe = {"backend": backend, "workers": nodes, "sizes": [
         {"bytes": s["bytes"], "median_s": s["median_s"], "p90_s": s["p90_s"]} for s in result["sizes"]
     ]}  # fmt: skip
-    (out / f"allreduce-{backend}.json").write_text(json.dumps(result, indent=2))
+    write_json(out / f"allreduce-{backend}.json", result)
     shutil.rmtree(run_dir)  # the launchers' logs: kept only when a probe fails
     shutil.rmtree(out / "logs", ignore_errors=True)
     return probe
@@ -122,7 +123,7 @@ def main() -> int:
             bench(folder / "bench", ["node1", "node2"], args, "--backend", args.backend,
                   "--compare", "all", "--repeats", str(args.repeats))  # fmt: skip
             summary["links"][rate] = {"allreduce": probes, "before": before, "after": context()}
-            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_json(out / "summary.json", summary)
         if args.slow:
             cap_all(["node1", "node2", "node3"], "uncapped")
             hosts("cap", "node3", args.slow)
@@ -133,7 +134,7 @@ def main() -> int:
     finally:
         hosts("down")
     summary["finished"] = context()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     return 0
 
 

@@ -15,27 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def export(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` (git archive), unpacked under ``into``; returns its ``src`` directory."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = into / "tree.tar"
-    subprocess.run(
-        ["git", "archive", "--format=tar", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120
-    )
-    with tarfile.open(archive) as tar:
-        tar.extractall(into / "tree", filter="data")
-    return into / "tree" / "src"
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, alternate, by_key, export, medians, write_json
 
 
 def run(cmd: list[str], src: Path, timeout: float) -> None:
@@ -51,8 +38,8 @@ def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
     out = tmp / "fit_overhead.json"
     script = ROOT / "benchmarks" / "fit_overhead.py"
     run([sys.executable, str(script), "--repeats", "1", "--steps", str(steps), "--out", str(out)], src, 900)
-    medians: dict[str, float] = json.loads(out.read_text())["median_examples_per_sec"]
-    return medians
+    figures: dict[str, float] = json.loads(out.read_text())["median_examples_per_sec"]
+    return figures
 
 
 def scaling(src: Path, tmp: Path, steps: int, backends: str = "tf,mpi") -> dict[str, float]:
@@ -63,6 +50,11 @@ def scaling(src: Path, tmp: Path, steps: int, backends: str = "tf,mpi") -> dict[
     run(cmd, src, 1800)
     payload = json.loads((out / "results.json").read_text())
     return {f"{r['backend']}-w{r['workers']}": float(r["examples_per_sec"]) for r in payload["runs"]}
+
+
+def progress(repeat: int, which: str, numbers: dict[str, float]) -> str:
+    """The line shown after each commit's turn."""
+    return f"repeat {repeat + 1} {which}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items())
 
 
 def main() -> int:
@@ -78,36 +70,31 @@ def main() -> int:
     base = subprocess.run(
         ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
     )
-    samples: dict[str, dict[str, list[float]]] = {"base": {}, "head": {}}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         # HEAD as committed (not the working tree): edits made while it runs do not enter the figures.
         trees = {"base": export(args.base, tmp / "base"), "head": export("HEAD", tmp / "head")}
-        for repeat in range(args.repeats):
-            order = ["base", "head"] if repeat % 2 == 0 else ["head", "base"]
-            for which in order:
-                work = tmp / f"{which}-{repeat}"
-                work.mkdir()
-                numbers = {
-                    **({} if args.no_fit else fit_overhead(trees[which], work, args.steps)),
-                    **scaling(trees[which], work, args.steps, args.backend),
-                }
-                for key, value in numbers.items():
-                    samples[which].setdefault(key, []).append(value)
-                print(
-                    f"repeat {repeat + 1} {which}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items())
-                )
-    medians = {which: {k: statistics.median(v) for k, v in s.items()} for which, s in samples.items()}
+
+        def measure(which: str, repeat: int) -> dict[str, float]:
+            work = tmp / f"{which}-{repeat}"
+            work.mkdir()
+            return {
+                **({} if args.no_fit else fit_overhead(trees[which], work, args.steps)),
+                **scaling(trees[which], work, args.steps, args.backend),
+            }
+
+        runs = alternate(("base", "head"), args.repeats, measure, show=progress)
+    samples = {which: by_key(rows) for which, rows in runs.items()}
+    median = {which: medians(figures) for which, figures in samples.items()}
     report: dict[str, Any] = {
         "benchmark": "compare_commits",
         "base": base.stdout.strip(),
         "head": head.stdout.strip(),
         "examples_per_sec": samples,
-        "median_examples_per_sec": medians,
-        "head_vs_base": {k: medians["head"][k] / medians["base"][k] for k in medians["head"]},
+        "median_examples_per_sec": median,
+        "head_vs_base": {k: median["head"][k] / median["base"][k] for k in median["head"]},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps({k: report[k] for k in ("base", "head", "head_vs_base")}, indent=2))
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,14 @@ import tensorflow as tf
 import tfdist
 from tfdist.workloads import datasets, models
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, medians, ratios, write_json
+
 BATCH = 64
+RATIOS = {
+    "tfdist_vs_hand_loop": ("tfdist_fit", "hand_loop"),
+    "tfdist_vs_keras_fit": ("tfdist_fit", "keras_model_fit"),
+}
 
 
 def compiled_model(strategy: Any) -> Any:
@@ -112,24 +118,20 @@ def main() -> int:
     strategy = tfdist.strategy()
     data = datasets.synthetic((28, 28, 1), 10, BATCH * args.steps * 2)
     runners = {"tfdist_fit": run_tfdist, "hand_loop": run_hand_loop, "keras_model_fit": run_keras_fit}
-    results: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(args.repeats):
-        for name, runner in runners.items():
-            results[name].append(runner(strategy, data.x_train, data.y_train, args.steps))
-    medians = {name: statistics.median(values) for name, values in results.items()}
+    x, y, steps = data.x_train, data.y_train, args.steps
+    results = alternate(list(runners), args.repeats, lambda name, _: runners[name](strategy, x, y, steps))
+    median = medians(results)
     report = {
         "benchmark": "fit_overhead",
         "workload": "mnist-cnn, synthetic 28x28x1, global batch 64, one device",
         "strategy": type(strategy).__name__,
         "threads": {k: os.environ.get(k) for k in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")},
         "examples_per_sec": results,
-        "median_examples_per_sec": medians,
-        "tfdist_vs_hand_loop": medians["tfdist_fit"] / medians["hand_loop"],
-        "tfdist_vs_keras_fit": medians["tfdist_fit"] / medians["keras_model_fit"],
+        "median_examples_per_sec": median,
+        **ratios(median, RATIOS),
         "goals": {"tfdist_vs_hand_loop": 0.98, "tfdist_vs_keras_fit": 0.95},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(
         json.dumps(
             {k: report[k] for k in ("median_examples_per_sec", "tfdist_vs_hand_loop", "tfdist_vs_keras_fit")},

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, alternate, write_json
+
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
@@ -65,16 +67,18 @@ def worker(iters: int, out: str) -> None:
         return buffer
 
     ways = {"fp32-allreduce": fp32, "fp16-alltoall-allgather": alltoall, "fp16-mpich-allreduce": native}
-    samples: dict[str, list[float]] = {name: [] for name in ways}
-    cpu: dict[str, list[float]] = {name: [] for name in ways}
-    for i in range(iters + 3):
-        for name, way in ways.items():
-            comm.Barrier()
-            started, used = time.perf_counter(), time.process_time()
-            way()
-            if i >= 3:  # the first rounds set up connections
-                samples[name].append(time.perf_counter() - started)
-                cpu[name].append(time.process_time() - used)
+
+    def timed(name: str, _: int) -> tuple[float, float]:
+        """Wall-clock and this process's CPU seconds of one sum, started together on both ranks."""
+        comm.Barrier()
+        started, used = time.perf_counter(), time.process_time()
+        ways[name]()
+        return time.perf_counter() - started, time.process_time() - used
+
+    # The first 3 rounds set up connections: left out.
+    rounds = {name: r[3:] for name, r in alternate(list(ways), iters + 3, timed).items()}
+    samples = {name: [wall for wall, _ in r] for name, r in rounds.items()}
+    cpu = {name: [used for _, used in r] for name, r in rounds.items()}
     same = bool(np.array_equal(alltoall(), native()))  # two ranks: one rounding of the same float32 sum
     if sync.rank == 0:
         result = {
@@ -155,7 +159,7 @@ def main() -> int:
                 print(link, "(wall ms, cpu ms):", shown, flush=True)
     finally:
         hosts("down")
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     return 0
 
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from compare_commits import ROOT, export
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, alternate, by_key, export, medians, write_json
+from compare_commits import progress
 
 HVD_WORKER = ROOT / "benchmarks" / "_hvd_worker.py"
 THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
@@ -83,21 +84,19 @@ def main() -> int:
     revs, which = args.revs.split(","), args.measure.split(",")
     if set(which) - set(MEASURES):
         raise SystemExit(f"--measure {args.measure}: each must be one of {', '.join(MEASURES)}")
-    samples: dict[str, dict[str, list[float]]] = {rev: {} for rev in revs}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         trees = {rev: ROOT / "src" if rev == "HEAD" else export(rev, tmp / rev) for rev in revs}
-        for repeat in range(args.repeats):
-            shift = repeat % len(revs)
-            for rev in revs[shift:] + revs[:shift]:
-                work = tmp / f"{rev}-{repeat}"
-                work.mkdir()
-                numbers = measure(which, trees[rev], work, args.steps)
-                for key, value in numbers.items():
-                    samples[rev].setdefault(key, []).append(value)
-                print(f"repeat {repeat + 1} {rev}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items()))
+
+        def one(rev: str, repeat: int) -> dict[str, float]:
+            work = tmp / f"{rev}-{repeat}"
+            work.mkdir()
+            return measure(which, trees[rev], work, args.steps)
+
+        runs = alternate(revs, args.repeats, one, show=progress)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    medians = {rev: {k: statistics.median(v) for k, v in s.items()} for rev, s in samples.items()}
+    samples = {rev: by_key(rows) for rev, rows in runs.items()}
+    median = {rev: medians(figures) for rev, figures in samples.items()}
     first = revs[0]
     report: dict[str, Any] = {
         "benchmark": "horovod_commits",
@@ -106,11 +105,10 @@ def main() -> int:
         "head_commit": head.stdout.strip(),
         "steps": args.steps,
         "examples_per_sec": samples,
-        "median_examples_per_sec": medians,
-        f"vs_{first}": {rev: {k: medians[rev][k] / medians[first][k] for k in medians[rev]} for rev in revs},
+        "median_examples_per_sec": median,
+        f"vs_{first}": {rev: {k: median[rev][k] / median[first][k] for k in median[rev]} for rev in revs},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps({k: report[k] for k in ("median_examples_per_sec", f"vs_{first}")}, indent=2))
     return 0
 

@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, alternate, ratio_each, write_json
+
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 WORKER = str(ROOT / "benchmarks" / "_hvd_worker.py")
 ENV = {
@@ -86,6 +88,25 @@ def run(config: str, steps: int, tmp: Path) -> float:
     return float(rates[0]["examples_per_sec"]) / int(rates[0]["ranks"])
 
 
+def side_by_side(link: str, names: list[str], repeats: int, steps: int, tmp: Path) -> dict[str, Any]:
+    """The configurations rotated within each repeat on one link: each one's examples/s per rank and its
+    ratios to ``independent``, repeat by repeat and their median."""
+    rates = alternate(
+        names,
+        repeats,
+        lambda config, _: run(config, steps, tmp),
+        show=lambda repeat, config, rate: f"{link} {config} repeat {repeat}: {rate:.0f} ex/s per rank",
+    )
+    return {
+        config: {
+            "examples_per_sec_per_rank": values,
+            "vs_independent_each": ratio_each(values, rates["independent"]),
+            "vs_independent_median": statistics.median(ratio_each(values, rates["independent"])),
+        }
+        for config, values in rates.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--links", default="1gbit,uncapped")
@@ -112,31 +133,12 @@ def main() -> int:
             for link in args.links.split(","):
                 for name in ("node1", "node2"):
                     hosts("cap", name, "off" if link == "uncapped" else link)
-                rates: dict[str, list[float]] = {c: [] for c in names}
-                for repeat in range(args.repeats):
-                    for config in names[repeat % len(names) :] + names[: repeat % len(names)]:
-                        rates[config].append(run(config, args.steps, Path(tmp)))
-                        print(
-                            f"{link} {config} repeat {repeat}: {rates[config][-1]:.0f} ex/s per rank",
-                            flush=True,
-                        )
-                result["links"][link] = {
-                    config: {
-                        "examples_per_sec_per_rank": values,
-                        "vs_independent_each": [
-                            v / i for v, i in zip(values, rates["independent"], strict=True)
-                        ],
-                        "vs_independent_median": statistics.median(
-                            v / i for v, i in zip(values, rates["independent"], strict=True)
-                        ),
-                    }
-                    for config, values in rates.items()
-                }
+                result["links"][link] = side_by_side(link, names, args.repeats, args.steps, Path(tmp))
     finally:
         hosts("down")
     result["load_1min_end"] = os.getloadavg()[0]
     result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     for link, table in result["links"].items():
         for config, row in table.items():
             print(f"{link:>9} {config:<12} {row['vs_independent_median']:.2f}x independent")

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, medians, write_json
 
 SIZES = {"1 float": 1, "mnist-cnn gradient (1,199,882 floats)": 1_199_882}
 
@@ -35,21 +37,27 @@ def worker(out: Path, iters: int, blocks: int) -> None:
         "coordinated": lambda parts: sync.allreduce(parts, keep=len(parts), name="bench"),
         "direct": lambda parts: sync.packed_sum(parts, keep=len(parts)),
     }
-    report: dict[str, Any] = {}
-    for label, n in SIZES.items():
-        parts = [np.ones(n, np.float32)]
-        samples: dict[str, list[float]] = {name: [] for name in paths}
-        for call in paths.values():  # warm-up: shared windows, the coordinator's thread
+
+    def side_by_side(parts: list[Any]) -> dict[str, float]:
+        """The median ms per call of each path on ``parts``: after a warm-up (shared windows, the
+        coordinator's thread), blocks of ``iters`` calls of one path, started together on every rank."""
+        for call in paths.values():
             for _ in range(5):
                 call(parts)
-        for block in range(blocks):
-            for name in list(paths) if block % 2 == 0 else list(paths)[::-1]:
-                sync.barrier()
-                for _ in range(iters):
-                    started = time.perf_counter()
-                    paths[name](parts)
-                    samples[name].append(time.perf_counter() - started)
-        report[label] = {name: statistics.median(v) * 1e3 for name, v in samples.items()}
+
+        def block(name: str, _: int) -> list[float]:
+            sync.barrier()
+            times = []
+            for _ in range(iters):
+                started = time.perf_counter()
+                paths[name](parts)
+                times.append(time.perf_counter() - started)
+            return times
+
+        blocks_of = alternate(list(paths), blocks, block)
+        return medians({name: [t * 1e3 for b in bs for t in b] for name, bs in blocks_of.items()})
+
+    report = {label: side_by_side([np.ones(n, np.float32)]) for label, n in SIZES.items()}
     if sync.rank == 0:
         out.write_text(json.dumps(report))
 
@@ -72,17 +80,16 @@ def main() -> int:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
             raise SystemExit(f"the run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        medians = json.loads(result.read_text())
+        per_call = json.loads(result.read_text())
     report = {
         "benchmark": "horovod_sync_overhead",
         "ranks": 2,
         "iters_per_block": args.iters,
         "blocks_per_path": args.blocks,
-        "median_ms_per_call": medians,
-        "coordinated_minus_direct_ms": {k: v["coordinated"] - v["direct"] for k, v in medians.items()},
+        "median_ms_per_call": per_call,
+        "coordinated_minus_direct_ms": {k: v["coordinated"] - v["direct"] for k, v in per_call.items()},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -10,32 +10,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, launched_run, medians, write_json
 
 MODES = ("hvd-tape", "tfdist-fit")
 WORKER = str(Path(__file__).parent / "_hvd_worker.py")
+RANK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 
 
 def run_once(mode: str, steps: int, ranks: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", str(ranks), "--cpu"]
-        cmd += ["--quiet-workers", "--log-dir", os.path.join(tmp, "logs"), WORKER, mode, str(steps), out]
-        env = {
-            **os.environ,
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "TF_NUM_INTRAOP_THREADS": "1",
-            "TF_NUM_INTEROP_THREADS": "1",
-        }
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-        if proc.returncode != 0:
-            raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
-        return float(json.loads(Path(out).read_text())["examples_per_sec"])
+    """examples/s of one launched run's timed epoch."""
+    result = launched_run(WORKER, "mpi", ranks, mode, str(steps), timeout=900, env=RANK_ENV)
+    return float(result["examples_per_sec"])
 
 
 def main() -> None:
@@ -45,12 +34,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/horovod_tape.json")
     args = parser.parse_args()
-    samples: dict[str, list[float]] = {m: [] for m in MODES}
-    for repeat in range(args.repeats):
-        for mode in MODES if repeat % 2 == 0 else MODES[::-1]:
-            samples[mode].append(run_once(mode, args.steps, args.ranks))
-            print(f"repeat {repeat + 1}: {mode:10s} {samples[mode][-1]:8.1f} ex/s", flush=True)
-    median = {m: statistics.median(v) for m, v in samples.items()}
+    samples = alternate(
+        MODES,
+        args.repeats,
+        lambda mode, _: run_once(mode, args.steps, args.ranks),
+        show=lambda repeat, mode, value: f"repeat {repeat + 1}: {mode:10s} {value:8.1f} ex/s",
+    )
+    median = medians(samples)
     result = {
         "benchmark": "horovod_tape",
         "workload": "mnist-cnn, synthetic 28x28x1, batch 64 per rank, 1 thread per rank",
@@ -61,8 +51,7 @@ def main() -> None:
         "hvd_tape_vs_tfdist_fit": median["hvd-tape"] / median["tfdist-fit"],
         "goal": "within 5 % (0.95-1.05)",
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     print(json.dumps({k: result[k] for k in ("median_examples_per_sec", "hvd_tape_vs_tfdist_fit")}, indent=2))
 
 

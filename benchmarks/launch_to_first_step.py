@@ -11,14 +11,28 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, medians, write_json
+
 SCRIPT = str(Path(__file__).with_name("_first_step_script.py"))
+CONFIGS = ("single", "launched", "wrapped")
+
+
+def command(name: str, repeat: int, log_root: str) -> list[str]:
+    """The argv of one configuration: ``single`` (one plain process), ``launched`` (``tfdist launch -n 2
+    --cpu``) or ``wrapped`` (one process through the Slurm task wrapper, ``tfdist run --``)."""
+    if name == "launched":
+        launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu"]
+        return [*launch, "--log-dir", f"{log_root}/run{repeat}", SCRIPT]
+    if name == "wrapped":
+        return [sys.executable, "-m", "tfdist", "run", "--", sys.executable, SCRIPT]
+    return [sys.executable, SCRIPT]
 
 
 def first_step_seconds(argv: list[str], env: dict[str, str]) -> float:
@@ -40,41 +54,26 @@ def main() -> int:
     args = parser.parse_args()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("TF_CONFIG", None)
-    single, launched, wrapped = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            launch_argv = [
-                sys.executable,
-                "-m",
-                "tfdist",
-                "launch",
-                "-n",
-                "2",
-                "--cpu",
-                "--log-dir",
-                f"{tmp}/run{i}",
-                SCRIPT,
-            ]
-            single.append(first_step_seconds([sys.executable, SCRIPT], env))
-            launched.append(first_step_seconds(launch_argv, env))
-            wrapper_argv = [sys.executable, "-m", "tfdist", "run", "--", sys.executable, SCRIPT]
-            wrapped.append(first_step_seconds(wrapper_argv, env))
+        samples = alternate(
+            CONFIGS, args.repeats, lambda name, repeat: first_step_seconds(command(name, repeat, tmp), env)
+        )
+    median = medians(samples)
     result = {
         "benchmark": "launch_to_first_step",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "repeats": args.repeats,
-        "single_process_s": single,
-        "launch_2_workers_s": launched,
-        "task_wrapper_s": wrapped,
-        "single_median_s": statistics.median(single),
-        "launch_median_s": statistics.median(launched),
-        "ratio_median": statistics.median(launched) / statistics.median(single),
-        "wrapper_median_s": statistics.median(wrapped),
-        "wrapper_ratio_median": statistics.median(wrapped) / statistics.median(single),
+        "single_process_s": samples["single"],
+        "launch_2_workers_s": samples["launched"],
+        "task_wrapper_s": samples["wrapped"],
+        "single_median_s": median["single"],
+        "launch_median_s": median["launched"],
+        "ratio_median": median["launched"] / median["single"],
+        "wrapper_median_s": median["wrapped"],
+        "wrapper_ratio_median": median["wrapped"] / median["single"],
         "goal_ratio": 1.3,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     print(
         json.dumps(
             {

@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from compare_commits import export  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, export, ratio_each, write_json
 
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 PREFIX = {"TFDIST_HOSTS_PREFIX": "tfdb", "TFDIST_HOSTS_SUBNET": "10.90.0"}
@@ -69,9 +68,7 @@ def per_repeat(row: dict[str, Any], reference: dict[str, Any] | None) -> dict[st
     tens of minutes), and their median: steadier than the ratio of medians on a machine whose load moves."""
     if reference is None:
         return {"each": None, "median": None}
-    each = [
-        a / b for a, b in zip(row["examples_per_sec_all"], reference["examples_per_sec_all"], strict=True)
-    ]
+    each = ratio_each(row["examples_per_sec_all"], reference["examples_per_sec_all"])
     return {"each": each, "median": statistics.median(each)}
 
 
@@ -134,14 +131,14 @@ def main() -> int:
                     out / rate, src, args.steps, *variants, "--compare", "independent,raw-tf", *repeats
                 )
                 summary["links"][rate] = {"mnist-cnn": ratios(results), "link": results.get("link")}
-                (out / args.summary).write_text(json.dumps(summary, indent=2))
+                write_json(out / args.summary, summary)
             if "big-gradient" not in skip:
                 cap("1gbit")
                 print("1gbit: big-gradient", flush=True)
                 results = bench(out / "1gbit-big-gradient", src, 20, "--workload", "big-gradient", *variants,
                                 "--compare", "independent", *repeats)  # fmt: skip
                 summary["big_gradient_1gbit"] = ratios(results)
-                (out / args.summary).write_text(json.dumps(summary, indent=2))
+                write_json(out / args.summary, summary)
             if "progress" not in skip:
                 cap("1gbit")
                 print("1gbit: MPICH's async progress thread", flush=True)
@@ -152,7 +149,7 @@ def main() -> int:
         finally:
             hosts("down")
     summary["finished"] = context()
-    (out / args.summary).write_text(json.dumps(summary, indent=2))
+    write_json(out / args.summary, summary)
     return 0
 
 

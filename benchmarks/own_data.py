@@ -10,13 +10,11 @@ unknown length costs) and of epoch 3 (the steady state), and their ratios to the
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared _launched.py
-from _launched import launched_run
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, launched_run, medians, write_json
 
 WORKER = str(Path(__file__).with_name("_own_data_worker.py"))
 MODES = ("job", "own", "own-dataset", "own-unknown")
@@ -25,6 +23,25 @@ MODES = ("job", "own", "own-dataset", "own-unknown")
 def one_run(backend: str, mode: str, steps: int, workers: int) -> list[float]:
     """examples/s of each epoch of one launched run."""
     return [float(v) for v in launched_run(WORKER, backend, workers, mode, str(steps))["examples_per_sec"]]
+
+
+def side_by_side(backend: str, repeats: int, steps: int, workers: int) -> dict[str, object]:
+    """Every mode on one backend, alternated: each run's examples/s per epoch, the medians of the first
+    and the last epoch and their ratios to the job's data."""
+    runs = alternate(MODES, repeats, lambda mode, _: one_run(backend, mode, steps, workers))
+    first = medians({m: [epochs[0] for epochs in r] for m, r in runs.items()})
+    # The last epoch: the steady state (an unknown length's second epoch retraces the step once).
+    later = medians({m: [epochs[-1] for epochs in r] for m, r in runs.items()})
+    print(f"{backend}: epoch 1 {first}; later {later}", flush=True)
+    return {
+        "examples_per_sec": runs,
+        "median_epoch1": first,
+        "median_later_epochs": later,
+        "own_vs_job_later": later["own"] / later["job"],
+        "own_dataset_vs_job_later": later["own-dataset"] / later["job"],
+        "unknown_vs_job_epoch1": first["own-unknown"] / first["job"],
+        "unknown_vs_job_later": later["own-unknown"] / later["job"],
+    }
 
 
 def main() -> int:
@@ -37,25 +54,8 @@ def main() -> int:
     args = parser.parse_args()
     report: dict[str, object] = {"steps": args.steps, "workers": args.workers, "repeats": args.repeats}
     for backend in args.backends.split(","):
-        runs: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
-        for _ in range(args.repeats):
-            for mode in MODES:
-                runs[mode].append(one_run(backend, mode, args.steps, args.workers))
-        first = {m: statistics.median(r[0] for r in runs[m]) for m in MODES}
-        # The last epoch: the steady state (an unknown length's second epoch retraces the step once).
-        later = {m: statistics.median(r[-1] for r in runs[m]) for m in MODES}
-        report[backend] = {
-            "examples_per_sec": runs,
-            "median_epoch1": first,
-            "median_later_epochs": later,
-            "own_vs_job_later": later["own"] / later["job"],
-            "own_dataset_vs_job_later": later["own-dataset"] / later["job"],
-            "unknown_vs_job_epoch1": first["own-unknown"] / first["job"],
-            "unknown_vs_job_later": later["own-unknown"] / later["job"],
-        }
-        print(f"{backend}: epoch 1 {first}; later {later}", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
+        report[backend] = side_by_side(backend, args.repeats, args.steps, args.workers)
+    write_json(args.out, report)
     return 0
 
 

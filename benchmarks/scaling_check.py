@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py and the benchmarks it checks
+from _common import write_json
 from allreduce import FLOATS
 from scaling_model import fit
 
@@ -114,7 +115,7 @@ def main() -> int:
         out["links"][rate] = check_link(rate, measured["allreduce"], bench)
     errors = [abs(r["error"]) for link in out["links"].values() for r in link["rows"]]
     out["max_abs_error"] = max(errors) if errors else None
-    (root / "scaling_check.json").write_text(json.dumps(out, indent=2))
+    write_json(root / "scaling_check.json", out)
     plot(out, root / "scaling_check.png")
     for link in out["links"].values():
         for r in link["rows"]:

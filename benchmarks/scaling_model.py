@@ -40,6 +40,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import write_json
+
 SIZES = (1024, 16384, 262144, 1048576, 4194304, 16777216)  # floats: 4 KB .. 64 MB
 WORKERS = (2, 4, 8, 16, 32, 64, 128, 256)
 LINKS_GBPS = (10, 25, 100)
@@ -261,8 +264,7 @@ def main() -> None:
         "cross_check": cross_check(fits["mpi"], sizes["ResNet-50"] * 4, COMPUTE_MS["ResNet-50"] / 1e3),
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out, result)
     plot(predictions, out.with_suffix(".png"))
     print(json.dumps({k: result[k] for k in ("fit", "this_machine", "cross_check")}, indent=2))
     for name, by_link in predictions.items():

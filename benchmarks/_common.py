@@ -1,0 +1,139 @@
+"""What the benchmarks share: configurations measured in turns within one run (this machine's speed moves from
+hour to hour, so every configuration meets the same drift), their medians and ratios side by side, the JSON
+written; one launched worker run read back as JSON; a commit's tree to measure.
+
+A benchmark imports it as ``from _common import ...`` after putting its own folder first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def rotated(names: Sequence[str], repeat: int) -> list[str]:
+    """The order of ``names`` in repeat ``repeat`` (0-based): rotated left by ``repeat``, so each name runs
+    first in turn (with two names: A B, B A, A B ...).
+
+    Input: ``rotated(["a", "b", "c"], 1)``  Output: ``["b", "c", "a"]``
+    """
+    shift = repeat % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def alternate(
+    names: Sequence[str],
+    repeats: int,
+    measure: Callable[[str, int], T],
+    *,
+    show: Callable[[int, str, T], str] | None = None,
+) -> dict[str, list[T]]:
+    """Every name measured once per repeat, ``measure(name, repeat)``, the order rotated from repeat to
+    repeat (:func:`rotated`); returns each name's samples in repeat order. ``show(repeat, name, sample)``,
+    when given, is the progress line printed after each sample.
+
+    Input: ``alternate(["a", "b"], 2, f)`` calls ``f("a", 0), f("b", 0), f("b", 1), f("a", 1)``
+    Output: ``{"a": [f("a", 0), f("a", 1)], "b": [f("b", 0), f("b", 1)]}``
+    """
+    samples: dict[str, list[T]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in rotated(names, repeat):
+            samples[name].append(measure(name, repeat))
+            if show is not None:
+                print(show(repeat, name, samples[name][-1]), flush=True)
+    return samples
+
+
+def medians(samples: Mapping[str, Iterable[float]]) -> dict[str, float]:
+    """The median of each name's samples.
+
+    Input: ``{"a": [3.0, 1.0, 2.0]}``  Output: ``{"a": 2.0}``
+    """
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def ratios(values: Mapping[str, float], pairs: Mapping[str, tuple[str, str]]) -> dict[str, float]:
+    """Each named ratio ``key: (numerator, denominator)`` of ``values`` (medians, as a rule).
+
+    Input: ``ratios({"a": 3.0, "b": 2.0}, {"a_vs_b": ("a", "b")})``  Output: ``{"a_vs_b": 1.5}``
+    """
+    return {key: values[top] / values[bottom] for key, (top, bottom) in pairs.items()}
+
+
+def ratio_each(values: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """``values`` over ``reference`` repeat by repeat: steadier than the ratio of the medians when the
+    machine's load moves between repeats (a repeat's runs are close in time, the repeats far apart)."""
+    return [v / r for v, r in zip(values, reference, strict=True)]
+
+
+def by_key(rows: Iterable[Mapping[str, float]]) -> dict[str, list[float]]:
+    """Samples that are several figures each (one dict per repeat) as one list per figure.
+
+    Input: ``[{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]``  Output: ``{"x": [1.0, 3.0], "y": [2.0, 4.0]}``
+    """
+    figures: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            figures.setdefault(key, []).append(value)
+    return figures
+
+
+def write_json(path: str | Path, report: Mapping[str, Any]) -> None:
+    """``report`` as indented JSON at ``path`` (its folder made); written whole or not at all, so a run
+    stopped while it writes leaves the previous result."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.tmp")
+    temporary.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(temporary, target)
+
+
+def launched_run(
+    worker: str,
+    backend: str,
+    workers: int,
+    *args: str,
+    timeout: float = 600,
+    env: Mapping[str, str] | None = None,
+) -> Any:
+    """``tfdist launch -n WORKERS --cpu --backend BACKEND WORKER ARGS... OUT_JSON``: the JSON written to
+    ``OUT_JSON`` (the worker's last argument), ``env`` added to the launch's environment; SystemExit with
+    the launch's output when it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--backend", backend]
+        proc = subprocess.run(
+            [*cmd, "--log-dir", os.path.join(tmp, "logs"), worker, *args, out],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **env} if env else None,
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"{backend} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def export(rev: str, into: Path) -> Path:
+    """The tree of commit ``rev`` (``git archive``), unpacked under ``into``; returns its ``src`` directory:
+    first on PYTHONPATH, it is the code measured, whatever is edited or committed during the run."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = into / "tree.tar"
+    subprocess.run(
+        ["git", "archive", "--format=tar", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree" / "src"
