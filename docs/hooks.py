@@ -6,7 +6,7 @@
   choices). Never written by hand, never committed.
 - ``<!-- generated:NAME:begin -->`` … ``<!-- generated:NAME:end -->`` blocks are committed, so the sources
   read well on their own: ``variables`` (from ``tfdist.variables``), ``bench`` and ``scaling-model`` (from
-  the JSON under ``benchmarks/results``, through ``benchmarks/doc_tables.py``; ``link`` is in README.md).
+  the JSON under ``benchmarks/results``, through ``devtools/doc_tables.py``; ``link`` is in README.md).
   ``python docs/hooks.py --write`` rewrites them; a test fails when a block differs from what its generator
   gives.
 """
@@ -118,7 +118,7 @@ def cli_reference() -> str:
 
 
 def _bench_tables() -> dict[str, str]:
-    spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "benchmarks" / "doc_tables.py")
+    spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "devtools" / "doc_tables.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""One rank of benchmarks/horovod_upstream.py: Horovod's test_tensorflow.py under pytest, JUnit XML out.
+"""One rank of devtools/horovod_upstream.py: Horovod's test_tensorflow.py under pytest, JUnit XML out.
 
 usage (through tfdist launch --backend horovod): horovod_upstream_worker.py TEST_FILE REPORT_DIR
 TEST_TIMEOUT [SELECT]

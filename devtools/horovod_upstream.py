@@ -2,7 +2,7 @@
 horovod/horovod, run with N ranks through ``tfdist launch --backend horovod`` (Horovod not installed:
 tfdist answers ``import horovod.tensorflow``), the outcome of every test counted and written as JSON.
 
-    python benchmarks/horovod_upstream.py --horovod PATH --out benchmarks/results/horovod_upstream.json
+    python devtools/horovod_upstream.py --horovod PATH --out benchmarks/results/horovod_upstream.json
 
 PATH is a Horovod checkout, or a bare git directory of one (its HEAD is read). The suite's helper
 modules come with it (``base_test_tensorflow.py``, ``test/utils/common.py``); the few Horovod-internal

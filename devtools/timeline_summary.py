@@ -2,7 +2,7 @@
 forward + backward pass, the all-reduce left after it, the update, and when each gradient bucket was sent
 and summed (ms from the step's start).
 
-    python benchmarks/timeline_summary.py RUNS_DIR --out FILE.json   # RUNS_DIR: the bench's runs/ folder
+    python devtools/timeline_summary.py RUNS_DIR --out FILE.json   # RUNS_DIR: the bench's runs/ folder
 """
 
 from __future__ import annotations

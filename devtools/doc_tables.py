@@ -1,7 +1,7 @@
 """The benchmark tables of docs/guides/benchmarking.md (markdown), from the committed results, so the page
 quotes the JSON.
 
-python benchmarks/doc_tables.py   # print them (bench/results.json, scaling_model.json, bench-nodes/)
+python devtools/doc_tables.py   # print them (bench/results.json, scaling_model.json, bench-nodes/)
 python docs/hooks.py --write      # rewrite them, and the other generated blocks, in the docs sources
 """
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 SHOWN_WORKERS = (2, 8, 16, 64, 256)
 
 

@@ -5,9 +5,9 @@ are measured in turns within one run (the old commit is exported to a temporary 
 PYTHONPATH). Each repeat runs, for each commit: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit,
 a hand-written loop and Keras fit, one device) and ``tfdist bench --workers 1,2 --backend tf,mpi
 --repeats 1`` (mnist-cnn, batch 64 per worker, one thread per worker).
-    python benchmarks/compare_commits.py --base 56da971 --repeats 3
+    python devtools/compare_commits.py --base 56da971 --repeats 3
         --out benchmarks/results/compare_commits.json
-    python benchmarks/compare_commits.py --base 29eb2b0 --no-fit --backend mpi  # the bench grid only
+    python devtools/compare_commits.py --base 29eb2b0 --no-fit --backend mpi  # the bench grid only
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # the benchmarks' _common.py
 from _common import ROOT, alternate, by_key, export, medians, write_json
 
 

@@ -6,7 +6,7 @@ all with the same global batch (``--global-batch-size``), seed and epochs. The r
 run's final training loss and accuracy, test loss and accuracy, and the largest difference of its final
 weights from the one-process run's.
 
-    python benchmarks/compression_digits.py --out benchmarks/results/compression_digits.json
+    python devtools/compression_digits.py --out benchmarks/results/compression_digits.json
 """
 
 from __future__ import annotations

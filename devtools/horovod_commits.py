@@ -6,7 +6,7 @@ Horovod ``DistributedGradientTape`` loop and ``tfdist.fit``, both on the MPI bac
 MPI figure of ``tfdist bench`` (2 workers); mnist-cnn, synthetic data, batch 64 per rank, one thread per
 rank. An older commit is exported with ``git archive`` and put first on PYTHONPATH; ``HEAD`` means the
 working tree. Reports every sample, the medians and each commit's medians over the first one's.
-    python benchmarks/horovod_commits.py --revs cf74d6b,HEAD --repeats 3
+    python devtools/horovod_commits.py --revs cf74d6b,HEAD --repeats 3
         --out benchmarks/results/horovod_commits.json
 """
 
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # the benchmarks' _common.py
 from _common import ROOT, alternate, by_key, export, medians, write_json
 from compare_commits import progress
 
