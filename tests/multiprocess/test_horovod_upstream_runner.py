@@ -1,4 +1,4 @@
-"""The runner of Horovod's own suite (benchmarks/horovod_upstream_worker.py) keeps a run bounded: a test
+"""The runner of Horovod's own suite (devtools/horovod_upstream_worker.py) keeps a run bounded: a test
 in which one rank issues a collective the other never does fails on that rank after the per-test limit,
 eagerly and inside a tf.function, its stacks are kept, and the tests after it pass on both ranks."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).parents[2] / "benchmarks" / "horovod_upstream_worker.py"
+WORKER = Path(__file__).parents[2] / "devtools" / "horovod_upstream_worker.py"
 SUITE = """
 import horovod.tensorflow as hvd
 import tensorflow as tf

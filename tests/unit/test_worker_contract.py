@@ -13,7 +13,6 @@ from tfdist.launch.config import LaunchConfig
 from tfdist.launch.fanout import commands
 from tfdist.launch.plan import plan_mpi, plan_workers
 from tfdist.launch.ray_plan import Placement, plan_ray_workers
-from tfdist.nodes import parse_host_slots
 from tfdist.worker import BOOT_MARK, boot_dir
 from tfdist.worker.contract import AttemptFiles, RunFiles, TaskSpec, forwarded_env, task_env
 from tfdist.worker.task import plan_task_env
@@ -218,7 +217,8 @@ def test_ssh_hosts_get_the_same_variables_as_ray_nodes(monkeypatch: pytest.Monke
     """-H: every host's launcher starts with the forwarded variables exported, this host's GPUs not."""
     for name, value in {**HOST_ENV, "CUDA_VISIBLE_DEVICES": "0,1", "TF_CONFIG": "{}"}.items():
         monkeypatch.setenv(name, value)
-    ((_host, argv),) = commands(parse_host_slots("localhost:1"), ["t.py"], "ssh", "python", "/w")
+    config = LaunchConfig(command=("t.py",), host_slots="localhost:1", log_dir="/w/runs")
+    ((_host, argv),) = commands(config, "localhost:29400", "/w")
     shell = argv[-1]
     assert (
         "export NCCL_DEBUG=INFO;" in shell

@@ -5,8 +5,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,6 +14,8 @@ from typing import Any
 
 from tfdist.bench.plan import Command
 from tfdist.errors import TfdistError
+from tfdist.launch.plan import ProcessSpec, TaskSlot
+from tfdist.launch.workers import WorkerGroup
 
 POLL_S = 0.1
 
@@ -173,69 +173,42 @@ def run_all(
     """Run process trees at once to completion and return their CPU/GPU samples.
 
     The first one to fail stops the others (a peer that lost its job would otherwise wait for it until
-    its own time limit); RunFailed names the failing command's log.
+    its own time limit); RunFailed names the failing command's log. The processes are tfdist's one
+    supervised group (:class:`tfdist.launch.workers.WorkerGroup`), each logged to its command's file.
     """
-    deadline = time.monotonic() + timeout
-    procs: list[tuple[subprocess.Popen[bytes], Command]] = []
+    specs = []
+    for i, command in enumerate(commands):
+        Path(command.run_dir).mkdir(parents=True, exist_ok=True)
+        env = {**(base_env if base_env is not None else os.environ), **command.env}
+        slot = TaskSlot("run", i, i, 0)
+        specs.append(ProcessSpec(slot, command.argv, env, command.log_path, label=f"run{i}"))
+    group = WorkerGroup(specs, prefix=False, console_names=set())  # measured runs write their logs only
     samplers: list[_Sampler] = []
-    logs = []
     try:
-        for command in commands:
-            env = {**(base_env if base_env is not None else os.environ), **command.env}
-            Path(command.run_dir).mkdir(parents=True, exist_ok=True)
-            Path(command.log_path).parent.mkdir(parents=True, exist_ok=True)
-            log = open(command.log_path, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
-            logs.append(log)
-            proc = subprocess.Popen(
-                command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            procs.append((proc, command))
-            samplers.append(_Sampler(proc.pid, Usage()))  # one per tree; merged below
+        group.start()
+        for worker in group.workers:
+            samplers.append(_Sampler(worker.popen.pid, Usage()))  # one per tree; merged below
             samplers[-1].start()
-        failed = _wait_all(procs, deadline)
+        failed = group.wait(time.monotonic() + timeout)
     finally:
-        for proc, _ in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the whole tree, and nothing else
-                proc.wait()
+        group.kill()  # each in its own session: the whole tree, and nothing else
         for sampler in samplers:
             sampler.done.set()
             sampler.join(timeout=5)
-        for log in logs:
-            log.close()
     if failed is not None:
-        proc, command, timed_out = failed
-        if timed_out:
+        worker, code = failed
+        command = commands[group.workers.index(worker)]
+        if code is None:
             raise RunFailed(
                 f"a run took longer than {timeout:.0f} s and was stopped; log: {command.log_path}"
             )
         tail = Path(command.log_path).read_text(errors="replace").strip().splitlines()[-3:]
         raise RunFailed(
-            f"a run exited with code {proc.returncode}; log: {command.log_path}"
+            f"a run exited with code {code}; log: {command.log_path}"
             + (f" (last line: {tail[-1]})" if tail else "")
         )
     usages = [sampler.usage for sampler in samplers]
     return usages[0] if len(usages) == 1 else _merged(usages)
-
-
-def _wait_all(
-    procs: list[tuple[subprocess.Popen[bytes], Command]], deadline: float
-) -> tuple[subprocess.Popen[bytes], Command, bool] | None:
-    """Wait until every process exited 0 (None), one exited otherwise, or the deadline passed: then
-    (process, its command, whether it ran out of time)."""
-    while True:
-        running = False
-        for proc, command in procs:
-            code = proc.poll()
-            if code is None:
-                running = True
-            elif code != 0:
-                return proc, command, False
-        if not running:
-            return None
-        if time.monotonic() >= deadline:
-            return next((p, c, True) for p, c in procs if p.poll() is None)
-        time.sleep(POLL_S)
 
 
 def _merged(usages: Sequence[Usage]) -> Usage:

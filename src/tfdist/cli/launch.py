@@ -157,6 +157,9 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the LaunchConfig (validated) from parsed flags."""
     from tfdist.launch import LaunchConfig
+    from tfdist.launch.elastic import parse_nnodes
+    from tfdist.launch.membership import scheduler_nodes
+    from tfdist.launch.rendezvous import RendezvousSpec
     from tfdist.nodes import visible_gpus
 
     nproc = args.nproc_per_node
@@ -166,14 +169,33 @@ def config_from_args(args: argparse.Namespace) -> Any:
             f"argument --gpus-per-worker: invalid choice: {gpus!r} (choose 1 or all; a number of GPUs per "
             "worker only with --ray)."
         )
+    slots = nodes.parse_host_slots(args.host_slots) if args.host_slots else ()
+    if slots and nproc is not None and nproc != slots[0].slots:
+        raise ConfigError(
+            f"-n {nproc} and -H {args.host_slots} disagree: give the workers per host in -H (HOST:SLOTS) "
+            "only."
+        )
     if nproc is None:
-        nproc = 1 if args.cpu or gpus == "all" or args.ray else max(1, len(visible_gpus(os.environ)))
+        if slots:
+            nproc = slots[0].slots
+        else:
+            nproc = 1 if args.cpu or gpus == "all" or args.ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
+    node_range = parse_nnodes(args.nnodes)
+    if not args.rdzv:  # a scheduler's step answers the flags that describe the nodes: say so first
+        scheduler_nodes(
+            os.environ, args.ray is not None, args.hosts or args.hostfile, args.node_rank, node_range.high
+        )
+    rdzv = None
+    if args.rdzv:
+        rdzv = RendezvousSpec(
+            args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file, args.rdzv_last_call
+        )
     return LaunchConfig(
         command=command,
         nproc_per_node=nproc,
-        # With --rdzv the nodes are known after the meeting; until then the options are checked as one node's.
-        nnodes=1 if args.rdzv else _fixed_nnodes(args.nnodes),
+        nnodes=node_range.low,
+        max_nnodes=node_range.high if node_range.elastic else None,
         node_rank=args.node_rank,
         hosts=_hosts(args),
         base_port=args.base_port,
@@ -192,7 +214,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
         backend=args.backend,
         bind=args.bind_to,
         strict=args.strict,
-        rendezvous=bool(args.rdzv),
+        rdzv=rdzv,
+        host_slots=slots,
+        ssh=args.ssh,
         **_ray_options(args),
     )
 
@@ -211,179 +235,13 @@ def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"ray": args.ray, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
-def _fixed_nnodes(text: str) -> int:
-    """``--nnodes`` without --rdzv: one number (a range needs a rendezvous to meet again)."""
-    from tfdist.launch.elastic import parse_nnodes
-
-    nodes = parse_nnodes(text)
-    if nodes.elastic:
-        raise ConfigError(
-            f"--nnodes={text}: a range of nodes needs --rdzv HOST:PORT (the nodes still there meet again "
-            "after a failure). Hint: add --rdzv, or give one number with --hosts."
-        )
-    return nodes.low
-
-
-def _check_rdzv_flags(args: argparse.Namespace) -> Any:
-    """The node range of a --rdzv launch, after the flags that --rdzv replaces were checked."""
-    from tfdist.launch.elastic import parse_nnodes
-
-    if args.hosts or args.hostfile or args.node_rank or args.base_port is not None:
-        raise ConfigError(
-            "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
-            "--base-port (or drop --rdzv)."
-        )
-    nodes = parse_nnodes(args.nnodes)
-    if args.rdzv_last_call is not None and not args.rdzv_last_call >= 0:
-        raise ConfigError(f"--rdzv-last-call={args.rdzv_last_call} must be 0 or more seconds.")
-    return nodes
-
-
-def _meeting(args: argparse.Namespace, config: Any, nodes: Any) -> Any:
-    """The ``--rdzv`` membership of this node (met at the start and again after each failure)."""
-    from tfdist.launch.preflight import preflight
-    from tfdist.launch.rendezvous import Rendezvous, RendezvousSpec, job_digest
-    from tfdist.launch.rendezvous.server import LAST_CALL_S
-
-    spec = RendezvousSpec(args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file)
-    preflight(config)  # a missing script fails here, not after every node waited for this one
-    shared = {
-        "command": list(config.command),
-        "nproc": config.nproc_per_node,
-        "backend": config.backend,
-        "ps": config.ps,
-        "chief": config.chief,
-        "nnodes": str(nodes),
-        "max_restarts": config.max_restarts,
-    }
-    last_call = LAST_CALL_S if args.rdzv_last_call is None else args.rdzv_last_call
-    return Rendezvous(
-        spec,
-        (nodes.low, nodes.high),
-        config.nproc_per_node,
-        config.tasks_per_node,
-        " ".join(config.command),
-        job_digest(shared),
-        restarts=config.max_restarts,
-        last_call=last_call,
-    )
-
-
-def _meet(membership: Any, config: Any, *, check: bool = False) -> Any:
-    """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
-    run this node's checks on the answer first, so that a mistake (a host that does not resolve, a port
-    taken here) is the one line printed, before the job summary."""
-    from tfdist.launch.logs import console_print
-    from tfdist.launch.membership import placed
-    from tfdist.launch.preflight import preflight
-
-    assignment = membership.meet()
-    met = placed(config, membership, assignment)
-    if check:
-        preflight(met)
-    if membership.ports_agreed or assignment.nnodes > 1:
-        console_print(f"tfdist launch: {assignment.summary()}")
-    return met
-
-
-def _scheduler(args: argparse.Namespace) -> Any:
-    """The scheduler's job when it started one ``tfdist launch`` per node (its tasks are the nodes), checked
-    before the flags that would describe the nodes a second time; ``None`` elsewhere."""
-    from tfdist.launch.membership import scheduler_environment
-
-    scheduler = scheduler_environment(os.environ)
-    if scheduler is None or args.ray is not None or args.rdzv:  # one Ray launcher; nodes meeting at --rdzv
-        return None
-    if args.hosts or args.hostfile or args.node_rank or args.nnodes != "1":
-        raise ConfigError(
-            f"tfdist launch runs in one task per node of a {scheduler.kind} job ({scheduler.source}), "
-            "which gives the nodes; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
-        )
-    return scheduler
-
-
-def _membership(scheduler: Any, config: Any) -> Any:
-    """Where this node learns its peers when they do not meet at ``--rdzv``: the scheduler that started one
-    launcher per node, or ``--hosts``; ``None`` for a job of this machine alone."""
-    from tfdist.launch import membership
-
-    if scheduler is not None:
-        return membership.from_scheduler(scheduler, os.environ, config.nproc_per_node, config.tasks_per_node)
-    if config.nnodes > 1:
-        return membership.from_hosts(config)
-    return None
-
-
-def _from_one_node(args: argparse.Namespace) -> int:
-    """``-H``: the same launch on every host (this one directly, the others over ssh), met at a rendezvous."""
-    import os
-    import sys
-
-    from tfdist.launch import fanout
-    from tfdist.launch.preflight import check_hosts_resolve
-
-    hosts = nodes.parse_host_slots(args.host_slots)
-    if args.rdzv or args.hosts or args.hostfile or args.node_rank or args.nnodes != "1":
-        raise ConfigError(
-            "-H names every host and its workers; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
-        )
-    if args.nproc_per_node is not None and args.nproc_per_node != hosts[0].slots:
-        raise ConfigError(
-            f"-n {args.nproc_per_node} and -H {args.host_slots} disagree: give the workers per host in -H "
-            "(HOST:SLOTS) only."
-        )
-    check_hosts_resolve(tuple(h.name for h in hosts))
-    config_from_args(args)  # every other option checked here, before any host starts
-    argv = list(getattr(args, "argv", []))
-    argv = argv[argv.index("launch") + 1 :] if "launch" in argv else argv
-    endpoint = fanout.rendezvous_endpoint(hosts)
-    every = fanout.launch_args(argv, args.script, hosts, endpoint)
-    started = fanout.commands(hosts, every, args.ssh, sys.executable, os.getcwd())
-    return fanout.run(started)
-
-
-def _leave(meeting: Any, result: Any) -> None:
-    """Leave the rendezvous, telling the other nodes whether the job ended well here or for good (then
-    they end too, with this node's exit code and line, instead of meeting again without it)."""
-    from tfdist.launch.outcome import failure_line
-
-    if result is not None and result.exit_code == 0:
-        meeting.close()
-        return
-    failure = getattr(result, "failure", None)
-    code = result.exit_code if result is not None else 1
-    why = failure_line(failure) if failure is not None else f"its launcher stopped (exit code {code})"
-    meeting.close(stop=True, code=code, why=why)
-
-
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
     from tfdist.launch import launch
     from tfdist.launch.logs import console_print
 
-    if args.host_slots:
-        return _from_one_node(args)
-    result: Any = None
-    if args.rdzv:
-        nodes = _check_rdzv_flags(args)
-        base = config_from_args(args)
-        member = _meeting(args, base, nodes)
-    else:
-        scheduler = _scheduler(args)
-        base = config_from_args(args)
-        member = _membership(scheduler, base)
-    if member is None:
-        result = launch(base)
-    else:
-        try:
-            # Every restart meets again: the nodes still there (and any new ones, up to MAX) form the job.
-            # A notice that another node failed ends this node's attempt at once (no collective timeout).
-            # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
-            first = _meet(member, base, check=not member.ports_agreed)
-            result = launch(first, rejoin=lambda _attempt: _meet(member, base), told=member.notice)
-        finally:
-            _leave(member, result)
-    if result.exit_code == 0:
+    result = launch(config_from_args(args))
+    if result.exit_code == 0 and not args.host_slots:  # with -H, each host's launcher said it already
         console_print(
             f"tfdist launch: all workers finished in {result.duration_s:.1f} s "
             f"(attempts: {result.attempts}); logs in {result.run_dir}"

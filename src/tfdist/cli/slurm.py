@@ -204,7 +204,7 @@ def run_submit(args: argparse.Namespace) -> int:
     """Write the script atomically into the run directory, submit it, print the job id."""
     from dataclasses import replace
 
-    from tfdist.launch.api import new_run_id
+    from tfdist.launch.outcome import new_run_id
     from tfdist.slurm import commands, render_sbatch
 
     spec = spec_from_args(args)

@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated TrainConfig from parsed flags."""
-    from tfdist.launch.api import new_run_id
+    from tfdist.launch.outcome import new_run_id
     from tfdist.workloads.config import TrainConfig
 
     return TrainConfig(

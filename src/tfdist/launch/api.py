@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from tfdist.errors import ConfigError, WorkerFailedError
@@ -15,7 +14,16 @@ from tfdist.launch import hydra
 from tfdist.launch.attempt import Attempt, Signals
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.logs import console_print
-from tfdist.launch.outcome import FailureInfo, deterministic, failure_line, record_end, report
+from tfdist.launch.membership import Membership, open_membership, placed
+from tfdist.launch.outcome import (
+    FailureInfo,
+    RunResult,
+    deterministic,
+    failure_line,
+    new_run_id,
+    record_end,
+    report,
+)
 from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
 from tfdist.launch.policy import Budget, Stop, decide
 from tfdist.launch.preflight import mpi_flavour, preflight
@@ -24,23 +32,6 @@ from tfdist.launch.workers import WorkerGroup
 from tfdist.nodes import free_ports, visible_gpus
 
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Outcome of a launch: exit code (0 = success), attempts made, run directory and first failure."""
-
-    exit_code: int
-    attempts: int
-    run_dir: str
-    duration_s: float
-    failure: FailureInfo | None = None
-    failures: tuple[FailureInfo, ...] = field(default_factory=tuple)
-
-
-def new_run_id() -> str:
-    """Sortable and unique: ``20261121-101500-3fa2``."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def launch(
@@ -59,6 +50,11 @@ def launch(
     round): its node count, this node's rank, the hosts and their ports replace ``config``'s.
     ``told()``: polled while workers run; a notice that another node of the job failed or left ends
     this node's attempt at once (then a restart, or the end of the job when that node ended it).
+
+    Without ``rejoin``, the nodes come from ``config`` as on the command line (one factory,
+    :func:`tfdist.launch.membership.open_membership`): ``rdzv`` meets at a rendezvous, a scheduler's step
+    of one task per node gives its nodes, ``hosts`` are fixed; ``host_slots`` (``-H``) starts this launch
+    on every host first.
     """
     if command is not None:
         config = replace(config, command=tuple(command))
@@ -66,6 +62,57 @@ def launch(
         raise ConfigError(
             "no script to run. Hint: tfdist launch -n 2 train.py [args...] or -m package.module."
         )
+    if config.host_slots:
+        from tfdist.launch import fanout
+
+        return fanout.launch_on_hosts(config, check=check)
+    member = open_membership(config, os.environ) if rejoin is None else None
+    if member is None:
+        return _supervise(config, check, rejoin, told)
+    result: RunResult | None = None
+    try:
+        # Every restart meets again: the nodes still there (and any new ones, up to the most) form the job.
+        # A notice that another node failed ends this node's attempt at once (no collective timeout).
+        # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
+        first = _meet(member, config, check=not member.ports_agreed)
+        result = _supervise(first, check, lambda _attempt: _meet(member, config), member.notice)
+        return result
+    finally:
+        _leave(member, result)
+
+
+def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> LaunchConfig:
+    """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
+    run this node's checks on the answer first, so that a mistake (a host that does not resolve, a port
+    taken here) is the one line printed, before the job summary."""
+    assignment = member.meet()
+    met = placed(config, member, assignment)
+    if check:
+        preflight(met)
+    if member.ports_agreed or assignment.nnodes > 1:
+        console_print(f"tfdist launch: {assignment.summary()}")
+    return met
+
+
+def _leave(member: Membership, result: RunResult | None) -> None:
+    """Leave the job's membership, telling the other nodes whether the job ended well here or for good
+    (then they end too, with this node's exit code and line, instead of meeting again without it)."""
+    if result is not None and result.exit_code == 0:
+        member.close()
+        return
+    failure = result.failure if result is not None else None
+    code = result.exit_code if result is not None else 1
+    why = failure_line(failure) if failure is not None else f"its launcher stopped (exit code {code})"
+    member.close(stop=True, code=code, why=why)
+
+
+def _supervise(
+    config: LaunchConfig,
+    check: bool,
+    rejoin: Callable[[int], LaunchConfig] | None,
+    told: Callable[[], Notice | None] | None,
+) -> RunResult:
+    """This node's workers, attempt after attempt, until the restart policy says stop."""
     machine = preflight(config)
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
     gpus = visible_gpus(os.environ) if not config.cpu else []

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from tfdist import backends
 from tfdist.errors import ConfigError
 from tfdist.launch.ray_address import check_address
-from tfdist.nodes import check_hosts
+from tfdist.launch.rendezvous import RendezvousSpec
+from tfdist.nodes import HostSlots, check_hosts, parse_host_slots
 
 BACKENDS = backends.NAMES
 
@@ -58,10 +59,27 @@ class LaunchConfig:
     ray_strategy: str = "spread"
     ray_cpus: float = 1.0
     ray_gpus: float = 0.0
-    #: The nodes meet at a rendezvous (``--rdzv``): after a failure they meet again and restart together.
-    rendezvous: bool = False
+    #: The nodes meet at a rendezvous (``--rdzv HOST:PORT``, or a RendezvousSpec with its timeout and
+    #: token): the same launch runs on every node; ranks, hosts and ports are known once they have met, and
+    #: after a failure they meet again and restart together. ``nnodes`` is the fewest nodes of a round.
+    rdzv: RendezvousSpec | str | None = None
+    #: With ``rdzv``: the most nodes a round takes (``--nnodes MIN:MAX``); None: ``nnodes``.
+    max_nnodes: int | None = None
+    #: ``-H n1:4,n2:4`` (or HostSlots): this launch starts the job on every host -- here directly, over
+    #: ``ssh`` elsewhere -- and the hosts meet at a rendezvous on the first one.
+    host_slots: tuple[HostSlots, ...] | str = ()
+    ssh: str = "ssh"
 
     def __post_init__(self) -> None:
+        # Frozen, yet given in the short forms users write: normalised once, here.
+        if isinstance(self.rdzv, str):
+            object.__setattr__(self, "rdzv", RendezvousSpec(self.rdzv))
+        if isinstance(self.host_slots, str):
+            object.__setattr__(self, "host_slots", parse_host_slots(self.host_slots))
+        first = self.host_slots[0] if self.host_slots else None
+        if isinstance(first, HostSlots) and self.nproc_per_node == 1:
+            object.__setattr__(self, "nproc_per_node", first.slots)
+        self._check_host_slots()
         self._check_counts()
         self._check_nodes()
         self._check_times()
@@ -105,9 +123,33 @@ class LaunchConfig:
                 "(checkpoints resume)."
             )
 
+    def _check_host_slots(self) -> None:
+        if not self.host_slots:
+            return
+        if self.rdzv or self.hosts or self.node_rank or self.nnodes != 1 or self.max_nnodes:
+            raise ConfigError(
+                "-H names every host and its workers; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
+            )
+        if self.ray is not None:
+            raise ConfigError("-H starts the workers over ssh, --ray through Ray: use one of them.")
+
     def _check_nodes(self) -> None:
         if self.nnodes < 1:
             raise ConfigError(f"--nnodes={self.nnodes} must be at least 1.")
+        if self.max_nnodes is not None:
+            if self.rdzv is None:
+                raise ConfigError(
+                    f"--nnodes={self.nnodes}:{self.max_nnodes}: a range of nodes needs --rdzv HOST:PORT (the "
+                    "nodes still there meet again after a failure). Hint: add --rdzv, or give one number "
+                    "with --hosts."
+                )
+            if self.max_nnodes < self.nnodes and not self.hosts:  # once met, nnodes is the round's count
+                raise ConfigError(
+                    f"--nnodes={self.nnodes}:{self.max_nnodes}: MIN={self.nnodes} is above MAX="
+                    f"{self.max_nnodes}. Hint: --nnodes {self.max_nnodes}:{self.nnodes} (fewest:most)."
+                )
+        if self.rdzv is not None and not self.hosts:
+            return  # the nodes, this one's rank and the ports are known once the nodes have met
         if not 0 <= self.node_rank < self.nnodes:
             raise ConfigError(
                 f"--node-rank={self.node_rank} must be in 0..{self.nnodes - 1} for --nnodes={self.nnodes}."
@@ -195,6 +237,16 @@ class LaunchConfig:
                 "combined with it (MPI backends and parameter servers on Ray are not supported). Hint: "
                 "tfdist launch --ray ADDRESS -n N train.py."
             )
+
+    @property
+    def rendezvous(self) -> bool:
+        """The nodes meet at a rendezvous (and meet again after a failure)."""
+        return self.rdzv is not None
+
+    @property
+    def node_range(self) -> tuple[int, int]:
+        """The fewest and the most nodes of a round of this job."""
+        return self.nnodes, self.max_nnodes if self.max_nnodes is not None else self.nnodes
 
     @property
     def tasks_per_node(self) -> int:

@@ -15,13 +15,17 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
+from tfdist.errors import WorkerFailedError
+from tfdist.launch.attempt import exit_code_of
+from tfdist.launch.config import LaunchConfig
+from tfdist.launch.outcome import RunResult, new_run_id
+from tfdist.launch.plan import ProcessSpec, TaskSlot
+from tfdist.launch.workers import WorkerGroup
 from tfdist.nodes import HostSlots, free_ports, is_this_machine
 from tfdist.worker.contract import forwarded_env
 
@@ -29,24 +33,37 @@ from tfdist.worker.contract import forwarded_env
 DEFAULT_RDZV_PORT = 29400
 
 
-def launch_args(argv: Sequence[str], script: str, hosts: Sequence[HostSlots], endpoint: str) -> list[str]:
-    """The ``tfdist launch`` arguments every host runs: the user's, without ``-H``/``--ssh``/``-n``, with
-    the job's ``--nnodes``, ``--rdzv`` and ``-n`` (options after the script belong to the script).
-    A ``--log-dir`` stays: :func:`commands` gives each host its own directory under it."""
-    cut = list(argv).index(script) if script in argv else len(argv)
-    head, tail = list(argv[:cut]), list(argv[cut:])
-    kept: list[str] = []
-    skip = False
-    for arg in head:
-        if skip:
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in ("-H", "--host-slots", "--ssh", "-n", "--nproc-per-node", "--rdzv", "--nnodes"):
-            skip = "=" not in arg
-            continue
-        kept.append(arg)
-    return ["--nnodes", str(len(hosts)), "--rdzv", endpoint, "-n", str(hosts[0].slots), *kept, *tail]
+def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
+    """The ``tfdist launch`` arguments every host runs for a ``-H`` launch: the job's ``--nnodes`` and
+    ``--rdzv``, the workers per host, then every option of ``config`` that is not its default (the inverse
+    of the CLI's parser: tests/unit/test_fanout.py parses it back), then the script and its arguments.
+    ``--log-dir`` names the job's directory: :func:`commands` gives each host its own under it."""
+    defaults = LaunchConfig()
+    args = ["--nnodes", str(len(config.host_slots)), "--rdzv", endpoint, "-n", str(config.nproc_per_node)]
+    flags: list[tuple[str, object, object]] = [
+        ("--ps", config.ps, defaults.ps),
+        ("--gpus-per-worker", config.gpus_per_worker, defaults.gpus_per_worker),
+        ("--log-dir", config.log_dir, defaults.log_dir),
+        ("--grace", config.grace, defaults.grace),
+        ("--max-restarts", config.max_restarts, defaults.max_restarts),
+        ("--watchdog-timeout", config.watchdog_timeout, defaults.watchdog_timeout),
+        ("--timeout", config.timeout, defaults.timeout),
+        ("--backend", config.backend, defaults.backend),
+        ("--bind-to", config.bind, defaults.bind),
+    ]
+    for flag, value, default in flags:
+        if value != default:
+            args += [flag, str(value)]
+    switches = [
+        ("--chief", config.chief),
+        ("--cpu", config.cpu),
+        ("--no-prefix", not config.prefix),
+        ("--quiet-workers", config.quiet_workers),
+        ("--strict", config.strict),
+        ("--no-python", config.no_python),
+    ]
+    args += [flag for flag, on in switches if on]
+    return [*args, *config.command]  # ("-m", "pkg", ...) is the CLI's own -m form
 
 
 def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]) -> str:
@@ -61,36 +78,41 @@ def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]
     )
 
 
-def commands(
-    hosts: Sequence[HostSlots], args: Sequence[str], ssh: str, python: str, cwd: str
-) -> list[tuple[str, list[str]]]:
-    """(host, argv) of the process that starts each host's launcher; ssh starts remote commands with a
-    bare environment, so each gets what travels to another host (:func:`forwarded_env`)."""
-    env = forwarded_env(os.environ)
+def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, list[str]]]:
+    """(host, argv) of the process that starts each host's launcher, each writing its own run directory
+    under the job's (``config.log_dir``, set); ssh starts remote commands with a bare environment, so each
+    gets what travels to another host (:func:`forwarded_env`) and the launch's own ``extra_env``."""
+    assert config.log_dir, "the job's run directory is decided before the hosts start"
+    env = {**forwarded_env(os.environ), **config.extra_env}
     out = []
-    for host in hosts:
-        own = per_host_log_dir(args, host.name)
+    for host in config.host_slots:
+        assert isinstance(host, HostSlots)
+        own = launch_argv(replace(config, log_dir=os.path.join(config.log_dir, host.name)), endpoint)
+        shell = remote_shell(config.python, cwd, env, own)
         if is_this_machine(host.name):
-            out.append((host.name, ["/bin/sh", "-c", remote_shell(python, cwd, env, own)]))
+            out.append((host.name, ["/bin/sh", "-c", shell]))
         else:
-            out.append((host.name, [*shlex.split(ssh), host.name, remote_shell(python, cwd, env, own)]))
+            out.append((host.name, [*shlex.split(config.ssh), host.name, shell]))
     return out
 
 
-def per_host_log_dir(args: Sequence[str], host: str) -> list[str]:
-    """``args`` with ``--log-dir DIR`` made ``DIR/HOST``: hosts on one shared filesystem keep apart.
+def launch_on_hosts(config: LaunchConfig, *, check: bool = False) -> RunResult:
+    """``-H``: the same launch on every host (this one directly, the others over ssh), met at a rendezvous
+    on the first; every host's run directory under one job directory. ``check``: a failure raises
+    :class:`~tfdist.errors.WorkerFailedError` naming the host whose launcher failed first."""
+    from tfdist.launch.preflight import check_hosts_resolve, preflight
 
-    Input/Output: ``(["--log-dir", "runs", "t.py"], "n2")`` -> ``["--log-dir", "runs/n2", "t.py"]``.
-    """
-    out = list(args)
-    for i, arg in enumerate(out):
-        if arg == "--log-dir" and i + 1 < len(out):
-            out[i + 1] = os.path.join(out[i + 1], host)
-            break
-        if arg.startswith("--log-dir="):
-            out[i] = "--log-dir=" + os.path.join(arg.split("=", 1)[1], host)
-            break
-    return out
+    hosts = tuple(h for h in config.host_slots if isinstance(h, HostSlots))
+    check_hosts_resolve(tuple(h.name for h in hosts))
+    preflight(replace(config, host_slots=()))  # the script and options, before any host starts
+    log_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
+    started = time.monotonic()
+    job = replace(config, log_dir=log_dir)
+    code, host = run(commands(job, rendezvous_endpoint(hosts), os.getcwd()), log_dir, config.grace)
+    if check and code != 0:
+        log = os.path.join(log_dir, host, "launcher.log")
+        raise WorkerFailedError(f"{host}'s launcher", code, log, f"exited with code {code}")
+    return RunResult(code, 1, log_dir, time.monotonic() - started)
 
 
 def rendezvous_endpoint(hosts: Sequence[HostSlots]) -> str:
@@ -101,64 +123,41 @@ def rendezvous_endpoint(hosts: Sequence[HostSlots]) -> str:
     return f"{first}:{DEFAULT_RDZV_PORT}"
 
 
-def run(started: Sequence[tuple[str, list[str]]], timeout: float | None = None) -> int:
-    """Start every host's launcher, relay its output (the remote ones prefixed with ``[HOST]``), and return
-    the job's exit code: the first non-zero one ends the others."""
-    token = secrets.token_hex(16)
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-    relays = []
-    for i, (host, argv) in enumerate(started):
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert proc.stdin is not None
-        proc.stdin.write(token.encode() + b"\n")
-        proc.stdin.flush()  # the pipe stays open: closing it stops that host's launcher
-        relay = threading.Thread(target=_relay, args=(proc, "" if i == 0 else f"[{host}] "), daemon=True)
-        relay.start()
-        procs.append((host, proc))
-        relays.append(relay)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    code = 0
+#: Seconds a host's launcher gets to stop its workers after its input closed, beyond their own --grace.
+STOP_MARGIN_S = 20.0
+
+
+def run(started: Sequence[tuple[str, list[str]]], log_dir: str, grace: float = 10.0) -> tuple[int, str]:
+    """Start every host's launcher (each logged to ``log_dir/HOST/launcher.log``), relay its output (the
+    other hosts' prefixed with ``[HOST]``), and return the job's exit code and the host that failed first
+    (``""`` when none): the first non-zero exit ends the others."""
+    token = secrets.token_hex(16).encode() + b"\n"
+    specs = [
+        ProcessSpec(
+            TaskSlot("host", i, i, 0),
+            tuple(argv),
+            dict(os.environ),
+            os.path.join(log_dir, host, "launcher.log"),
+            label=host,
+            stdin=token,  # the token travels on standard input, never in a command line
+            console_prefix="" if i == 0 else f"[{host}] ",
+        )
+        for i, (host, argv) in enumerate(started)
+    ]
+    group = WorkerGroup(specs, prefix=True, console_names=None)
+    code, host = 0, ""
     try:
-        while any(p.poll() is None for _, p in procs):
-            failed = [(h, p.returncode) for h, p in procs if p.returncode not in (None, 0)]
-            if failed or (deadline is not None and time.monotonic() > deadline):
-                host, code = failed[0] if failed else ("", 124)
-                why = f"{host}'s launcher exited with code {code}" if failed else "the --timeout passed"
-                sys.stderr.write(f"tfdist launch: {why}; stopping the job on every host.\n")
-                break
-            time.sleep(0.2)
+        group.start()
+        failed = group.wait(None)
+        if failed is not None:
+            host, code = failed[0].name, exit_code_of(failed[1] or 1)
+            sys.stderr.write(
+                f"tfdist launch: {host}'s launcher exited with code {code}; stopping the job on every host.\n"
+            )
     except KeyboardInterrupt:
         code = 130
     finally:
-        _stop(procs)
-        for relay in relays:
-            relay.join(timeout=5)
-    return code or next((p.returncode for _, p in procs if p.returncode), 0)
-
-
-def _relay(proc: subprocess.Popen[bytes], prefix: str) -> None:
-    assert proc.stdout is not None
-    for line in iter(proc.stdout.readline, b""):
-        sys.stdout.write(prefix + line.decode(errors="replace"))
-        sys.stdout.flush()
-
-
-def _stop(procs: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> None:
-    """Close every launcher's input (the remote shell then stops its launcher), then wait; SIGTERM and
-    SIGKILL the connections that are still there after a grace period."""
-    for _, proc in procs:
-        if proc.stdin and not proc.stdin.closed:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-    for sig, grace in ((None, 30.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        alive = [p for _, p in procs if p.poll() is None]
-        if not alive:
-            return
-        for proc in alive:
-            if sig is not None:
-                proc.send_signal(sig)
-        end = time.monotonic() + grace
-        while time.monotonic() < end and any(p.poll() is None for p in alive):
-            time.sleep(0.1)
+        # Closing a launcher's input stops it (the remote shell's watcher); SIGTERM reaches the local one
+        # and ends the ssh connection of a remote one, whose watcher then stops that launcher.
+        group.close(grace + STOP_MARGIN_S)
+    return code, host

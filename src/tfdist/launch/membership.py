@@ -19,6 +19,10 @@ Sources:
   (the same one ``tfdist run`` turns into TF_CONFIG) is read as the nodes of the job.
 - Ray: one launcher places every worker through a placement group (:mod:`tfdist.launch.ray_placement`);
   there is one launcher, not one per node, so nothing is met -- the placement is the answer.
+
+:func:`open_membership` picks the source from a :class:`LaunchConfig` and the environment: the one factory
+behind ``tfdist launch`` and :func:`tfdist.launch` alike. ``-H`` (one command starting every host) is not
+a source of its own: it starts this same launch with ``--rdzv`` on every host (:mod:`tfdist.launch.fanout`).
 """
 
 from __future__ import annotations
@@ -33,14 +37,17 @@ from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import DEFAULT_BASE_PORT
 from tfdist.launch.rendezvous.protocol import Assignment, Notice
+from tfdist.launch.rendezvous.server import LAST_CALL_S
 
 
 class Membership(Protocol):
     """This node's membership of a job, as the launcher uses it."""
 
-    #: Each node found its own ports free (a rendezvous); otherwise they are derived from one base port
-    #: and this node checks its own before starting (see tfdist.launch.preflight).
-    ports_agreed: bool
+    @property
+    def ports_agreed(self) -> bool:
+        """Each node found its own ports free (a rendezvous); otherwise they are derived from one base
+        port and this node checks its own before starting (see tfdist.launch.preflight)."""
+        ...
 
     def meet(self) -> Assignment:
         """The job's nodes: at the start, and again before every restart."""
@@ -148,6 +155,77 @@ def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | No
     return None
 
 
+def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Membership | None:
+    """Where this node learns its peers, from what the launch was asked: the rendezvous (``rdzv``), the
+    scheduler that started one launcher per node (a Slurm step, tfdist's pods), ``--hosts``; ``None`` for a
+    job of this machine alone or one placed by Ray. The flags a source answers itself are refused here,
+    with one line, before anything starts."""
+    if config.rdzv is not None:
+        if config.hosts or config.node_rank or config.base_port is not None:
+            raise ConfigError(
+                "--rdzv assigns node ranks, hosts and ports itself; drop --hosts/--hostfile/--node-rank/"
+                "--base-port (or drop --rdzv)."
+            )
+        return _rendezvous(config)
+    scheduler = scheduler_nodes(
+        environ, config.ray is not None, config.hosts, config.node_rank, config.nnodes
+    )
+    if scheduler is not None:
+        return from_scheduler(scheduler, environ, config.nproc_per_node, config.tasks_per_node)
+    if config.nnodes > 1:
+        return from_hosts(config)
+    return None
+
+
+def scheduler_nodes(
+    environ: Mapping[str, str], ray: bool, hosts: object, node_rank: int, nnodes: int
+) -> ClusterEnvironment | None:
+    """The scheduler's job when it started one launcher per node (its tasks are the nodes) -- checked
+    before the flags that would describe the nodes a second time -- or ``None`` (no such job, or a launch
+    through Ray, whose one launcher places every worker)."""
+    scheduler = scheduler_environment(environ) if not ray else None
+    if scheduler is not None and (hosts or node_rank or nnodes != 1):
+        raise ConfigError(
+            f"tfdist launch runs in one task per node of a {scheduler.kind} job ({scheduler.source}), "
+            "which gives the nodes; drop --rdzv/--hosts/--hostfile/--node-rank/--nnodes."
+        )
+    return scheduler
+
+
+def one_node(config: LaunchConfig) -> LaunchConfig:
+    """``config`` as this node alone sees it before the nodes have met (its checks: script, log dir)."""
+    return replace(config, nnodes=1, max_nnodes=None, node_rank=0)
+
+
+def _rendezvous(config: LaunchConfig) -> Membership:
+    """The ``--rdzv`` membership of this node (met at the start and again after each failure)."""
+    from tfdist.launch.preflight import preflight
+    from tfdist.launch.rendezvous import Rendezvous, RendezvousSpec, job_digest
+
+    assert isinstance(config.rdzv, RendezvousSpec)
+    preflight(one_node(config))  # a missing script fails here, not after every node waited for this one
+    low, high = config.node_range
+    shared = {  # what every node of one job must have been given alike
+        "command": list(config.command),
+        "nproc": config.nproc_per_node,
+        "backend": config.backend,
+        "ps": config.ps,
+        "chief": config.chief,
+        "nnodes": f"{low}:{high}" if high > low else str(low),
+        "max_restarts": config.max_restarts,
+    }
+    return Rendezvous(
+        config.rdzv,
+        (low, high),
+        config.nproc_per_node,
+        config.tasks_per_node,
+        " ".join(config.command),
+        job_digest(shared),
+        restarts=config.max_restarts,
+        last_call=LAST_CALL_S if config.rdzv.last_call is None else config.rdzv.last_call,
+    )
+
+
 def placed(config: LaunchConfig, membership: Membership, assignment: Assignment) -> LaunchConfig:
     """``config`` with the nodes, this node's rank and its ports from ``assignment``."""
     if membership.ports_agreed:
@@ -170,4 +248,14 @@ def placed(config: LaunchConfig, membership: Membership, assignment: Assignment)
     )
 
 
-__all__ = ["Fixed", "Membership", "from_hosts", "from_scheduler", "placed", "scheduler_environment"]
+__all__ = [
+    "Fixed",
+    "Membership",
+    "from_hosts",
+    "from_scheduler",
+    "one_node",
+    "open_membership",
+    "placed",
+    "scheduler_environment",
+    "scheduler_nodes",
+]

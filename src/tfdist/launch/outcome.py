@@ -1,11 +1,12 @@
 """What the launcher says about an attempt that ended: the first failure, its one line, the report on the
-console and the record in the run directory (``attempt-K/ended.json``)."""
+console and the record in the run directory (``attempt-K/ended.json``); what a launch returns."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist import files
@@ -27,6 +28,23 @@ class FailureInfo:
     log_path: str
     tail: tuple[str, ...]
     error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Outcome of a launch: exit code (0 = success), attempts made, run directory and first failure."""
+
+    exit_code: int
+    attempts: int
+    run_dir: str
+    duration_s: float
+    failure: FailureInfo | None = None
+    failures: tuple[FailureInfo, ...] = field(default_factory=tuple)
+
+
+def new_run_id() -> str:
+    """Sortable and unique: ``20261121-101500-3fa2``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def failure_line(failure: FailureInfo) -> str:

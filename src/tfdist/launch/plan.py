@@ -41,11 +41,17 @@ class ProcessSpec:
     env: dict[str, str]
     log_path: str
     cpus: tuple[int, ...] = ()  # CPU ids the process is bound to; empty: not bound
+    #: Another name than the slot's (a host's launcher, a measured run): for reports and log prefixes.
+    label: str = ""
+    #: Sent on the process's standard input, which then stays open until the group stops it (None: no input).
+    stdin: bytes | None = None
+    #: The console prefix of its lines when not ``[name]: `` (e.g. none for this host's own launcher).
+    console_prefix: str | None = None
 
     @property
     def name(self) -> str:
-        """The slot's short label."""
-        return self.slot.name
+        """The slot's short label (or the given one)."""
+        return self.label or self.slot.name
 
 
 def plan_slots(config: LaunchConfig) -> list[TaskSlot]:

@@ -1,4 +1,10 @@
-"""WorkerGroup: start a set of processes, watch them, and stop them all (no orphans)."""
+"""WorkerGroup: start a set of processes, watch them, and stop them all (no orphans).
+
+The one supervisor of processes tfdist starts side by side: a launch's workers (watched further by
+:class:`tfdist.launch.attempt.Attempt`), every host's launcher of a ``-H`` launch
+(:mod:`tfdist.launch.fanout`), and the per-node processes of a measured ``tfdist bench`` run
+(:mod:`tfdist.bench.runner`).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from tfdist.launch.logs import LogPump
 from tfdist.launch.plan import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
+#: Seconds between polls in :meth:`WorkerGroup.wait`.
+WAIT_POLL_S = 0.1
 
 
 def _die_with_launcher() -> None:
@@ -89,7 +97,7 @@ class WorkerGroup:
             popen = subprocess.Popen(
                 list(spec.argv),
                 env=spec.env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -109,8 +117,27 @@ class WorkerGroup:
                 self.prefix,
                 console_rank="0" if quiet_mpi else None,
             )
+            if spec.console_prefix is not None:
+                pump.prefix = spec.console_prefix
             pump.start()
+            if spec.stdin is not None and popen.stdin is not None:
+                popen.stdin.write(spec.stdin)
+                popen.stdin.flush()  # the pipe stays open: closing it is how such a process is told to stop
             self.workers.append(Worker(spec, popen, pump))
+
+    def wait(self, deadline: float | None) -> tuple[Worker, int | None] | None:
+        """Until every process exited 0 (None), one exited otherwise (it and its code: the first failure,
+        whose peers the caller stops) or the deadline passed (the first still running, code None)."""
+        while True:
+            exited = self.poll()
+            failed = next(((w, code) for w, code in exited if code != 0), None)
+            if failed is not None:
+                return failed
+            if len(exited) == len(self.workers):
+                return None
+            if deadline is not None and time.monotonic() >= deadline:
+                return self.running()[0], None
+            time.sleep(WAIT_POLL_S)
 
     def poll(self) -> list[tuple[Worker, int]]:
         """Processes that have exited since start, with their return codes (negative = signal)."""
@@ -127,7 +154,12 @@ class WorkerGroup:
                 os.killpg(worker.popen.pid, signum)
 
     def close(self, grace: float) -> None:
-        """SIGTERM every process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        """Close every process's standard input, SIGTERM every process group, wait up to ``grace``
+        seconds, then SIGKILL what is left."""
+        for worker in self.workers:
+            if worker.popen.stdin is not None and not worker.popen.stdin.closed:
+                with contextlib.suppress(OSError):
+                    worker.popen.stdin.close()
         self.send(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while self.running() and time.monotonic() < deadline:

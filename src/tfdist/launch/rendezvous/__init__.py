@@ -33,11 +33,15 @@ class RendezvousSpec:
     timeout: float = DEFAULT_TIMEOUT_S
     token: str | None = None
     token_file: str | None = None
+    #: With a range of nodes: seconds a round with the fewest nodes waits for more (None: the default).
+    last_call: float | None = None
 
     def __post_init__(self) -> None:
         parse_endpoint(self.endpoint)
         if not self.timeout > 0:
             raise ConfigError(f"--rdzv-timeout={self.timeout} must be positive seconds.")
+        if self.last_call is not None and not self.last_call >= 0:
+            raise ConfigError(f"--rdzv-last-call={self.last_call} must be 0 or more seconds.")
 
     @property
     def host(self) -> str:
