@@ -17,9 +17,9 @@ from tfdist.cli import main as cli_main
 from tfdist.env import RayEnvironment, detect_environment
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.ray_address import check_address
-from tfdist.launch.ray_host import WorkerHost, node_env
-from tfdist.launch.ray_plan import (
+from tfdist.launch.ray.address import check_address
+from tfdist.launch.ray.host import WorkerHost, node_env
+from tfdist.launch.ray.plan import (
     NodeResources,
     Placement,
     bundle,

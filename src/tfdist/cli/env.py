@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist import variables
+from tfdist.launch.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
@@ -95,38 +96,8 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "variables": relevant_variables(environ),
         "keras_fix": keras_fix_status(environ),
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
-        "ray_cluster": ray_cluster(environ),
+        "ray_cluster": find_cluster(environ),
     }
-
-
-def ray_cluster(environ: Mapping[str, str]) -> dict[str, Any] | None:
-    """The Ray cluster ``ray.init(address="auto")`` (and ``tfdist launch --ray``) would join from here:
-    ``RAY_ADDRESS``, else the address ``ray start`` wrote on this machine
-    (``$RAY_TMPDIR|$TMPDIR|/tmp/ray/ray_current_cluster``, Ray's own lookup, read without importing Ray),
-    and whether its port answers now (a file left by a node that crashed does not); ``None``: no cluster.
-    """
-    import socket
-
-    address, where = environ.get("RAY_ADDRESS", "").strip(), "RAY_ADDRESS"
-    if not address:
-        root = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
-        where = os.path.join(root, "ray", "ray_current_cluster")
-        try:
-            with open(where, encoding="utf-8") as fh:
-                address = fh.read().strip()
-        except OSError:
-            return None
-    if not address or address == "auto":
-        return None
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    answers = False
-    if host and port.isdigit():
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                answers = True
-        except OSError:
-            pass
-    return {"address": address, "from": where, "answers": answers}
 
 
 def keras_fix_status(environ: Mapping[str, str]) -> str:

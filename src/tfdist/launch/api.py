@@ -223,7 +223,7 @@ def _ray_placement(config: LaunchConfig) -> Any:
     """With ``--ray``: the Ray placement group holding one bundle per worker (Ray imported only then)."""
     if config.ray is None:
         return None
-    from tfdist.launch.ray_placement import RayPlacement
+    from tfdist.launch.ray.placement import RayPlacement
 
     return RayPlacement.open(config)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from tfdist import backends
 from tfdist.errors import ConfigError
-from tfdist.launch.ray_address import check_address
+from tfdist.launch.ray.address import check_address
 from tfdist.launch.rendezvous import RendezvousSpec
 from tfdist.nodes import HostSlots, check_hosts, parse_host_slots
 
@@ -18,7 +18,7 @@ BACKENDS = backends.NAMES
 #: ``auto``: one core set per worker when CPU workers fit the cores; ``core``: always (error if they do
 #: not fit); ``none``: let the kernel schedule.
 BIND_CHOICES = ("auto", "core", "none")
-#: ``--ray-strategy``: how Ray spreads the workers' bundles over its nodes (see tfdist.launch.ray_plan).
+#: ``--ray-strategy``: how Ray spreads the workers' bundles over its nodes (see tfdist.launch.ray.plan).
 RAY_STRATEGY_CHOICES = ("pack", "spread", "strict-spread")
 
 

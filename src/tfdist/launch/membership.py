@@ -17,7 +17,7 @@ Sources:
   a Slurm step with one task per node (``srun --ntasks-per-node=1 tfdist launch -n 4 train.py``) or the
   pods of a tfdist Kubernetes manifest. The scheduler's :class:`~tfdist.env.base.ClusterEnvironment`
   (the same one ``tfdist run`` turns into TF_CONFIG) is read as the nodes of the job.
-- Ray: one launcher places every worker through a placement group (:mod:`tfdist.launch.ray_placement`);
+- Ray: one launcher places every worker through a placement group (:mod:`tfdist.launch.ray.placement`);
   there is one launcher, not one per node, so nothing is met -- the placement is the answer.
 
 :func:`open_membership` picks the source from a :class:`LaunchConfig` and the environment: the one factory

@@ -3,7 +3,7 @@
 Every source of workers describes a task the same way (:class:`TaskSpec`) and gets its environment from
 ONE function, :func:`task_env`: the launcher's own processes (:func:`tfdist.launch.plan.plan_workers`,
 the MPI launcher of :func:`tfdist.launch.plan.plan_mpi`), Ray's placements
-(:func:`tfdist.launch.ray_plan.plan_ray_workers`) and a scheduler's tasks (``tfdist run`` under srun or
+(:func:`tfdist.launch.ray.plan.plan_ray_workers`) and a scheduler's tasks (``tfdist run`` under srun or
 in a pod, :func:`tfdist.worker.task.plan_task_env`). What each source decides on its own (ports, GPUs,
 thread counts, log levels) it passes in or adds around it.
 

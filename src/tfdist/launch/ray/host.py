@@ -1,10 +1,10 @@
 """RUNS ON A RAY NODE, inside the actor that holds one worker's bundle: starts the worker's process there.
 
-The launcher (:mod:`tfdist.launch.ray_group`) keeps the supervision; this side only starts, signals and
+The launcher (:mod:`tfdist.launch.ray.group`) keeps the supervision; this side only starts, signals and
 reads one process at a time, and ships back what the launcher reads from a local worker: its output
 lines, its exit code, the age of its heartbeat file and the records it wrote for the join check and the
 failure report (the node's disk need not be the launcher's). Nothing here imports Ray, so it is tested
-as a plain object; :mod:`tfdist.launch.ray_placement` wraps it in ``ray.remote``.
+as a plain object; :mod:`tfdist.launch.ray.placement` wraps it in ``ray.remote``.
 """
 
 from __future__ import annotations

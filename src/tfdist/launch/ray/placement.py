@@ -8,7 +8,6 @@ The placement group and its actors live for the whole launch (restarts reuse the
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +15,9 @@ from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.logs import console_print
 from tfdist.launch.plan import ProcessSpec
-from tfdist.launch.ray_group import RayWorkerGroup
-from tfdist.launch.ray_plan import (
+from tfdist.launch.ray.address import check_reachable
+from tfdist.launch.ray.group import RayWorkerGroup
+from tfdist.launch.ray.plan import (
     RAY_INSTALL_HINT,
     RAY_STRATEGIES,
     NodeResources,
@@ -30,8 +30,6 @@ from tfdist.worker.contract import forwarded_env
 
 #: How long the bundles may wait for resources that exist but other jobs hold, before the launch gives up.
 PLACEMENT_WAIT_S = 60.0
-#: A ``HOST:PORT`` address that does not accept a connection within this time is reported as unreachable.
-CONNECT_TIMEOUT_S = 5.0
 
 
 def import_ray() -> Any:
@@ -41,22 +39,6 @@ def import_ray() -> Any:
     except ImportError:
         raise ConfigError(f"--ray needs Ray, which is not installed here. {RAY_INSTALL_HINT}") from None
     return ray
-
-
-def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """A ``HOST:PORT`` address accepts TCP connections (Ray's own connect retries for a long while)."""
-    if address == "auto" or address.startswith("ray://"):
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-        raise ConfigError(
-            f"--ray {address}: no Ray cluster answers there ({reason}). Hint: the address ray start --head "
-            "printed (its GCS port, 6379 by default), reachable from this machine."
-        ) from None
 
 
 class RayPlacement:
@@ -91,7 +73,7 @@ class RayPlacement:
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from tfdist.launch.ray_host import WorkerHost
+        from tfdist.launch.ray.host import WorkerHost
 
         address = config.ray or "auto"
         nodes = [

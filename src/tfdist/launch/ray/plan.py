@@ -2,7 +2,7 @@
 
 ``tfdist launch --ray`` keeps the launcher's semantics and changes only where the processes run: one
 placement-group bundle per worker, a process started on the bundle's node, with that node's address and a
-port free there in ``TF_CONFIG``. Nothing here imports Ray; :mod:`tfdist.launch.ray_placement` asks Ray
+port free there in ``TF_CONFIG``. Nothing here imports Ray; :mod:`tfdist.launch.ray.placement` asks Ray
 and passes the answers in.
 """
 

@@ -3,7 +3,7 @@
 The supervisor (:mod:`tfdist.launch.api`) polls exit codes, reads output tails and heartbeats, and stops
 the group exactly as for local processes. Here each worker's process is a :class:`RemoteProcess` whose
 state arrives with its output: one thread per worker long-polls its actor
-(:class:`tfdist.launch.ray_host.WorkerHost`), feeds the lines to the usual :class:`LogPump` (prefixes,
+(:class:`tfdist.launch.ray.host.WorkerHost`), feeds the lines to the usual :class:`LogPump` (prefixes,
 per-worker log files on the launcher's disk) and copies the worker's join and error records into the
 launcher's attempt directory, where the join check and the failure report look for them.
 """
