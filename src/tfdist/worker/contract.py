@@ -84,6 +84,14 @@ class AttemptFiles:
         """A worker's record for the launcher. Input/Output: ``("error", 1)`` -> ``"rank1.error.json"``."""
         return f"rank{rank}.{kind}.json"
 
+    @staticmethod
+    def unranked_record_name(kind: str, pid: int) -> str:
+        """The record of a process that knows no rank.
+
+        Input/Output: ``("error", 42)`` -> ``"pid42.error.json"``.
+        """
+        return f"pid{pid}.{kind}.json"
+
     def record(self, kind: str, rank: int | str) -> str:
         """The path of rank ``rank``'s record of ``kind`` (``"strategy"``, ``"error"``)."""
         return os.path.join(self.directory, self.record_name(kind, rank))

@@ -17,6 +17,7 @@ from typing import Any
 
 from tfdist import files, variables
 from tfdist.errors import ConfigError
+from tfdist.worker.contract import AttemptFiles
 
 #: A worker's exit code for a user mistake, as the CLI's (the launcher does not restart it).
 USER_ERROR_CODE = 2
@@ -31,8 +32,8 @@ def record_name(environ: Mapping[str, str]) -> str:
     candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
     for value in candidates:
         if value and value.lstrip("-").isdigit():
-            return f"rank{value}.error.json"
-    return f"pid{os.getpid()}.error.json"
+            return AttemptFiles.record_name("error", value)
+    return AttemptFiles.unranked_record_name("error", os.getpid())
 
 
 def first_line(message: str) -> str:
