@@ -5,30 +5,17 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from helpers.cli import cli, tfdist
 from tfdist.env import KubernetesEnvironment, LocalEnvironment, detect_environment
 from tfdist.errors import ConfigError
 from tfdist.k8s.status import describe, job_state
 
 GOOD = ("--workers", "2", "--image", "img:1")
-
-
-def tfdist(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=cwd,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -62,27 +49,31 @@ def tfdist(*args: str, env: dict[str, str] | None = None, cwd: Path | None = Non
     ],
 )  # fmt: skip
 def test_bad_manifest_flags_are_one_line_and_write_nothing(
-    flags: tuple[str, ...], expected: str, tmp_path: Path
+    flags: tuple[str, ...], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "train.yaml"
-    code, stdout, stderr = tfdist("k8s", "manifest", *flags, "-o", str(out), "--", "python", "train.py")
+    code, stdout, stderr = cli(capsys, "k8s", "manifest", *flags, "-o", str(out), "--", "python", "train.py")
     assert code == 2 and stdout == "", stderr
     assert stderr.count("\n") == 1 and expected in stderr, stderr
     assert not list(tmp_path.iterdir())
 
 
-def test_several_processes_per_pod_need_a_python_command_tfdist_launch_can_start(tmp_path: Path) -> None:
+def test_several_processes_per_pod_need_a_python_command_tfdist_launch_can_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     flags = (*GOOD, "--nproc-per-pod", "2")
-    code, stdout, stderr = tfdist("k8s", "manifest", *flags, "--", "python", "-u", "t.py")
+    code, stdout, stderr = cli(capsys, "k8s", "manifest", *flags, "--", "python", "-u", "t.py")
     assert code == 2 and stdout == "" and stderr.count("\n") == 1
     assert "the command must be `python SCRIPT ...` or `python -m MODULE ...`" in stderr
 
 
-def test_no_command_and_a_missing_output_directory(tmp_path: Path) -> None:
-    code, _, stderr = tfdist("k8s", "manifest", *GOOD)
+def test_no_command_and_a_missing_output_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, stderr = cli(capsys, "k8s", "manifest", *GOOD)
     assert code == 2 and "no command to run" in stderr and stderr.count("\n") == 1
     missing = tmp_path / "nowhere" / "train.yaml"
-    code, _, stderr = tfdist("k8s", "manifest", *GOOD, "-o", str(missing), "--", "python", "t.py")
+    code, _, stderr = cli(capsys, "k8s", "manifest", *GOOD, "-o", str(missing), "--", "python", "t.py")
     assert code == 2 and "does not exist" in stderr and not missing.parent.exists()
 
 
@@ -104,7 +95,8 @@ def _no_cluster_env(tmp_path: Path, kubeconfig: str | None) -> dict[str, str]:
     ],
 )
 def test_without_a_cluster_every_cluster_command_is_one_line(argv: tuple[str, ...], tmp_path: Path) -> None:
-    code, stdout, stderr = tfdist("k8s", *argv, env=_no_cluster_env(tmp_path, None), cwd=tmp_path)
+    proc = tfdist("k8s", *argv, base_env=_no_cluster_env(tmp_path, None), cwd=tmp_path, timeout=60)
+    code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     assert code == 2 and stdout == "" and stderr.count("\n") == 1, stderr
     assert "no Kubernetes cluster is reachable: not inside a pod, and no usable kubeconfig" in stderr
     assert not list(p for p in tmp_path.iterdir() if p.name != ".kube")
@@ -122,7 +114,8 @@ def test_a_cluster_that_does_not_answer_is_one_line_and_quick(tmp_path: Path) ->
         "contexts: [{name: c, context: {cluster: k, user: u, namespace: ml}}]\n"
     )
     started = time.monotonic()
-    code, _, stderr = tfdist("k8s", "status", "train", env=_no_cluster_env(tmp_path, str(kubeconfig)))
+    proc = tfdist("k8s", "status", "train", base_env=_no_cluster_env(tmp_path, str(kubeconfig)), timeout=60)
+    code, stderr = proc.returncode, proc.stderr
     assert code == 2 and stderr.count("\n") == 1, stderr
     assert (
         f"reading Job 'train' in namespace 'ml': the Kubernetes API server https://127.0.0.1:{port}" in stderr

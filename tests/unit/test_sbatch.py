@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.cli import main
+from helpers.cli import cli
 from tfdist.errors import ConfigError
 from tfdist.slurm import SbatchSpec, render_sbatch
 
@@ -123,16 +123,9 @@ def test_bad_specs(kwargs: dict, expected: str) -> None:
     assert expected in str(info.value)
 
 
-def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        raise SystemExit(main(argv))
-    out = capsys.readouterr()
-    return int(info.value.code or 0), out.out, out.err
-
-
 def test_cli_script_prints_the_rendered_spec(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(
-        ["slurm", "script", "--nodes", "2", "--gpus-per-node", "4", "--", "python", "train.py"], capsys
+        capsys, "slurm", "script", "--nodes", "2", "--gpus-per-node", "4", "--", "python", "train.py"
     )
     assert code == 0
     # without --venv / --container the task wrapper runs under the interpreter that wrote the script
@@ -148,7 +141,7 @@ def test_cli_config_file_with_flag_override(tmp_path: Path, capsys: pytest.Captu
         )
     )
     code, out, _ = cli(
-        ["slurm", "script", "--config", str(config), "--time", "00:10:00", "--", "python", "t.py"], capsys
+        capsys, "slurm", "script", "--config", str(config), "--time", "00:10:00", "--", "python", "t.py"
     )
     assert code == 0
     assert "#SBATCH --partition=gpu" in out and "#SBATCH --time=00:10:00" in out and "module load cuda" in out
@@ -162,9 +155,13 @@ def test_a_config_file_takes_a_node_count_or_range(
 ) -> None:
     config = tmp_path / "cluster.toml"
     config.write_text(f"nodes = {value}\n")
-    code, out, err = cli(["slurm", "script", "--config", str(config), "--", "python", "t.py"], capsys)
+    code, out, err = cli(capsys, "slurm", "script", "--config", str(config), "--", "python", "t.py")
     assert code == 0, err
     assert expected in out
+
+
+#: Config files in the working directory of every bad-input case.
+CONFIGS = {"bad.toml": "partition = \n", "unknown.toml": 'colour = "blue"\n'}
 
 
 @pytest.mark.parametrize(
@@ -186,31 +183,31 @@ def test_a_config_file_takes_a_node_count_or_range(
         (["slurm", "script", "--export", "NOVALUE", "--", "x"], "must be NAME=VALUE"),
         (["slurm", "script"], "no command to run"),
         (["slurm", "script", "--config", "/no/such.toml", "--", "x"], "cannot be read"),
+        (["slurm", "script", "--config", "bad.toml", "--", "x"], "is not valid TOML"),
+        (["slurm", "script", "--config", "unknown.toml", "--", "x"], "unknown key(s) colour"),
         (["slurm", "status", "12x"], "is not a Slurm job id"),
     ],
 )
-def test_cli_bad_input_is_one_line(
-    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+def test_cli_bad_input_is_one_line_and_writes_nothing(
+    argv: list[str],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, _, err = cli(argv, capsys)
-    assert code == 2 and expected in err and err.count("\n") == 1
-
-
-def test_bad_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bad, unknown = tmp_path / "bad.toml", tmp_path / "unknown.toml"
-    bad.write_text("partition = \n")
-    unknown.write_text('colour = "blue"\n')
-    assert "not valid TOML" in cli(["slurm", "script", "--config", str(bad), "--", "x"], capsys)[2]
-    assert "unknown key(s) colour" in cli(["slurm", "script", "--config", str(unknown), "--", "x"], capsys)[2]
+    monkeypatch.chdir(tmp_path)
+    for name, text in CONFIGS.items():
+        (tmp_path / name).write_text(text)
+    code, _, err = cli(capsys, *argv)
+    assert code == 2 and expected in err and err.count("\n") == 1, err
+    assert sorted(os.listdir(tmp_path)) == sorted(CONFIGS)
 
 
 def test_submit_without_sbatch_says_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no sbatch
-    code, _, err = cli(
-        ["slurm", "submit", "--run-dir", str(tmp_path / "run"), "--", "python", "x.py"], capsys
-    )
+    code, _, err = cli(capsys, "slurm", "submit", "--run-dir", str(tmp_path / "run"), "--", "python", "x.py")
     assert code == 2 and "`sbatch` is not on PATH" in err and "slurm-local.sh" in err
 
 
