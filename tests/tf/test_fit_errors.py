@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tfdist.cli import main
+from helpers.cli import cli, tfdist
 from tfdist.errors import ConfigError
 from tfdist.train.data import plan_batches
 
@@ -129,10 +126,8 @@ CLI_CASES = [
 def test_train_cli_bad_input(
     argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as info:
-        raise SystemExit(main(["train", "--output-dir", str(tmp_path / "run"), *argv]))
-    assert info.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = cli(capsys, "train", "--output-dir", str(tmp_path / "run"), *argv)
+    assert code == 2
     assert expected in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
 
@@ -142,31 +137,14 @@ def test_train_refuses_to_overwrite_checkpoints_without_resume(
 ) -> None:
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "checkpoint").write_text("x")
-    assert main(["train", "--output-dir", str(tmp_path)]) == 2
-    assert "--resume" in capsys.readouterr().err
+    code, _, err = cli(capsys, "train", "--output-dir", str(tmp_path))
+    assert code == 2 and "--resume" in err
 
 
 @pytest.mark.multiprocess
 def test_readme_main_job_reaches_090_on_digits(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "train",
-            "--workers",
-            "2",
-            "--epochs",
-            "10",
-            "--output-dir",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=dict(os.environ),
-    )
+    proc = tfdist("train", "--workers", "2", "--epochs", "10", "--output-dir", str(out), timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     import json
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli import cli
+
 
 def _model() -> object:
     import keras
@@ -68,13 +70,11 @@ def test_on_nan_continue_trains_on() -> None:
 
 
 def test_the_cli_says_it_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tfdist.cli import main
-
     out = tmp_path / "run"
-    code = main(
-        ["train", "--workload", "regression", "--lr", "1e30", "--epochs", "2", "--output-dir", str(out)]
+    code, _, stderr = cli(
+        capsys, "train", "--workload", "regression", "--lr", "1e30", "--epochs", "2", "--output-dir", str(out)
     )
-    err = capsys.readouterr().err.strip().splitlines()
+    err = stderr.strip().splitlines()
     assert code == 1
     assert [line for line in err if "the loss became" in line] == [err[-1]]
     assert err[-1].startswith("tfdist train: the loss became")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import tfdist
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import plan_workers
 
@@ -86,13 +87,8 @@ def test_op_before_multi_worker_strategy_is_a_clear_error(tmp_path: Path) -> Non
 
 
 def test_env_json_reports_required_keys() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "env", "--json"],
-        env={**base_env(), "TFDIST_CPU_REPLICAS": "2", "TFDIST_SECRET_TOKEN": "hunter2"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    secret = {"TFDIST_CPU_REPLICAS": "2", "TFDIST_SECRET_TOKEN": "hunter2"}
+    proc = tfdist("env", "--json", base_env=base_env(), env=secret)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     for key in (
@@ -114,9 +110,7 @@ def test_env_json_reports_required_keys() -> None:
 
 
 def test_env_table_has_bug_report_block() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "env"], env=base_env(), capture_output=True, text=True, timeout=120
-    )
+    proc = tfdist("env", base_env=base_env())
     assert proc.returncode == 0, proc.stderr
     assert "Copy this into a bug report" in proc.stdout and "- tensorflow: 2." in proc.stdout
 
@@ -133,13 +127,7 @@ def test_env_table_has_bug_report_block() -> None:
     ],
 )
 def test_env_bad_environment_is_one_line_exit_2(variables: dict[str, str], expected: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "env"],
-        env={**base_env(), **variables},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = tfdist("env", base_env=base_env(), env=variables)
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.cli import main
+from helpers.cli import cli
 
 SCRIPT = "train.py"  # created in the working directory for every case
 
@@ -188,11 +188,7 @@ def test_a_bad_input_is_one_line_and_exit_2(
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     before = sorted(os.listdir(tmp_path))
-    try:
-        code = main([a.replace("{script}", SCRIPT) for a in argv])
-    except SystemExit as exc:  # argparse
-        code = int(exc.code or 0)
-    err = capsys.readouterr().err
+    code, _, err = cli(capsys, *(a.replace("{script}", SCRIPT) for a in argv))
     lines = err.strip().splitlines()
     assert code == 2, err
     assert 1 <= len(lines) <= 2, err

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import cli
 from tfdist.bench.config import BenchConfig, WorkerSpec, parse_backends, parse_compare, parse_counts
 from tfdist.bench.diagnose import Evidence, diagnose
 from tfdist.bench.plan import RunSpec, command_for, plan_bench, program_for, worker_args
@@ -23,7 +24,6 @@ from tfdist.bench.stats import (
     sample_from_summary,
     summarize,
 )
-from tfdist.cli import main
 from tfdist.errors import ConfigError
 
 
@@ -292,10 +292,9 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     out = tmp_path / "bench-out"
-    with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(["bench", "--out", str(out), *argv]))
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
+    code, _, err = cli(capsys, "bench", "--out", str(out), *argv)
+    assert code == 2
+    err = err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import cli
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.nodes import SRUN_ON_HOST, resolve_nodes
 from tfdist.bench.plan import Command, RunSpec, node_commands, on_node, plan_bench
 from tfdist.bench.runner import RunFailed, run_all
 from tfdist.bench.stats import Sample, summarize
-from tfdist.cli import main
 from tfdist.diagnose.linkreport import describe, diagnosis, link_of, probe_pairs, slow_node
 from tfdist.errors import ConfigError
 from tfdist.train.options import FitOptions
@@ -49,8 +49,8 @@ def test_bad_node_options(tmp_path: Path, kw: dict[str, object], message: str) -
 def test_bad_node_options_from_the_cli_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["bench", "--hosts", "n1,n2", "--nodes", "1,4", "--out", str(tmp_path / "o")])
-    err = capsys.readouterr().err.strip().splitlines()
+    code, _, stderr = cli(capsys, "bench", "--hosts", "n1,n2", "--nodes", "1,4", "--out", str(tmp_path / "o"))
+    err = stderr.strip().splitlines()
     assert code == 2 and len(err) == 1 and "asks for 4 nodes" in err[0]
     assert not (tmp_path / "o").exists()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfdist.cli import main
+from helpers.cli import cli
 from tfdist.errors import ConfigError
 from tfdist.sync.wire import (
     RELATIVE_ERROR,
@@ -113,8 +113,9 @@ def test_bad_wire_flags_exit_2_with_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
+    code, _, err = cli(capsys, *argv)
+    assert code == 2
+    err = err.strip()
     assert expected in err and len(err.splitlines()) == 1, err
     assert os.listdir(tmp_path) == []
 

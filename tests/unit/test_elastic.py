@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.cli import main
+from helpers.cli import cli
 from tfdist.errors import ConfigError
 from tfdist.launch.elastic import NodeRange, parse_nnodes
 from tfdist.launch.rendezvous import client, protocol
@@ -207,8 +207,7 @@ def test_bad_elastic_launches_are_one_line(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("print('hi')\n")
-    code = main(["launch", "--cpu", *argv, "train.py"])
-    err = capsys.readouterr().err
+    code, _, err = cli(capsys, "launch", "--cpu", *argv, "train.py")
     assert code == 2 and expected in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert os.listdir(tmp_path) == ["train.py"]  # nothing written

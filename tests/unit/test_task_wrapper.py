@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers.cli import tfdist
 from tfdist.env import detect_environment
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
@@ -75,12 +76,6 @@ def test_more_tasks_than_gpus_is_refused() -> None:
         planned(srun_task(2, tasks=3, CUDA_VISIBLE_DEVICES="0,1"))
 
 
-def tfdist_run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tfdist", "run", *args], capture_output=True, text=True, timeout=60, env=env
-    )
-
-
 def test_the_command_runs_in_place_with_the_task_environment() -> None:
     probe = (
         "import os, json; print(os.getpid() == int(os.environ['PARENT']), os.environ['TFDIST_RANK'], "
@@ -127,7 +122,7 @@ def test_the_mpich_wheel_of_the_dev_extra_is_found() -> None:
 def test_the_task_under_pmi2_gets_the_netmod_before_its_command_runs() -> None:
     probe = "import os; print(os.environ.get('MPIR_CVAR_CH4_NETMOD'))"
     env = {**srun_task(0), **PMI2_TASK, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = tfdist_run("--", sys.executable, "-c", probe, env=env)
+    proc = tfdist("run", "--", sys.executable, "-c", probe, base_env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ofi"
 
@@ -143,7 +138,7 @@ def test_the_task_under_pmi2_gets_the_netmod_before_its_command_runs() -> None:
     ],
 )
 def test_bad_commands_are_one_line_exit_2(args: tuple[str, ...], expected: str) -> None:
-    proc = tfdist_run(*args, env={"PATH": os.environ["PATH"]})
+    proc = tfdist("run", *args, base_env={"PATH": os.environ["PATH"]}, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith(expected) and proc.stderr.count("\n") == 1
 
