@@ -183,3 +183,10 @@ def raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """The text of ``name`` as set (None when unset), for values passed on untouched."""
     assert name in VARIABLES, name
     return (os.environ if environ is None else environ).get(name)
+
+
+def tf_uses_legacy_keras(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``tf.keras`` is Keras 2 (the ``tf_keras`` package) in this process: TensorFlow's own rule for
+    ``TF_USE_LEGACY_KERAS`` (read once, when TensorFlow is imported), as tensorflow/__init__.py writes it."""
+    env = os.environ if environ is None else environ
+    return env.get("TF_USE_LEGACY_KERAS", None) in ("true", "True", "1")

@@ -1,4 +1,6 @@
-"""Horovod's Keras callbacks (``hvd.callbacks.*``) for Keras 3 ``model.fit``."""
+"""Horovod's Keras callbacks (``hvd.callbacks.*``) for ``model.fit``: Keras 3's, or Keras 2's (tf-keras) in
+a process where ``tf.keras`` is Keras 2 (``TF_USE_LEGACY_KERAS=1``): each Keras calls only callbacks
+derived from its own ``Callback`` class."""
 
 from __future__ import annotations
 
@@ -9,11 +11,41 @@ from typing import Any
 import keras
 import numpy as np
 
+from tfdist import variables
 from tfdist.horovod import functions, ops, runtime
 from tfdist.horovod.gradients import variable_key
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+def _callback_base() -> type:
+    """The ``Callback`` class of the Keras that ``tf.keras`` names in this process."""
+    if variables.tf_uses_legacy_keras():
+        import tf_keras
+
+        return tf_keras.callbacks.Callback
+    return keras.callbacks.Callback
+
+
+def _schedule_types() -> tuple[type, ...]:
+    """Learning-rate schedule classes of every Keras loaded here (a schedule cannot be set to a number)."""
+    import sys
+
+    found: list[type] = [keras.optimizers.schedules.LearningRateSchedule]
+    tf_keras = sys.modules.get("tf_keras")
+    if tf_keras is not None:
+        found.append(tf_keras.optimizers.schedules.LearningRateSchedule)
+    return tuple(found)
+
+
+def _optimizer_variables(optimizer: Any) -> list[Any]:
+    """An optimizer's variables: a list in Keras 3 and tf-keras' new optimizers, a method in the legacy."""
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
+_Callback: Any = _callback_base()
+
+
+class BroadcastGlobalVariablesCallback(_Callback):
     """After the first batch, every rank takes ``root_rank``'s model and optimizer variables (the first
     batch creates the optimizer's), so all ranks train the same model from there on."""
 
@@ -33,11 +65,13 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             return
         shared = [v for v in self.model.variables if variable_key(v) not in self._local]
         optimizer = getattr(self.model, "optimizer", None)
-        functions.broadcast_variables(shared + list(optimizer.variables if optimizer else []), self.root_rank)
+        functions.broadcast_variables(
+            shared + (_optimizer_variables(optimizer) if optimizer else []), self.root_rank
+        )
         self.broadcast_done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(_Callback):
     """At each epoch end, every logged metric becomes its average over all ranks (one all-reduce)."""
 
     def __init__(self, device: str = "") -> None:
@@ -54,7 +88,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[name] = float(value)
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(_Callback):
     """Sets the learning rate to ``initial_lr * multiplier(epoch)`` between ``start_epoch`` and
     ``end_epoch``, at each epoch start (``staircase``) or each batch (fractional epochs)."""
 
@@ -95,7 +129,10 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 
     def _set_lr(self, epoch: float) -> None:
         optimizer = self.model.optimizer
-        if not isinstance(optimizer._learning_rate, keras.Variable):
+        rate = getattr(optimizer, "_learning_rate", None)
+        if rate is None:  # a Keras 2 legacy optimizer keeps it among its hyperparameters
+            rate = getattr(optimizer, "_hyper", {}).get("learning_rate")
+        if isinstance(rate, _schedule_types()):
             raise ValueError(
                 f"{type(self).__name__} sets the learning rate, but the optimizer's learning rate is a "
                 "schedule. Hint: give the optimizer a number as its learning rate."
@@ -106,10 +143,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if not self.staircase:
             self.steps_per_epoch = self._steps()
         if self.momentum_correction and getattr(self.model.optimizer, "momentum", None):
-            # Keras 3 compiles an optimizer's momentum into the step as a constant: changing it per batch,
-            # as Horovod's correction does on Keras 2, would have no effect.
+            # Keras 3 (and tf-keras' new optimizers) compile an optimizer's momentum into the step as a
+            # constant: changing it per batch, as Horovod's correction did on Keras 2's legacy ones, would
+            # have no effect.
             warnings.warn(
-                "momentum_correction has no effect with Keras 3 optimizers (their momentum is a constant of "
+                "momentum_correction has no effect with these optimizers (their momentum is a constant of "
                 "the compiled step); the learning rate is scheduled without it.",
                 stacklevel=2,
             )

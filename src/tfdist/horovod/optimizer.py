@@ -1,10 +1,13 @@
-"""Horovod's ``DistributedOptimizer`` for Keras 3 optimizers: gradients really averaged over all ranks.
+"""Horovod's ``DistributedOptimizer`` for Keras 3 and Keras 2 (tf-keras) optimizers: gradients really
+averaged over all ranks.
 
 Horovod's own wrapper overrides Keras 2 methods (``get_gradients``, ``_compute_gradients``) that Keras 3
-never calls, so on Keras 3 it trains each rank on its own gradients. This one overrides ``apply`` (what
-``model.fit``'s step and ``apply_gradients`` call), reduces the gradients as
+never calls, so on Keras 3 it trains each rank on its own gradients. For Keras 3 this one overrides
+``apply`` (what ``model.fit``'s step and ``apply_gradients`` call), reduces the gradients as
 :mod:`tfdist.horovod.gradients` groups them (one packed all-reduce, or buckets across nodes), and supports
-``backward_passes_per_step`` (local accumulation, one all-reduce every N steps).
+``backward_passes_per_step`` (local accumulation, one all-reduce every N steps). For Keras 2
+(``TF_USE_LEGACY_KERAS=1``: ``tf.keras`` is the ``tf_keras`` package, its new and its legacy optimizers) it
+overrides ``apply_gradients``, which both kinds' ``minimize`` and ``model.fit`` call.
 """
 
 from __future__ import annotations
@@ -24,6 +27,74 @@ from tfdist.horovod.gradients import (
 _CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
 
+class _Reducing:
+    """What every distributed optimizer class shares: its gradient options, the variables whose
+    gradients stay on each rank (``PartialDistributedOptimizer``), and the reduction itself."""
+
+    _hvd_options: GradientOptions
+    _hvd_local_refs: frozenset[Any] = frozenset()
+    _hvd_scale_local = True
+
+    def register_local_var(self, var: Any) -> None:
+        """A variable whose gradient stays on this rank (divided by the size unless
+        ``scale_local_gradients=False``)."""
+        self._hvd_local_refs = self._hvd_local_refs | {variable_key(var)}
+
+    def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
+        options = self._hvd_options
+        if not self._hvd_local_refs:
+            return allreduce_gradients(grads, options, variables)
+        local = [variable_key(v) in self._hvd_local_refs for v in variables]
+        shared = allreduce_gradients(
+            [g for g, is_local in zip(grads, local, strict=True) if not is_local],
+            options,
+            [v for v, is_local in zip(variables, local, strict=True) if not is_local],
+        )
+        size = float(functions.runtime.world().size)
+        out, it = [], iter(shared)
+        for grad, is_local in zip(grads, local, strict=True):
+            if not is_local:
+                out.append(next(it))
+            elif grad is not None and self._hvd_scale_local:
+                out.append(divided(grad, size))
+            else:
+                out.append(grad)
+        return out
+
+
+def keras2_optimizer_types() -> tuple[type, ...]:
+    """Keras 2's optimizer base classes (tf-keras: the new and the legacy), when this process loaded
+    tf-keras (``tf.keras`` under ``TF_USE_LEGACY_KERAS=1``); ``()`` otherwise (nothing is imported)."""
+    import sys
+
+    tf_keras = sys.modules.get("tf_keras")
+    if tf_keras is None:
+        return ()
+    return (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+
+
+def keras2_distributed_class(base: type, options: GradientOptions) -> type:
+    """A subclass of the Keras 2 optimizer class ``base`` that all-reduces gradients in
+    ``apply_gradients`` (Keras 2's ``minimize`` and ``model.fit`` both end there)."""
+    key = (base, options, 1, False)
+    if key in _CLASSES:
+        return _CLASSES[key]
+
+    class Distributed(_Reducing, base):
+        _hvd_options = options
+
+        def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+            pairs = list(grads_and_vars)
+            variables = [v for _, v in pairs]
+            reduced = self._hvd_reduce([g for g, _ in pairs], variables)
+            return super().apply_gradients(list(zip(reduced, variables, strict=True)), *args, **kwargs)
+
+    Distributed.__name__ = Distributed.__qualname__ = base.__name__
+    Distributed.__module__ = base.__module__
+    _CLASSES[key] = Distributed
+    return Distributed
+
+
 def distributed_class(
     base: type, options: GradientOptions, backward_passes_per_step: int, average_aggregated_gradients: bool
 ) -> type:
@@ -33,35 +104,8 @@ def distributed_class(
         return _CLASSES[key]
     passes = backward_passes_per_step
 
-    class Distributed(base):
+    class Distributed(_Reducing, base):
         _hvd_options = options
-        _hvd_local_refs: frozenset[Any] = frozenset()
-        _hvd_scale_local = True
-
-        def register_local_var(self, var: Any) -> None:
-            """A variable whose gradient stays on this rank (divided by the size unless
-            ``scale_local_gradients=False``)."""
-            self._hvd_local_refs = self._hvd_local_refs | {variable_key(var)}
-
-        def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
-            if not self._hvd_local_refs:
-                return allreduce_gradients(grads, options, variables)
-            local = [variable_key(v) in self._hvd_local_refs for v in variables]
-            shared = allreduce_gradients(
-                [g for g, is_local in zip(grads, local, strict=True) if not is_local],
-                options,
-                [v for v, is_local in zip(variables, local, strict=True) if not is_local],
-            )
-            size = float(functions.runtime.world().size)
-            out, it = [], iter(shared)
-            for grad, is_local in zip(grads, local, strict=True):
-                if not is_local:
-                    out.append(next(it))
-                elif grad is not None and self._hvd_scale_local:
-                    out.append(divided(grad, size))
-                else:
-                    out.append(grad)
-            return out
 
         def build(self, variables: Any) -> None:
             super().build(variables)
@@ -148,18 +192,30 @@ def DistributedOptimizer(
     del device_dense, device_sparse, scale_local_gradients
     if process_set is not None:
         functions._check_process_set(process_set)
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    keras2 = isinstance(optimizer, keras2_optimizer_types())
+    if not isinstance(optimizer, keras.optimizers.Optimizer) and not keras2:
         raise NotImplementedError(
-            f"hvd.DistributedOptimizer got a {type(optimizer).__name__}; tfdist's Horovod API wraps Keras 3 "
-            "optimizers (keras.optimizers.*, tf.keras.optimizers.* on TensorFlow 2.16+). For a custom loop "
-            "use hvd.DistributedGradientTape(tape)."
+            f"hvd.DistributedOptimizer got a {type(optimizer).__name__}; tfdist's Horovod API wraps Keras "
+            "optimizers (keras.optimizers.*; tf.keras.optimizers.*, Keras 2's with TF_USE_LEGACY_KERAS=1). "
+            "For a custom loop use hvd.DistributedGradientTape(tape)."
         )
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step} must be at least 1.")
+    if keras2 and backward_passes_per_step > 1:
+        raise NotImplementedError(
+            f"backward_passes_per_step={backward_passes_per_step} with a Keras 2 (tf-keras) optimizer: "
+            "tfdist accumulates gradients for Keras 3 optimizers only. Hint: Keras 3 (unset "
+            "TF_USE_LEGACY_KERAS), or a larger batch."
+        )
     options = GradientOptions(
         op, compression, sparse_as_dense, gradient_predivide_factor, groups_option(groups, num_groups)
     )
-    cls = distributed_class(type(optimizer), options, backward_passes_per_step, average_aggregated_gradients)
+    if keras2:
+        cls = keras2_distributed_class(type(optimizer), options)
+    else:
+        cls = distributed_class(
+            type(optimizer), options, backward_passes_per_step, average_aggregated_gradients
+        )
     config = optimizer.get_config()
     if name:
         config["name"] = name

@@ -47,7 +47,11 @@ def strategy_of(model: Any) -> Any:
         raise ConfigError(
             "the model has no trainable variables (not built?). Hint: give the first layer an Input shape."
         )
-    owner = getattr(getattr(variables[0], "value", variables[0]), "_distribute_strategy", None)
+    variable = variables[0]
+    inner = getattr(variable, "value", variable)  # Keras 3 wraps TensorFlow's variable; .value is it
+    if callable(inner):  # tf.keras (Keras 2): the variable is TensorFlow's own (.value is a method)
+        inner = variable
+    owner = getattr(inner, "_distribute_strategy", None)
     if owner is None:
         if context.built() is not None:
             raise ConfigError(
