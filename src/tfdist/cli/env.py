@@ -97,7 +97,37 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "keras_fix": keras_fix_status(environ),
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
         "ray_cluster": find_cluster(environ),
+        "mpi": mpi_status(environ),
     }
+
+
+def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The MPI library mpi4py loads here, the launcher ``tfdist launch --backend mpi`` would use, which
+    launcher started this process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
+    import importlib.util
+
+    from tfdist.nodes.mpi import find_stack, mismatch, started_by
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return {"library": None, "launcher": None, "problem": "mpi4py is not installed", "started_by": None}
+    stack = find_stack()
+    by = started_by(environ)
+    line = mismatch(stack.library, by, stack.launcher)
+    return {**stack.to_dict(), "started_by": by.name if by else None, "mismatch": line}
+
+
+def _mpi_lines(mpi: dict[str, Any]) -> list[str]:
+    library = mpi.get("library")
+    lines = [
+        f"MPI library (mpi4py): {library['name']} ({library['path']})" if library else "MPI library: none"
+    ]
+    if mpi.get("launcher"):
+        lines.append(f"MPI launcher: {mpi['launcher']} ({mpi['launcher_version'] or mpi['flavour']})")
+    if mpi.get("problem"):
+        lines.append(f"MPI: {mpi['problem']}")
+    if mpi.get("started_by"):
+        lines.append(f"started by: {mpi['started_by']}")
+    return lines
 
 
 def keras_fix_status(environ: Mapping[str, str]) -> str:
@@ -151,6 +181,10 @@ def _print_tables(info: dict[str, Any]) -> None:
         console.print(
             f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
         )
+    for line in _mpi_lines(info["mpi"]):
+        console.print(line, highlight=False, markup=False)
+    if info["mpi"].get("mismatch"):
+        console.print(f"[yellow]warning:[/] {info['mpi']['mismatch']}", highlight=False)
     if info["inside_slurm_allocation"]:
         console.print(
             "[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]"
@@ -164,6 +198,7 @@ def _print_tables(info: dict[str, Any]) -> None:
         f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
         f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}",
         f"- Keras fix: {info['keras_fix']}",
+        *(f"- {line}" for line in _mpi_lines(info["mpi"])),
     ]
     # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
     print("\n".join(lines))

