@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from hostcluster import HOSTS_SCRIPT, one_process, unavailable_reason
+from hostcluster import HOSTS_ENV, HOSTS_SCRIPT, PREFIX, SUBNET, Hosts, one_process
+
+from helpers.cli import TFDIST
 
 pytest.importorskip("ray")
 
@@ -29,12 +31,11 @@ HELPERS = Path(__file__).parent.parent / "helpers"
 PY = sys.executable
 RAY = str(Path(PY).parent / "ray")
 PORT = 6390
-HEAD = f"10.85.0.1:{PORT}"
-TEMP = Path("/tmp/tfdy-ray")
+HEAD = f"{SUBNET}.1:{PORT}"
+TEMP = Path(f"/tmp/{PREFIX}-ray")
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_", "RAY_"))},
-    "TFDIST_HOSTS_PREFIX": "tfdy",
-    "TFDIST_HOSTS_SUBNET": "10.85.0",
+    **HOSTS_ENV,
     "RAY_USAGE_STATS_ENABLED": "0",
     "TF_CPP_MIN_LOG_LEVEL": "2",
     "TF_ENABLE_ONEDNN_OPTS": "0",
@@ -60,7 +61,7 @@ class RayCluster:
 
     def launch(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """`tfdist launch --ray ADDRESS ARGS` from node1."""
-        return self.on("node1", PY, "-m", "tfdist", "launch", "--ray", self.address, *args, timeout=timeout)
+        return self.on("node1", *TFDIST, "launch", "--ray-address", self.address, *args, timeout=timeout)
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -94,16 +95,9 @@ def _alive_nodes() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayCluster]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    subprocess.run(
-        [HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60
-    )  # a crashed run's leftovers
-    shutil.rmtree(TEMP, ignore_errors=True)
-    made = subprocess.run([HOSTS_SCRIPT, "up", "2"], env=ENV, capture_output=True, text=True, timeout=60)
-    assert made.returncode == 0, made.stderr
+def ray_cluster(testhosts: Hosts) -> Iterator[RayCluster]:
+    """Ray's head on node1 and a worker node on node2 of the run's test hosts, for this module."""
+    shutil.rmtree(TEMP, ignore_errors=True)  # a crashed run's leftovers
     TEMP.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -142,13 +136,12 @@ def ray_cluster() -> Iterator[RayCluster]:
         yield RayCluster(HEAD)
     finally:
         _stop(procs)
-        subprocess.run([HOSTS_SCRIPT, "down"], env=ENV, capture_output=True, timeout=60)
         shutil.rmtree(TEMP, ignore_errors=True)
 
 
 def placed_on_both_nodes(output: str) -> None:
     line = next(line for line in output.splitlines() if "placed 2 worker(s)" in line)
-    assert "on 10.85.0.1" in line and "on 10.85.0.2" in line, line
+    assert f"on {SUBNET}.1" in line and f"on {SUBNET}.2" in line, line
 
 
 @pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
@@ -189,7 +182,7 @@ def test_model_fit_script_as_written_matches_one_process(ray_cluster: RayCluster
     [
         (
             ("-n", "5"),
-            "-n 5 workers need 5 CPU (1 per worker) but the Ray cluster at 10.85.0.1:6390 has 4 CPU",
+            f"-n 5 workers need 5 CPU (1 per worker) but the Ray cluster at {HEAD} has 4 CPU",
         ),
         pytest.param(
             ("-n", "2", "--gpus-per-worker", "1"),
@@ -225,12 +218,10 @@ def test_what_the_cluster_cannot_hold_is_one_line_and_nothing_stays_pending(
 def test_unreachable_address_is_one_line(ray_cluster: RayCluster, tmp_path: Path) -> None:
     proc = ray_cluster.on(
         "node1",
-        PY,
-        "-m",
-        "tfdist",
+        *TFDIST,
         "launch",
-        "--ray",
-        "10.85.0.2:6999",
+        "--ray-address",
+        f"{SUBNET}.2:6999",
         "-n",
         "2",
         str(HELPERS / "plain_mwms.py"),
@@ -241,7 +232,7 @@ def test_unreachable_address_is_one_line(ray_cluster: RayCluster, tmp_path: Path
     lines = proc.stderr.strip().splitlines()
     assert (
         len(lines) == 1
-        and "--ray 10.85.0.2:6999: no Ray cluster answers there (Connection refused)" in lines[0]
+        and f"--ray-address {SUBNET}.2:6999: no Ray cluster answers there (Connection refused)" in lines[0]
     )
 
 
@@ -273,7 +264,7 @@ def test_placement_strategies_place_as_named_and_train_the_same(
     proc = ray_cluster.launch(*args, script, str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stderr.splitlines() if "placed 2 worker(s)" in line)
-    nodes = {addr for addr in ("10.85.0.1", "10.85.0.2") if f"on {addr}" in line}
+    nodes = {addr for addr in (f"{SUBNET}.1", f"{SUBNET}.2") if f"on {addr}" in line}
     assert len(nodes) == (1 if strategy == "pack" else 2), line
     reference = np.load(single / "weights-0.npy")
     for rank in range(2):

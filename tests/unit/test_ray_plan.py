@@ -119,7 +119,7 @@ def test_gpu_workers_keep_the_gpus_ray_gives_their_bundle(tmp_path: Path) -> Non
         ({"ps": 1}, "--ps cannot"),
         ({"ray_strategy": "random"}, "--ray-strategy='random' is not one of pack, spread, strict-spread"),
         ({"ray_gpus": -1.0}, "--gpus-per-worker=-1 must be 0 or more"),
-        ({"ray": "train.py"}, "--ray 'train.py' is not a Ray address"),
+        ({"ray": "train.py"}, "--ray-address 'train.py' is not a Ray address"),
         ({"ray": "head:99999"}, "is not a Ray address"),
     ],
 )
@@ -150,6 +150,11 @@ def test_addresses(address: str) -> None:
         ),
         (["--ray", "h:1", "--cpu", "--gpus-per-worker", "2"], {"ray_gpus": 0.0}),
         ([], {"ray": None, "gpus_per_worker": "1"}),
+        (["--ray-address", "h:6379", "--ray-gpus", "2"], {"ray": "h:6379", "ray_gpus": 2.0}),
+        (
+            ["--ray", "--ray-gpus", "0.5", "-n", "2"],
+            {"ray": "auto", "ray_gpus": 0.5, "command": ("train.py",)},
+        ),
     ],
 )
 def test_flags(argv: list[str], expected: dict[str, object]) -> None:
@@ -169,10 +174,11 @@ def test_gpus_per_worker_must_be_a_number_with_ray(
 ) -> None:
     script = tmp_path / "t.py"
     script.write_text("print(1)\n")
-    assert cli_main(["launch", "--ray", "h:6379", "--gpus-per-worker", "all", str(script)]) == 2
+    assert cli_main(["launch", "--ray-address", "h:6379", "--gpus-per-worker", "all", str(script)]) == 2
     err = capsys.readouterr().err.strip()
     assert (
-        len(err.splitlines()) == 1 and "--gpus-per-worker='all': with --ray it is the number of GPUs" in err
+        len(err.splitlines()) == 1
+        and "--gpus-per-worker='all' with --ray: a worker's GPUs on Ray are --ray-gpus" in err
     )
 
 
@@ -283,3 +289,36 @@ def test_worker_host_signals_and_kills_the_whole_process_group(tmp_path: Path) -
     assert seen == ["up", "term"]
     assert host.kill() == -signal.SIGKILL
     assert read_all(host)["code"] == -signal.SIGKILL
+
+
+def test_a_bare_ray_flag_never_takes_the_script_for_an_address(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--ray train.py``: the script stays the script; the old ``--ray ADDRESS`` works, with one line."""
+    import argparse
+
+    from tfdist.cli import launch as launch_cli
+
+    parser = argparse.ArgumentParser()
+    launch_cli.register(parser.add_subparsers())
+    config = launch_cli.config_from_args(parser.parse_args(["launch", "--ray", "train.py", "--ray", "h:1"]))
+    assert (config.ray, config.command) == ("auto", ("train.py", "--ray", "h:1"))  # the script's own args
+    assert capsys.readouterr().err == ""
+    old = launch_cli.config_from_args(
+        parser.parse_args(["launch", "--ray", "h:6379", "--gpus-per-worker", "1", "train.py"])
+    )
+    assert (old.ray, old.ray_gpus) == ("h:6379", 1.0)
+    assert capsys.readouterr().err.splitlines() == [
+        "tfdist launch: --ray h:6379 is an old spelling: write --ray-address h:6379.",
+        "tfdist launch: --gpus-per-worker 1 with --ray is an old spelling: write --ray-gpus 1.",
+    ]
+
+
+def test_ray_gpus_without_ray_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("print(1)\n")
+    assert cli_main(["launch", "--ray-gpus", "1", str(script)]) == 2
+    assert (
+        capsys.readouterr().err
+        == "tfdist launch: error: --ray-gpus=1 without --ray. Hint: add --ray (or --ray-address).\n"
+    )

@@ -31,16 +31,28 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--gpus-per-worker",
         default=None,
-        metavar="1|all|G",
-        help="1 GPU per worker, or all for one worker driving every GPU; with --ray: G GPUs (default 0)",
+        metavar="1|all",
+        help="1 GPU per worker (default), or all for one worker driving every GPU",
     )
     p.add_argument(
         "--ray",
-        nargs="?",
+        action="store_const",
         const="auto",
         default=None,
+        help="workers placed by Ray, -n in all, on the cluster RAY_ADDRESS or this machine names",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
         metavar="ADDRESS",
-        help="workers placed by Ray, -n in all: HOST:PORT of the head, or auto (RAY_ADDRESS, this machine's)",
+        help="workers placed by Ray on this cluster: HOST:PORT of the head, ray://HOST:PORT or auto",
+    )
+    p.add_argument(
+        "--ray-gpus",
+        type=float,
+        default=None,
+        metavar="G",
+        help="with --ray: GPUs in each worker's bundle (default 0)",
     )
     p.add_argument(
         "--ray-strategy",
@@ -139,6 +151,8 @@ def register(sub: Any) -> None:
     p.add_argument("script", metavar="SCRIPT", help="the Python script (or module with -m) every worker runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script untouched")
     p.set_defaults(run=run)
+    # Old spellings are rewritten before parsing (see LaunchParser): its class, not a new parser.
+    p.__class__ = _launch_parser_class(type(p))
 
 
 def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -164,10 +178,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     nproc = args.nproc_per_node
     gpus = args.gpus_per_worker or "1"
-    if args.ray is None and gpus not in ("1", "all"):
+    ray = args.ray_address or args.ray
+    if ray is None and gpus not in ("1", "all"):
         raise ConfigError(
-            f"argument --gpus-per-worker: invalid choice: {gpus!r} (choose 1 or all; a number of GPUs per "
-            "worker only with --ray)."
+            f"argument --gpus-per-worker: invalid choice: {gpus!r} (choose 1 or all; GPUs per Ray worker are "
+            "--ray-gpus G)."
         )
     slots = nodes.parse_host_slots(args.host_slots) if args.host_slots else ()
     if slots and nproc is not None and nproc != slots[0].slots:
@@ -179,12 +194,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
         if slots:
             nproc = slots[0].slots
         else:
-            nproc = 1 if args.cpu or gpus == "all" or args.ray else max(1, len(visible_gpus(os.environ)))
+            nproc = 1 if args.cpu or gpus == "all" or ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
     node_range = parse_nnodes(args.nnodes)
     if not args.rdzv:  # a scheduler's step answers the flags that describe the nodes: say so first
         scheduler_nodes(
-            os.environ, args.ray is not None, args.hosts or args.hostfile, args.node_rank, node_range.high
+            os.environ, ray is not None, args.hosts or args.hostfile, args.node_rank, node_range.high
         )
     rdzv = None
     if args.rdzv:
@@ -202,7 +217,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         ps=args.ps,
         chief=args.chief,
         cpu=args.cpu,
-        gpus_per_worker="1" if args.ray else gpus,
+        gpus_per_worker="1" if ray else gpus,
         log_dir=args.log_dir,
         prefix=not args.no_prefix,
         quiet_workers=args.quiet_workers,
@@ -222,17 +237,85 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--ray [ADDRESS]``, ``--ray-strategy`` and, with --ray, ``--gpus-per-worker G`` (a number)."""
-    if args.ray is None:
+    """``--ray`` / ``--ray-address ADDRESS``, ``--ray-strategy`` and ``--ray-gpus G``."""
+    address = args.ray_address or args.ray
+    if address is None:
+        if args.ray_gpus is not None:
+            raise ConfigError(
+                f"--ray-gpus={args.ray_gpus:g} without --ray. Hint: add --ray (or --ray-address)."
+            )
         return {}
-    text = args.gpus_per_worker or "0"
-    try:
-        gpus = 0.0 if args.cpu else float(text)
-    except ValueError:
+    if args.gpus_per_worker not in (None, "1"):
         raise ConfigError(
-            f"--gpus-per-worker={text!r}: with --ray it is the number of GPUs per worker (e.g. 1)."
-        ) from None
-    return {"ray": args.ray, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
+            f"--gpus-per-worker={args.gpus_per_worker!r} with --ray: a worker's GPUs on Ray are --ray-gpus G."
+        )
+    gpus = 0.0 if args.cpu else (args.ray_gpus if args.ray_gpus is not None else 0.0)
+    return {"ray": address, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
+
+
+#: Options of ``tfdist launch`` that take a value (what follows them is not the script).
+_VALUE_OPTIONS: frozenset[str] = frozenset()
+
+
+def old_spellings(argv: list[str]) -> list[str]:
+    """``argv`` (the arguments after ``launch``) with the old spellings rewritten, each with a one-line
+    deprecation warning: ``--ray ADDRESS`` is ``--ray-address ADDRESS`` (a bare ``--ray`` no longer takes
+    the next word, so ``--ray train.py`` cannot take the script for an address), and ``--gpus-per-worker G``
+    with a number G beside --ray is ``--ray-gpus G``. Only the options before the script are read."""
+    from tfdist.launch.ray.address import looks_like_address
+
+    out: list[str] = []
+    ray = any(a in ("--ray", "--ray-address") or a.startswith(("--ray=", "--ray-address=")) for a in argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, has_value, value = arg.partition("=")
+        if not arg.startswith("-") or arg == "--":
+            out.extend(argv[i:])  # the script and its own arguments, untouched
+            break
+        if name == "--ray" and (has_value or (i + 1 < len(argv) and looks_like_address(argv[i + 1]))):
+            address = value if has_value else argv[i + 1]
+            _deprecated(f"--ray {address}", f"--ray-address {address}")
+            out += ["--ray-address", address]
+            i += 1 if has_value else 2
+            continue
+        if name == "--gpus-per-worker" and ray:
+            count = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
+            if count.replace(".", "", 1).isdigit():
+                _deprecated(f"--gpus-per-worker {count} with --ray", f"--ray-gpus {count}")
+                out += ["--ray-gpus", count]
+                i += 1 if has_value else 2
+                continue
+        out.append(arg)
+        if name in _VALUE_OPTIONS and not has_value and i + 1 < len(argv):
+            out.append(argv[i + 1])
+            i += 1
+        i += 1
+    return out
+
+
+def _deprecated(old: str, new: str) -> None:
+    import sys
+
+    sys.stderr.write(f"tfdist launch: {old} is an old spelling: write {new}.\n")
+
+
+def _launch_parser_class(base: type) -> type:
+    """The launch parser's class: ``base`` that rewrites old spellings before it parses (argparse hands
+    a sub-command's arguments to its parser's ``parse_known_args``, whoever built the parser tree)."""
+    global _VALUE_OPTIONS
+
+    class LaunchParser(base):
+        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+            global _VALUE_OPTIONS
+            if not _VALUE_OPTIONS:
+                _VALUE_OPTIONS = frozenset(
+                    s for a in self._actions if a.option_strings and a.nargs is None for s in a.option_strings
+                )
+            given = list(args) if args is not None else None
+            return super().parse_known_args(old_spellings(given) if given is not None else None, namespace)
+
+    return LaunchParser
 
 
 def run(args: argparse.Namespace) -> int:

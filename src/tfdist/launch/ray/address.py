@@ -27,10 +27,19 @@ def check_address(address: str) -> str:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ConfigError(
-            f"--ray {address!r} is not a Ray address. Hint: --ray HOST:PORT (the head's GCS address, "
-            "as ray start --head prints it), --ray auto, or --ray with no value before another option."
+            f"--ray-address {address!r} is not a Ray address. Hint: --ray-address HOST:PORT (the head's GCS "
+            "address, as ray start --head prints it), or --ray alone for the cluster RAY_ADDRESS names."
         )
     return text
+
+
+def looks_like_address(text: str) -> bool:
+    """Whether ``text`` is written as a Ray address (``auto``, ``ray://…``, ``HOST:PORT``) rather than a
+    script or an option. Input/Output: ``"h:6379"`` -> True; ``"train.py"``, ``"-n"`` -> False."""
+    if text == "auto" or text.startswith("ray://"):
+        return True
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and not host.startswith("-") and port.isdigit())
 
 
 def answers(address: str, timeout: float) -> OSError | None:
@@ -55,8 +64,8 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     if exc is not None:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ConfigError(
-            f"--ray {address}: no Ray cluster answers there ({reason}). Hint: the address ray start --head "
-            "printed (its GCS port, 6379 by default), reachable from this machine."
+            f"--ray-address {address}: no Ray cluster answers there ({reason}). Hint: the address ray start "
+            "--head printed (its GCS port, 6379 by default), reachable from this machine."
         )
 
 
