@@ -69,15 +69,7 @@ def redirect(callback: Any, task_id: int) -> bool:
 
 
 def _read_chief_write_private(callback: Any, into: str) -> None:
-    read_paths = {
-        name: getattr(callback, name)
-        for name in (
-            "_weights_path",
-            "_training_metadata_path",
-            "_prev_weights_path",
-            "_prev_training_metadata_path",
-        )
-    }
+    read_paths = {name: getattr(callback, name) for name in backup_paths()}
     write_paths = {name: moved_path(path, into) for name, path in read_paths.items()}
     chief_dir, save = callback.backup_dir, callback._save_model
 
@@ -98,6 +90,14 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
     callback._save_model = save_privately
     callback.on_train_end = train_end
+
+
+def backup_paths() -> tuple[str, ...]:
+    """BackupAndRestore's private path attributes in the installed Keras (a field of its adapter row)."""
+    from tfdist.keras import fix
+
+    adapter = fix.current_adapter()
+    return adapter.backup_paths if adapter is not None else ()
 
 
 def patch_callback_list(module: Any) -> None:

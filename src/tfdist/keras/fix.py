@@ -3,8 +3,8 @@
 Keras 3's TensorFlow trainer (``keras/src/backend/tensorflow/trainer.py``) breaks in two places when the
 strategy spans several workers (keras-team/keras#20585, open upstream):
 
-- ``TensorFlowTrainer._maybe_symbolic_build`` reduces the first distributed batch with
-  ``strategy.reduce("MEAN", (x, y))``; a collective strategy cannot reduce that nested structure
+- ``TensorFlowTrainer._maybe_symbolic_build`` (Keras 3.5 and later) reduces the first distributed batch
+  with ``strategy.reduce("MEAN", (x, y))``; a collective strategy cannot reduce that nested structure
   ("Attempt to convert a value (PerReplica:{...}) with an unsupported type");
 - ``reduce_per_replica`` reduces the scalar logs of every step with ``axis=0``
   ("Invalid reduction dimension 0 for input with 0 dimensions") and calls ``strategy.reduce("SUM", v)``
@@ -14,21 +14,27 @@ Only those two behaviours are replaced, and only while the strategy is a multi-w
 every other strategy goes through Keras' own code untouched. The replacement builds the model from the
 first local replica's batch (only shapes and dtypes matter there) and reduces all scalar logs of a step
 in ONE packed all-reduce (each extra collective costs ~1.4 ms on loopback).
+
+What differs between Keras releases is read from ONE table (:mod:`tfdist.keras.adapters`). A Keras outside
+the table is left as it is, except that ``fit`` / ``evaluate`` / ``predict`` under a multi-worker strategy
+end with one :class:`~tfdist.errors.ConfigError` line naming the Keras to install (exit code 2 in a
+launched worker): Keras' own code would fail there with a long traceback.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 from tfdist import variables
-from tfdist.keras import callbacks, checks
+from tfdist.errors import ConfigError
+from tfdist.keras import adapters, callbacks, checks, gradients
+from tfdist.keras.adapters import KerasAdapter
 from tfdist.keras.checks import is_multi_worker
 
-#: Keras releases whose trainer was read and tested with this fix (keep in step with pyproject.toml).
-TESTED_KERAS = ((3, 15), (3, 16))  # [lower, upper)
+#: The Keras range of the adapter table, ``[low, high)`` (every row is trained by devtools/compat.py).
+TESTED_KERAS = adapters.supported_range()
 TARGET = "keras.src.backend.tensorflow.trainer"
 _STATE: dict[str, Any] = {}
 #: Called when model.fit builds without any strategy: the worker bootstrap registers its join-check
@@ -36,19 +42,12 @@ _STATE: dict[str, Any] = {}
 ON_FIT_WITHOUT_STRATEGY: list[Callable[[], None]] = []
 
 
-def _version_tuple(text: str) -> tuple[int, int]:
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    padded = [*parts, 0, 0]
-    return padded[0], padded[1]
-
-
 def keras_in_tested_range(version: str) -> bool:
-    """True when ``version`` (e.g. ``"3.15.1"``) lies in :data:`TESTED_KERAS`.
+    """True when ``version`` (e.g. ``"3.15.1"``) has a row in the adapter table.
 
-    Input/Output: ``"3.15.1"`` -> True; ``"3.16.0"`` -> False; ``"2.15.0"`` -> False.
+    Input/Output: ``"3.15.1"`` -> True; ``"3.3.3"`` -> True; ``"3.16.0"`` -> False; ``"2.15.0"`` -> False.
     """
-    low, high = TESTED_KERAS
-    return low <= _version_tuple(version) < high
+    return adapters.adapter_for(version) is not None
 
 
 def enabled_by_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -71,28 +70,34 @@ def keras_version() -> str:
         return "0"
 
 
-def gate() -> bool:
-    """Whether the fix may be applied: on (``TFDIST_KERAS_PATCH``) and Keras in the tested range.
-
-    Outside the range it warns once, naming the version, and the fix stays off.
-    """
-    if not enabled_by_env():
-        return False
+def current_adapter() -> KerasAdapter | None:
+    """The adapter-table row of the installed Keras; None outside the table."""
     version = keras_version()
-    if keras_in_tested_range(version):
-        return True
-    if not _STATE.get("warned"):
-        _STATE["warned"] = True
-        low, high = TESTED_KERAS
-        wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-        warnings.warn(
-            f"tfdist: Keras {version} is outside the range the model.fit fix was tested with ({wanted}); "
-            "Keras is left unpatched, so model.fit under MultiWorkerMirroredStrategy may fail. "
-            f"Hint: pip install 'keras{wanted}', or train with tfdist.fit.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return False
+    if _STATE.get("version") != version:
+        _STATE["version"], _STATE["adapter"] = version, adapters.adapter_for(version)
+    adapter: KerasAdapter | None = _STATE["adapter"]
+    return adapter
+
+
+def gate() -> bool:
+    """Whether the fix may be applied: on (``TFDIST_KERAS_PATCH``) and Keras has a row in the table.
+
+    Silent: a Keras outside the table is refused only where it matters, by :func:`refusal` (a
+    multi-worker ``fit`` / ``evaluate`` / ``predict``).
+    """
+    return enabled_by_env() and current_adapter() is not None
+
+
+def refusal(strategy: Any) -> None:
+    """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy."""
+    if strategy is None or not is_multi_worker(strategy):
+        return
+    import sys
+
+    keras = sys.modules.get("keras")
+    where = os.path.dirname(getattr(keras, "__file__", "") or "") or "the Python path"
+    tf = sys.modules.get("tensorflow")
+    raise ConfigError(adapters.unsupported_message(keras_version(), where, getattr(tf, "__version__", None)))
 
 
 def install() -> bool:
@@ -101,11 +106,13 @@ def install() -> bool:
     Launched workers get it without importing tfdist: their bootstrap applies :func:`patch_trainer` and
     :func:`tfdist.keras.callbacks.patch_callback_list` as Keras loads those modules.
     """
-    if not gate():
+    if not enabled_by_env():
         return False
     import importlib
 
-    patch_trainer(importlib.import_module(TARGET))
+    patch_trainer(importlib.import_module(TARGET))  # outside the table: the refusal only
+    if not gate():
+        return False
     callbacks.patch_callback_list(importlib.import_module(callbacks.TARGET))
     patch_variable_numbers(importlib.import_module(VARIABLES))
     return is_installed()
@@ -125,10 +132,12 @@ def patch_variable_numbers(module: Any) -> None:
     """
     import numpy as np
 
-    cls = module.Variable
-    if getattr(cls.__float__, "__wrapped__", None):
+    adapter = current_adapter()
+    cls = getattr(module, adapter.variable_class if adapter else "Variable")
+    if getattr(cls, "_tfdist_numbers", False):
         return
-    original_float, original_int = cls.__float__, cls.__int__
+    # Keras before 3.5 has neither: float() of a variable then fails in one process too.
+    original_float, original_int = getattr(cls, "__float__", None), getattr(cls, "__int__", None)
 
     def __float__(self: Any) -> float:
         return float(np.asarray(self))
@@ -139,41 +148,129 @@ def patch_variable_numbers(module: Any) -> None:
     __float__.__wrapped__ = original_float  # type: ignore[attr-defined]
     __int__.__wrapped__ = original_int  # type: ignore[attr-defined]
     cls.__float__, cls.__int__ = __float__, __int__
+    cls._tfdist_numbers = True
+
+
+#: The TensorFlowTrainer entry points wrapped where Keras has no build hook (before 3.5) or no row.
+ENTRY_POINTS = ("fit", "evaluate", "predict")
 
 
 def patch_trainer(trainer: Any) -> None:
-    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once)."""
-    if _STATE.get("installed") or getattr(trainer.reduce_per_replica, "__wrapped__", None) or not gate():
-        return
-    cls = trainer.TensorFlowTrainer
-    original_build = cls._maybe_symbolic_build
-    original_reduce = trainer.reduce_per_replica
+    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once).
 
-    def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
-        strategy = self._distribute_strategy
-        if strategy is None:
-            for hook in ON_FIT_WITHOUT_STRATEGY:  # a launched fit that will not join the job
-                hook()
-        if strategy is None or not is_multi_worker(strategy):
-            return original_build(self, iterator=iterator, data_batch=data_batch)
-        checks.check_fit_inputs(self, iterator, strategy)
-        if iterator is not None:
-            for _, _, it in iterator:
-                data_batch = first_local_batch(strategy, next(it))
-                break
-        with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
+    Outside the adapter table only the refusal is installed (:func:`refusal`); with the fix off
+    (``TFDIST_KERAS_PATCH=0``) nothing.
+    """
+    cls = trainer.TensorFlowTrainer
+    if not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):
+        return
+    _STATE["patched"] = cls._tfdist_patched = True
+    adapter = current_adapter()
+    if adapter is None:
+        _wrap_entry_points(cls, _refuse_or_report)
+        return
+    if adapter.symbolic_build:
+        _replace_symbolic_build(cls, adapter)
+    else:  # the model is built while the first step is traced: check the inputs on entry
+        _wrap_entry_points(cls, _check_on_entry)
+    original_reduce = trainer.reduce_per_replica
 
     def reduce_per_replica(values: Any, strategy: Any, reduction: str) -> Any:
         if reduction == "concat" or not is_multi_worker(strategy):
             return original_reduce(values, strategy, reduction)
         return reduce_packed(values, strategy, "SUM" if reduction == "sum" else "MEAN")
 
-    _maybe_symbolic_build.__wrapped__ = original_build  # type: ignore[attr-defined]
     reduce_per_replica.__wrapped__ = original_reduce  # type: ignore[attr-defined]
-    cls._maybe_symbolic_build = _maybe_symbolic_build
     trainer.reduce_per_replica = reduce_per_replica
     _STATE["installed"] = True
+
+
+def _strategy_of(model: Any) -> Any:
+    return getattr(model, "_distribute_strategy", None)
+
+
+def _report_no_strategy() -> None:
+    for hook in ON_FIT_WITHOUT_STRATEGY:  # a launched fit that will not join the job
+        hook()
+
+
+def _refuse_or_report(model: Any, method: str) -> None:
+    strategy = _strategy_of(model)
+    if strategy is None:
+        _report_no_strategy()
+    refusal(strategy)
+
+
+def _check_on_entry(model: Any, method: str) -> None:
+    strategy = _strategy_of(model)
+    if strategy is None:
+        _report_no_strategy()
+    elif is_multi_worker(strategy):
+        patch_gradients()
+        if method != "predict":
+            checks.check_fit_inputs(model, None, strategy)
+
+
+def patch_gradients() -> None:
+    """The optimizer part of the fix, for the releases whose row needs it (at the first multi-worker fit:
+    Keras is fully imported by then)."""
+    import importlib
+
+    adapter = current_adapter()
+    if adapter is not None and adapter.gradients != "scaled":
+        gradients.patch_optimizer(importlib.import_module(gradients.TARGET), adapter.gradients)
+
+
+def _wrap_entry_points(cls: Any, before: Callable[[Any, str], None]) -> None:
+    """Run ``before(model, name)`` first in each of :data:`ENTRY_POINTS`."""
+    for name in ENTRY_POINTS:
+        original = getattr(cls, name)
+
+        def entry(
+            self: Any, *args: Any, __original: Any = original, __name: str = name, **kwargs: Any
+        ) -> Any:
+            before(self, __name)
+            return __original(self, *args, **kwargs)
+
+        entry.__wrapped__ = original  # type: ignore[attr-defined]
+        entry.__name__ = entry.__qualname__ = name
+        setattr(cls, name, entry)
+
+
+def first_step_iterator(iterator: Any, epoch_steps: str) -> Any:
+    """The per-step iterator of an epoch's first step, walked as the adapter's Keras walks an epoch."""
+    if epoch_steps == "enumerate_epoch":
+        for _, it in iterator.enumerate_epoch():
+            return it
+    elif epoch_steps == "pairs":
+        for _, it in iterator:
+            return it
+    else:
+        for _, _, it in iterator:
+            return it
+    return None
+
+
+def _replace_symbolic_build(cls: Any, adapter: KerasAdapter) -> None:
+    original_build = cls._maybe_symbolic_build
+
+    def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        strategy = self._distribute_strategy
+        if strategy is None:
+            _report_no_strategy()
+        if strategy is None or not is_multi_worker(strategy):
+            return original_build(self, iterator=iterator, data_batch=data_batch)
+        patch_gradients()
+        checks.check_fit_inputs(self, iterator, strategy)
+        if iterator is not None:
+            it = first_step_iterator(iterator, adapter.epoch_steps)
+            if it is not None:
+                data_batch = first_local_batch(strategy, next(it))
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    _maybe_symbolic_build.__wrapped__ = original_build  # type: ignore[attr-defined]
+    cls._maybe_symbolic_build = _maybe_symbolic_build
 
 
 def _first_local(strategy: Any, value: Any) -> Any:

@@ -1,0 +1,136 @@
+"""What differs between the Keras 3 releases the fix serves: ONE table, keyed by Keras version range.
+
+The fix (:mod:`tfdist.keras.fix`) replaces the same two behaviours of Keras' TensorFlow trainer in every
+release; what moves between releases is where they live and how the trainer walks an epoch. Every
+version-dependent choice is a field of :class:`KerasAdapter`, read from :data:`ADAPTERS`; nothing else in
+tfdist compares Keras versions. Pure: no TensorFlow or Keras import (read from the wheels' sources of
+``keras/src/backend/tensorflow/trainer.py`` and ``keras/src/callbacks/backup_and_restore.py``).
+
+Adding a release: read those two files of the new release, add or widen a row, and run
+``./dev compat`` (``devtools/compat.py``), which trains the same script on 2 workers and in one process
+for the oldest and newest release of every row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class KerasAdapter:
+    """How one range of Keras releases ``[low, high)`` is patched.
+
+    - ``symbolic_build``: the trainer has ``_maybe_symbolic_build`` (3.5 and later), which reduces the
+      first distributed batch with ``strategy.reduce("MEAN", ...)`` and must be replaced; before 3.5 the
+      model is built while the first step is traced, and the input checks run from ``fit``/``evaluate``.
+    - ``epoch_steps``: how the trainer walks an epoch, so the replaced build reads the first batch the way
+      Keras' own does: ``"enumerate_epoch"`` (``iterator.enumerate_epoch()`` yields ``(step, it)``),
+      ``"pairs"`` (the iterator itself yields ``(step, it)``), ``"triples"`` (it yields
+      ``(begin_step, end_step, it)``).
+    - ``backup_paths``: the private path attributes of ``BackupAndRestore`` that a non-chief worker moves
+      under its temp dir (3.7 added the previous-backup pair).
+    - ``variable_class``: the name of Keras' base variable class in ``keras.src.backend.common.variables``
+      (``KerasVariable`` until 3.7 renamed it ``Variable``), whose ``float()`` / ``int()`` are patched.
+    - ``gradients``: what Keras' TensorFlow optimizer does with the replicas' gradients: ``"none"``
+      (3.3-3.4: no all-reduce at all), ``"sum"`` (3.5-3.7: summed, loss not scaled: replicas x the step)
+      or ``"scaled"`` (3.8 on: loss scaled by 1/replicas, then summed: right). See
+      :mod:`tfdist.keras.gradients`.
+    """
+
+    low: Version
+    high: Version
+    symbolic_build: bool
+    epoch_steps: str
+    backup_paths: tuple[str, ...]
+    variable_class: str
+    gradients: str
+
+    def covers(self, version: Version) -> bool:
+        return self.low <= version < self.high
+
+    @property
+    def name(self) -> str:
+        return f">={_text(self.low)},<{_text(self.high)}"
+
+
+_BACKUP = ("_weights_path", "_training_metadata_path")
+_BACKUP_PREV = (*_BACKUP, "_prev_weights_path", "_prev_training_metadata_path")
+
+#: Every Keras release range the fix is written for, oldest first; each row's oldest and newest release
+#: is trained by ``devtools/compat.py`` (results: benchmarks/results/compat.json).
+ADAPTERS: tuple[KerasAdapter, ...] = (
+    # fields: low, high, symbolic_build, epoch_steps, backup_paths, variable_class, gradients
+    KerasAdapter((3, 3), (3, 5), False, "enumerate_epoch", _BACKUP, "KerasVariable", "none"),
+    KerasAdapter((3, 5), (3, 7), True, "enumerate_epoch", _BACKUP, "KerasVariable", "sum"),
+    KerasAdapter((3, 7), (3, 8), True, "pairs", _BACKUP_PREV, "Variable", "sum"),
+    KerasAdapter((3, 8), (3, 11), True, "pairs", _BACKUP_PREV, "Variable", "scaled"),
+    KerasAdapter((3, 11), (3, 16), True, "triples", _BACKUP_PREV, "Variable", "scaled"),
+)
+
+#: The oldest Keras each TensorFlow release accepts (its wheel's ``Requires-Dist: keras>=``); pip pairs a
+#: TensorFlow with the newest Keras its Python allows (Keras 3.11+ needs Python 3.10, 3.13+ Python 3.11).
+TF_KERAS_FLOOR: dict[Version, Version] = {
+    (2, 16): (3, 0),
+    (2, 17): (3, 2),
+    (2, 18): (3, 5),
+    (2, 19): (3, 5),
+    (2, 20): (3, 10),
+    (2, 21): (3, 12),
+}
+
+
+def _text(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def version_tuple(text: str) -> Version:
+    """(major, minor) of a version string.
+
+    Input/Output: ``"3.15.1"`` -> ``(3, 15)``; ``"3.16.0.dev2026"`` -> ``(3, 16)``; ``"0"`` -> ``(0, 0)``.
+    """
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
+    padded = [*parts, 0, 0]
+    return padded[0], padded[1]
+
+
+def adapter_for(keras_version: str) -> KerasAdapter | None:
+    """The row of :data:`ADAPTERS` that serves ``keras_version``; None outside the table.
+
+    Input/Output: ``"3.5.0"`` -> the ``>=3.5,<3.7`` row; ``"3.2.1"`` -> None; ``"3.16.0"`` -> None.
+    """
+    version = version_tuple(keras_version)
+    return next((row for row in ADAPTERS if row.covers(version)), None)
+
+
+def supported_range() -> tuple[Version, Version]:
+    """The whole Keras range of the table, ``[low, high)`` (rows are contiguous)."""
+    return ADAPTERS[0].low, ADAPTERS[-1].high
+
+
+def supported_spec() -> str:
+    """The table's range as a pip specifier: ``">=3.3,<3.16"``."""
+    low, high = supported_range()
+    return f">={_text(low)},<{_text(high)}"
+
+
+def install_hint(tf_version: str | None) -> str:
+    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts.
+
+    Input/Output: ``"2.17.1"`` -> ``"pip install 'keras>=3.3,<3.16'"``;
+    ``"2.21.0"`` -> ``"pip install 'keras>=3.12,<3.16'"``.
+    """
+    low, high = supported_range()
+    floor = TF_KERAS_FLOOR.get(version_tuple(tf_version or "0"), low)
+    return f"pip install 'keras>={_text(max(low, floor))},<{_text(high)}'"
+
+
+def unsupported_message(keras_version: str, keras_path: str, tf_version: str | None) -> str:
+    """One line for a Keras outside the table: what was found, where, and the Keras to install."""
+    tf_part = f" beside TensorFlow {tf_version}" if tf_version else ""
+    return (
+        f"Keras {keras_version} (from {keras_path}){tf_part} is outside the releases tfdist's model.fit fix "
+        f"supports under MultiWorkerMirroredStrategy ({supported_spec()}): Keras' own multi-worker fit fails "
+        f"there. Hint: {install_hint(tf_version)}, or train with tfdist.fit."
+    )
