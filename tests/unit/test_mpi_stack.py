@@ -28,7 +28,9 @@ OPENMPI = MPILibrary(
     "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022",
     "/usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so.40.30.4",
     pmix=True,
+    pmi=False,  # Debian's: PMIx only
 )
+OPENMPI_PMI = MPILibrary("openmpi", "Open MPI v4.1.6", "/opt/ompi/lib/libmpi.so.40", pmix=True, pmi=True)
 INTEL = MPILibrary("other", "Intel(R) MPI Library 2021.10 for Linux* OS", "/opt/intel/lib/libmpi.so.12")
 
 # What each launcher sets (measured: Open MPI 4.1.4's mpirun, the mpich wheel's Hydra; Slurm 22.05's
@@ -88,13 +90,18 @@ def test_no_launcher_or_an_ambiguous_one_is_none(environ: dict[str, str]) -> Non
         (MPICH, OPEN_MPI_RUN, "MPI aborts in MPI_Init"),  # the measured case: "unsupported PMI version PMIx"
         (MPICH, SRUN_PMIX, "srun --mpi=pmi2"),
         (MPICH, PRTERUN, "aborts"),
-        (OPENMPI, HYDRA, "would run every rank alone"),
+        (OPENMPI, HYDRA, "runs every rank alone"),
+        (
+            OPENMPI,
+            SRUN_PMI2,
+            "Hint: srun --mpi=pmix",
+        ),  # measured: "OMPI was not built with SLURM's PMI support"
         (MPICH, HYDRA, None),
         (MPICH, SRUN_PMI2, None),
         (MPICH_PMIX, OPEN_MPI_RUN, None),  # an MPICH built with PMIx hears it
         (OPENMPI, OPEN_MPI_RUN, None),
         (OPENMPI, SRUN_PMIX, None),
-        (OPENMPI, SRUN_PMI2, None),  # some Open MPI builds have pmi2: left to the size check
+        (OPENMPI_PMI, SRUN_PMI2, None),  # an Open MPI 4 built --with-pmi hears it
         (INTEL, OPEN_MPI_RUN, None),  # unknown libraries are not guessed at
         (MPICH, {}, None),
     ],

@@ -54,6 +54,8 @@ class MPILibrary:
     version: str  # the first line of MPI_Get_library_version
     path: str  # the shared library loaded
     pmix: bool = False  # speaks PMIx: Open MPI always, MPICH when built with it (libpmix loaded)
+    #: speaks PMI-1/2 (Hydra, srun --mpi=pmi2): MPICH always, Open MPI 4 only with its s1/s2 components
+    pmi: bool = True
 
     @property
     def name(self) -> str:
@@ -146,6 +148,8 @@ def _fix(library: MPILibrary, by: StartedBy, launcher: str | None) -> str:
     own = launcher or ("mpiexec of the mpich wheel" if library.family == "mpich" else "Open MPI's mpirun")
     if library.family == "mpich" and by.kind == "pmix" and "srun" in by.name:
         return f"srun --mpi=pmi2 (MPICH's PMI), or mpi4py built against the site's MPI ({GUIDE})"
+    if library.family == "openmpi" and by.kind == "pmi2":
+        return f"srun --mpi=pmix (Open MPI's PMIx), or the mpich wheel's mpi4py for pmi2 ({GUIDE})"
     if library.family == "mpich":
         return (
             f"start it with {own} (or tfdist launch --backend mpi, which picks it), or build mpi4py against "
@@ -161,18 +165,18 @@ def mismatch(library: MPILibrary | None, by: StartedBy | None, launcher: str | N
     """The one line for a library started by a launcher it cannot hear (None when it can, or unknown).
 
     ``launcher``: the library's own launcher, named in the fix when known. Only the pairs that cannot work
-    are named: MPICH without PMIx under a PMIx launcher (it aborts in MPI_Init), Open MPI under Hydra
-    (every rank alone). Others, and ``srun --mpi=pmi2`` for Open MPI (some builds have it), are left to
-    :func:`alone`, after MPI_Init.
+    are named: MPICH without PMIx under a PMIx launcher (it aborts in MPI_Init), Open MPI without PMI-1/2
+    components under Hydra or ``srun --mpi=pmi2`` (measured with Debian's 4.1: every rank alone under
+    Hydra, "OMPI was not built with SLURM's PMI support" under srun). Others are left to :func:`alone`.
     """
     if library is None or by is None:
         return None
     cannot = (library.family == "mpich" and not library.pmix and by.speaks == "pmix") or (
-        library.family == "openmpi" and by.kind == "hydra"
+        library.family == "openmpi" and not library.pmi and by.speaks == "pmi"
     )
     if not cannot:
         return None
-    what = "aborts in MPI_Init" if library.family == "mpich" else "would run every rank alone"
+    what = "aborts in MPI_Init" if library.family == "mpich" else "fails in MPI_Init or runs every rank alone"
     return (
         f"mpi4py here uses {library.describe()} but this process was started by {by.name} "
         f"({by.evidence}), which that library cannot hear: MPI {what}. Hint: {_fix(library, by, launcher)}."
@@ -240,7 +244,19 @@ def read_library() -> MPILibrary | None:
     else:
         family = "other"
     pmix = family == "openmpi" or bool(_mapped(("libpmix.so",)))
-    return MPILibrary(family, version, os.path.realpath(path), pmix)
+    real = os.path.realpath(path)
+    return MPILibrary(family, version, real, pmix, family != "openmpi" or _openmpi_has_pmi(real))
+
+
+def _openmpi_has_pmi(library: str) -> bool:
+    """Whether this Open MPI has its PMI-1/2 components (``--with-pmi``: mca_pmix_s1/s2, Open MPI 4 only),
+    looked for in its component directories beside the library (``lib/openmpi*/``)."""
+    import glob
+
+    libdir = os.path.dirname(library)
+    found = glob.glob(os.path.join(libdir, "openmpi*", "mca_pmix_s[12].so"))
+    found += glob.glob(os.path.join(libdir, "openmpi", "lib", "openmpi*", "mca_pmix_s[12].so"))  # Debian
+    return bool(found)
 
 
 def probe(python: str) -> MPILibrary | None:
