@@ -7,10 +7,8 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from tfdist.errors import ConfigError, WorkerFailedError
-from tfdist.launch import hydra
 from tfdist.launch.attempt import Attempt, Signals
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.logs import console_print
@@ -24,12 +22,11 @@ from tfdist.launch.outcome import (
     record_end,
     report,
 )
-from tfdist.launch.plan import mpi_control_port, plan_mpi, plan_workers
+from tfdist.launch.placement import Devices, open_placement
 from tfdist.launch.policy import Budget, Stop, decide
-from tfdist.launch.preflight import mpi_flavour, preflight
+from tfdist.launch.preflight import preflight
 from tfdist.launch.rendezvous.protocol import Notice
-from tfdist.launch.workers import WorkerGroup
-from tfdist.nodes import free_ports, visible_gpus
+from tfdist.nodes import visible_gpus
 
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")
 
@@ -115,10 +112,8 @@ def _supervise(
     """This node's workers, attempt after attempt, until the restart policy says stop."""
     machine = preflight(config)
     run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
-    gpus = visible_gpus(os.environ) if not config.cpu else []
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    cores = len(cpu_ids) or os.cpu_count() or 1
-    mpiexec, flavour = machine.mpiexec, machine.mpi_flavour
+    devices = Devices(visible_gpus(os.environ) if not config.cpu else [], cpu_ids)
     base_env: Mapping[str, str] = os.environ
     if machine.horovod_shim:
         console_print(
@@ -127,7 +122,7 @@ def _supervise(
         )
         config = replace(config, backend="mpi")
         base_env = {**os.environ, "TFDIST_HOROVOD_SHIM": "1"}
-    placement = _ray_placement(config)  # before our signal handlers: ray.init must not replace them
+    placement = open_placement(config, machine, devices)  # before our signal handlers (ray.init's own)
     signals = Signals()
     signals.install()
     started = time.monotonic()
@@ -139,36 +134,8 @@ def _supervise(
             if attempt and rejoin is not None:
                 config = _regroup(config, rejoin(attempt))
             auto_ports = config.nnodes == 1 and config.base_port is None
-            if placement is not None:
-                specs = placement.plan(config, run_dir=run_dir, attempt=attempt, base_env=base_env)
-            elif mpiexec:
-                specs = plan_mpi(
-                    config,
-                    proxy=_hydra_proxy(config, mpiexec, flavour),
-                    mpiexec=mpiexec,
-                    cores=cores,
-                    run_dir=run_dir,
-                    attempt=attempt,
-                    base_env=base_env,
-                    flavour=flavour,
-                    cpu_ids=cpu_ids,
-                    visible_gpus=gpus,
-                )
-            else:
-                specs = plan_workers(
-                    config,
-                    local_ports=free_ports(config.tasks_per_node) if auto_ports else None,
-                    visible_gpus=gpus,
-                    cores=cores,
-                    run_dir=run_dir,
-                    attempt=attempt,
-                    base_env=base_env,
-                    cpu_ids=cpu_ids,
-                )
-            if placement is not None:
-                group = placement.group(specs, config, _console_names(config))
-            else:
-                group = WorkerGroup(specs, prefix=config.prefix, console_names=_console_names(config))
+            specs = placement.plan(config, run_dir=run_dir, attempt=attempt, base_env=base_env)
+            group = placement.group(specs, config, _console_names(config))
             supervised = Attempt(group, config, deadline, signals, told)
             outcome, failure = supervised.run()
             record_end(run_dir, attempt, outcome, failure, supervised.detected_at)
@@ -203,8 +170,7 @@ def _supervise(
             attempt += 1
     finally:
         signals.restore()
-        if placement is not None:
-            placement.close()
+        placement.close()
 
 
 def _regroup(config: LaunchConfig, met: LaunchConfig) -> LaunchConfig:
@@ -217,31 +183,6 @@ def _regroup(config: LaunchConfig, met: LaunchConfig) -> LaunchConfig:
     return replace(
         config, nnodes=met.nnodes, node_rank=met.node_rank, hosts=met.hosts, node_ports=met.node_ports
     )
-
-
-def _ray_placement(config: LaunchConfig) -> Any:
-    """With ``--ray``: the Ray placement group holding one bundle per worker (Ray imported only then)."""
-    if config.ray is None:
-        return None
-    from tfdist.launch.ray.placement import RayPlacement
-
-    return RayPlacement.open(config)
-
-
-def _hydra_proxy(config: LaunchConfig, mpiexec: str, flavour: str) -> tuple[str, ...]:
-    """This node's Hydra proxy command when MPI ranks span several nodes (``()`` on one node)."""
-    if config.nnodes == 1:
-        return ()
-    if (flavour if flavour != "unknown" else mpi_flavour(mpiexec)) != "hydra":
-        raise ConfigError(
-            f"--backend {config.backend} on several nodes starts ranks through MPICH's Hydra, but {mpiexec} "
-            f"is not Hydra. Hint: pip install 'tfdist[mpi]' (the mpich wheel), or start the job with "
-            "mpirun/srun yourself."
-        )
-    control = f"{config.hosts[0]}:{mpi_control_port(config)}"
-    proxy = hydra.proxy_argv(mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
-    wait = str(config.timeout or hydra.CONNECT_TIMEOUT_S)
-    return (config.python, "-m", "tfdist.launch.hydra_proxy", wait, "--", *proxy)
 
 
 def _console_names(config: LaunchConfig) -> set[str] | None:

@@ -59,7 +59,7 @@ class RayPlacement:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
-                f"--ray {config.ray}: cannot join a Ray cluster there: {first} Hint: start one with "
+                f"--ray-address {config.ray}: cannot join a Ray cluster there: {first} Hint: start one with "
                 "ray start --head, or give its address (HOST:PORT)."
             ) from None
         try:
