@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from tfdist.errors import ConfigError, WorkerFailedError
+from tfdist.launch.assignment import Notice
 from tfdist.launch.attempt import Attempt, Signals
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.logs import console_print
@@ -25,7 +26,6 @@ from tfdist.launch.outcome import (
 from tfdist.launch.placement import Devices, open_placement
 from tfdist.launch.policy import Budget, Stop, decide
 from tfdist.launch.preflight import preflight
-from tfdist.launch.rendezvous.protocol import Notice
 from tfdist.nodes import visible_gpus
 
 _PORT_CONFLICT = ("address already in use", "failed to add port", "could not start grpc server")

@@ -34,9 +34,9 @@ from typing import Protocol
 from tfdist.env.base import ClusterEnvironment
 from tfdist.env.slurm import derive_base_port
 from tfdist.errors import ConfigError
+from tfdist.launch.assignment import Assignment, Notice
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import DEFAULT_BASE_PORT
-from tfdist.launch.rendezvous.protocol import Assignment, Notice
 from tfdist.launch.rendezvous.server import LAST_CALL_S
 
 

@@ -22,11 +22,18 @@ import hashlib
 import hmac
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from tfdist import nodes
 from tfdist.errors import ConfigError
+
+# What a membership answers (the assignment, a notice) travels on this wire as JSON; named here too.
+from tfdist.launch.assignment import CLOSED as CLOSED
+from tfdist.launch.assignment import ENDPOINT_GONE as ENDPOINT_GONE
+from tfdist.launch.assignment import SILENT as SILENT
+from tfdist.launch.assignment import Assignment as Assignment
+from tfdist.launch.assignment import Notice as Notice
 
 VERSION = "tfdist-rdzv/1"
 #: Longest line either side sends (a join with a few hundred ports fits many times over).
@@ -63,106 +70,6 @@ class JoinRequest:
         if not all(0 < p < 65536 for p in request.ports) or len(request.ports) > 4096:
             raise ValueError("malformed join: ports")
         return request
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """The job as every node learns it: its rank and every node's address and ports, in rank order."""
-
-    node_rank: int
-    names: tuple[str, ...]
-    addresses: tuple[str, ...]
-    ports: tuple[tuple[int, ...], ...]
-    nproc: int
-    endpoint: str
-    #: Which formation of the job this is: 0 at the start, one more at every restart that met again.
-    round: int = 0
-    #: How node ranks were given, for the summary (a rendezvous sorts the nodes by host name).
-    order: str = "by host name"
-
-    @property
-    def nnodes(self) -> int:
-        """How many nodes formed the job."""
-        return len(self.names)
-
-    def summary(self) -> str:
-        """The job summary every node prints (the same text on each)."""
-        nodes = "; ".join(
-            f"node {i} {name} ({address}) ports {','.join(map(str, ports))}"
-            for i, (name, address, ports) in enumerate(
-                zip(self.names, self.addresses, self.ports, strict=True)
-            )
-        )
-        again = f" (round {self.round})" if self.round else ""
-        return (
-            f"job of {self.nnodes} node(s) x {self.nproc} worker(s) formed at {self.endpoint}{again} (node "
-            f"ranks {self.order}): {nodes}"
-        )
-
-    def to_dict(self, node_rank: int) -> dict[str, Any]:
-        """The assignment sent to the node of ``node_rank``."""
-        data = asdict(self)
-        data["node_rank"] = node_rank
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Assignment:
-        """The assignment a node received."""
-        return cls(
-            node_rank=int(data["node_rank"]),
-            names=tuple(data["names"]),
-            addresses=tuple(data["addresses"]),
-            ports=tuple(tuple(int(p) for p in ports) for ports in data["ports"]),
-            nproc=int(data["nproc"]),
-            endpoint=str(data["endpoint"]),
-            round=int(data.get("round", 0)),
-        )
-
-
-@dataclass(frozen=True)
-class Notice:
-    """What the other nodes of a running round are told when one node's workers failed or it left.
-
-    ``stop``: that node ended the job for good (an error a restart gives again, or a signal), with exit code
-    ``code``; otherwise the job meets again (a restart).
-    """
-
-    by: str  # the node's host name
-    why: str  # one line
-    stop: bool = False
-    code: int = 1
-
-    @property
-    def unannounced(self) -> bool:
-        """The node went away without a word (its connection closed or timed out, or the endpoint's
-        launcher vanished): its host or link is gone, not just its workers."""
-        return self.why in (SILENT, CLOSED, ENDPOINT_GONE)
-
-    def line(self) -> str:
-        """The report line: ``node node3 left the job: its launcher's connection … closed``."""
-        return f"node {self.by} {'ended' if self.stop else 'left'} the job: {self.why}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The message body."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Notice:
-        """Parse a notice; ValueError on anything malformed."""
-        try:
-            return cls(str(data["by"]), str(data["why"])[:500], bool(data["stop"]), int(data["code"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed notice: {exc}") from None
-
-
-#: Why a node whose connection timed out left (TCP keep-alive found it gone).
-SILENT = "it stopped answering the rendezvous (TCP keep-alive): host or link down"
-#: Why a node whose connection closed without a leave message left.
-CLOSED = "its launcher's connection to the rendezvous closed (the launcher or its host is gone)"
-#: Why the job ends when the launcher serving the rendezvous went away without saying so.
-ENDPOINT_GONE = (
-    "the launcher serving the rendezvous is gone (killed, or its host lost power); no round can follow"
-)
 
 
 def leave_notice(name: str, leave: Mapping[str, Any] | None, silent: bool = False) -> Notice | None:
