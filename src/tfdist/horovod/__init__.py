@@ -5,3 +5,9 @@ backend (mpi4py, one packed shared-memory all-reduce per step): Horovod scripts 
 Keras 3, where Horovod itself no longer builds. ``tfdist launch --backend horovod`` runs scripts that
 ``import horovod`` unchanged (see :mod:`tfdist.horovod.shim`).
 """
+
+from tfdist.sync.mpi import check_launcher
+
+# A rank started by another MPI's launcher than its mpi4py's library stops here, with one line, before the
+# script imports TensorFlow (seconds) and long before hvd.init() would abort inside MPI_Init.
+check_launcher()
