@@ -164,6 +164,9 @@ class Rendezvous:
         self.command, self.digest = command, digest
         self.restarts, self.last_call = restarts, last_call
         self.serving = serves(spec.host)
+        # This launcher's id in every join: its own retries and rounds are told apart from a second
+        # launcher that calls itself by the same host name.
+        self.launcher = secrets.token_hex(8)
         self.token: str | None = None
         self.held: list[socket.socket] = []
         self.server: RendezvousServer | None = None
@@ -182,6 +185,7 @@ class Rendezvous:
             digest=self.digest,
             ports=tuple(free_ports(self.tasks, host="")),  # every interface: peers reach them remotely
             pid=os.getpid(),
+            launcher=self.launcher,
         )
 
         def secret() -> str:
@@ -199,6 +203,7 @@ class Rendezvous:
                 request,
                 max(0.1, deadline - time.monotonic()),
                 hold=self.held,
+                max_nodes=self.nodes[1],
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
@@ -213,7 +218,8 @@ class Rendezvous:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             listener.bind(("0.0.0.0", self.spec.port))  # every interface: peers reach it by its address
-            listener.listen(128)
+            # A backlog for a burst of nodes arriving at once (the kernel caps it at net.core.somaxconn).
+            listener.listen(max(128, min(4096, 2 * self.nodes[1])))
             return RendezvousServer(
                 listener,
                 token,

@@ -2,9 +2,13 @@
 
 Written here rather than taken from a coordination service (etcd, torch's TCPStore, Ray's GCS) because the
 job needs only "wait for N authenticated nodes, hand each the same table", none of those is a dependency
-a TensorFlow user has, and a small server can be bounded exactly: at most :data:`MAX_CONNECTIONS` open
-connections (more are closed on accept), :data:`~tfdist.launch.rendezvous.protocol.MAX_MESSAGE` bytes per
-connection, :data:`HANDSHAKE_S` seconds to authenticate, and one thread whatever strangers do.
+a TensorFlow user has, and a small server can be bounded exactly. Strangers and members are bounded apart:
+connections that have not sent a verified join are at most :data:`~.admission.MAX_PENDING` (and
+:data:`~.admission.MAX_PENDING_PER_ADDRESS` from one address), each with :data:`HANDSHAKE_S` seconds and
+:data:`~.protocol.MAX_MESSAGE` bytes to authenticate; the job's nodes are bounded only by the job (its most
+nodes, a round running and the next one meeting). Answers are sent without blocking (a peer that does not
+read within :data:`SEND_S` is dropped), the table once encoded for every node: forming, notices and each
+join cost work linear in the nodes, and one thread serves whatever strangers do.
 """
 
 from __future__ import annotations
@@ -15,49 +19,26 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.launch.rendezvous import protocol
+from tfdist.launch.rendezvous.admission import Admission
+from tfdist.launch.rendezvous.connection import KEEPALIVE as KEEPALIVE
+from tfdist.launch.rendezvous.connection import Connection, keepalive, open_files_for
 from tfdist.launch.rendezvous.protocol import JoinRequest
 
 log = get_logger(__name__)
 
-MAX_CONNECTIONS = 64
 #: Seconds a connection has to send an authenticated join (a stranger holding one open is closed then).
 HANDSHAKE_S = 5.0
 #: Seconds a round with enough nodes (elastic) waits for more before it forms without them.
 LAST_CALL_S = 10.0
-
-
-#: TCP keep-alive on a member's connection: a node whose link is cut is found gone after about
-#: ``idle + interval * probes`` seconds, without a heartbeat in the protocol.
-KEEPALIVE = (2, 1, 3)
-
-
-def keepalive(sock: socket.socket) -> None:
-    """Turn on :data:`KEEPALIVE` for ``sock`` (either side of a member's connection)."""
-    idle, interval, probes = KEEPALIVE
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-    except (OSError, AttributeError):  # not Linux: a cut node is then waited for until the last call
-        pass
-
-
-@dataclass
-class _Conn:
-    sock: socket.socket
-    address: str
-    nonce: str
-    deadline: float
-    buffer: bytearray = field(default_factory=bytearray)
-    request: JoinRequest | None = None
-    leave: dict[str, object] | None = None  # what a member said before closing (see protocol step 4)
-    silent: bool = False  # its connection timed out (keep-alive): host or link down, not a closed launcher
+#: Seconds a peer has to read what it was sent (the assignment of a large job included).
+SEND_S = 30.0
+#: Connections accepted per wake-up: a burst of nodes is taken in a few passes, reads interleaved.
+ACCEPTS_PER_WAKE = 64
 
 
 class RendezvousServer:
@@ -87,18 +68,25 @@ class RendezvousServer:
         self.first_join: float | None = None  # when the first node of the round being formed arrived
         # The formed round's nodes, each holding its connection open while its launcher lives (a node
         # whose connection closes is gone: the next round does not wait for it).
-        self.members: dict[str, _Conn] = {}
+        self.members: dict[str, Connection] = {}
         self.selector = selectors.DefaultSelector()
-        self.conns: dict[int, _Conn] = {}
-        self.joined: dict[str, _Conn] = {}  # by node name
+        self.conns: dict[int, Connection] = {}
+        self.admission: Admission[int] = Admission()  # connections still to send a verified join
+        self.sending: set[int] = set()  # connections with output the kernel did not take yet
+        self.joined: dict[str, Connection] = {}  # by node name
+        self.back = 0  # how many of the joined are members of the running round (kept as they come and go)
         self.formed: protocol.Assignment | None = None
         self.failed: str | None = None
+        self.twins: str | None = None  # the last refusal of two launchers with one name (timeout line)
         self.rejected = 0
         # Whether the running round's other members were told of a failure (once a round: the first
         # failure starts the next round; the rest is the same news).
         self.noticed = False
         self._farewell: dict[str, object] = {"bye": True}
         self._stop = threading.Event()
+        self._accepting_from = 0.0  # out of file descriptors: accept again from then
+        self._checked_sends = 0.0
+        self.files = open_files_for(nnodes)
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ)
         self.thread = threading.Thread(target=self._serve, name="tfdist-rendezvous", daemon=True)
@@ -120,49 +108,83 @@ class RendezvousServer:
     def _serve(self) -> None:
         try:
             while not self._stop.is_set():
-                for key, _ in self.selector.select(timeout=0.2):
-                    if key.fileobj is self.listener:
-                        self._accept()
-                    elif key.fd in self.conns:  # not closed earlier in this round
-                        self._read(self.conns[key.fd])
+                listening = False
+                for key, mask in self.selector.select(timeout=0.2):
+                    conn = self.conns.get(key.fd)
+                    listening |= key.fileobj is self.listener
+                    if conn is not None and mask & selectors.EVENT_WRITE:
+                        self._flush(conn)
+                    if conn is not None and not conn.closed and mask & selectors.EVENT_READ:
+                        self._read(conn)
+                if listening:  # after the joins that arrived: a newcomer never drops one that was ready
+                    self._accept()
                 self._expire()
         finally:
-            for conn in list(self.members.values()):
-                self._send(conn, self._farewell)  # what the members' launchers make of the closing
-            notice = self._farewell.get("notice")
-            for conn in list(self.joined.values()):  # nodes waiting for the next round: it will not form
-                why = (
-                    protocol.Notice.from_dict(notice).line()
-                    if isinstance(notice, dict)
-                    else f"the job at {self.endpoint} ended before a restart could take this node"
-                )
-                self._send(conn, {"error": why})
-            for conn in list(self.conns.values()):
-                self._close(conn)
+            self._goodbye()
+
+    def _goodbye(self) -> None:
+        """Tell the members and the waiting nodes that the endpoint closes, give them up to 2 s to read
+        it, close everything."""
+        for conn in list(self.members.values()):
+            self._send(conn, self._farewell)  # what the members' launchers make of the closing
+        notice = self._farewell.get("notice")
+        for conn in list(self.joined.values()):  # nodes waiting for the next round: it will not form
+            why = protocol.Notice.from_dict(notice).line() if isinstance(notice, dict) else None
+            self._send(
+                conn,
+                {"error": why or f"the job at {self.endpoint} ended before a restart could take this node"},
+            )
+        until = time.monotonic() + 2.0
+        while self.sending and time.monotonic() < until:
+            for key, mask in self.selector.select(timeout=0.1):
+                reader = self.conns.get(key.fd)
+                if reader is not None and mask & selectors.EVENT_WRITE:
+                    self._flush(reader)
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        if self._accepting_from == 0.0:
             self.selector.unregister(self.listener)
-            self.listener.close()
+        self.listener.close()
+        self.selector.close()
 
     def _accept(self) -> None:
-        try:
-            sock, peer = self.listener.accept()
-        except OSError:
-            return
-        if len(self.conns) >= MAX_CONNECTIONS:
-            self.rejected += 1
-            sock.close()  # a flood costs one accept and one close per connection, nothing kept
-            return
-        nonce = os.urandom(16).hex()
-        conn = _Conn(sock, peer[0], nonce, time.monotonic() + HANDSHAKE_S)
-        try:
-            sock.setblocking(False)
-            sock.send(protocol.encode({"hello": protocol.VERSION, "nonce": nonce}))
-        except OSError:
-            sock.close()
-            return
-        self.conns[sock.fileno()] = conn
-        self.selector.register(sock, selectors.EVENT_READ)
+        now = time.monotonic()
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                sock, peer = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._out_of_files(now)
+                return
+            nonce = os.urandom(16).hex()
+            conn = Connection(sock, sock.fileno(), str(peer[0]), nonce)
+            try:
+                sock.setblocking(False)
+                sock.send(protocol.encode({"hello": protocol.VERSION, "nonce": nonce}))
+            except OSError:
+                sock.close()
+                continue
+            self.conns[conn.fd] = conn
+            self.selector.register(sock, selectors.EVENT_READ)
+            for fd in self.admission.admit(conn.fd, conn.address, now + HANDSHAKE_S):
+                self.rejected += 1  # the oldest stranger's connection makes room
+                self._close(self.conns[fd])
 
-    def _read(self, conn: _Conn) -> None:
+    def _out_of_files(self, now: float) -> None:
+        """No descriptor for another connection: drop the oldest unauthenticated one, or stop accepting for
+        a moment (a listener that stays readable would otherwise spin this thread)."""
+        oldest = self.admission.oldest()
+        if oldest is not None:
+            self.rejected += 1
+            self._close(self.conns[oldest])
+            return
+        log.warning("the rendezvous ran out of open files (limit %d): not accepting for 0.5 s", self.files)
+        self.selector.unregister(self.listener)
+        self._accepting_from = now + 0.5
+
+    def _read(self, conn: Connection) -> None:
         try:
             data = conn.sock.recv(protocol.MAX_MESSAGE + 1)
         except (BlockingIOError, InterruptedError):
@@ -173,15 +195,18 @@ class RendezvousServer:
         if not data:
             self._close(conn)
             return
-        if conn.request is not None:
+        if conn.request is not None or conn.close_when_sent:
             self._member_said(conn, data)
             return
         conn.buffer += data
         if b"\n" not in conn.buffer:
             if len(conn.buffer) > protocol.MAX_MESSAGE:
+                self.rejected += 1
                 self._close(conn)
             return
         line = bytes(conn.buffer.split(b"\n", 1)[0])
+        conn.buffer.clear()
+        self.admission.remove(conn.fd)  # answered either way: no longer a stranger's slot
         try:
             request = protocol.verify(self.token, conn.nonce, protocol.decode(line))
         except ValueError as exc:
@@ -191,9 +216,9 @@ class RendezvousServer:
             return
         self._join(conn, request)
 
-    def _member_said(self, conn: _Conn, data: bytes) -> None:
+    def _member_said(self, conn: Connection, data: bytes) -> None:
         """A member's leave line (protocol step 4); anything else a joined node sends is ignored."""
-        if self.members.get(conn.request.name if conn.request else "") is not conn:
+        if conn.request is None or self.members.get(conn.request.name) is not conn:
             return
         conn.buffer += data
         if len(conn.buffer) > protocol.MAX_MESSAGE:
@@ -216,19 +241,15 @@ class RendezvousServer:
             return
         self.noticed = True
         log.debug("telling the job: %s", notice.line())
+        line = protocol.encode({"notice": notice.to_dict()})  # encoded once for every member
         for name, conn in list(self.members.items()):
             if name != notice.by:
-                self._send(conn, {"notice": notice.to_dict()})
+                self._send_pieces(conn, (line,))
 
-    def _join(self, conn: _Conn, request: JoinRequest) -> None:
+    def _join(self, conn: Connection, request: JoinRequest) -> None:
         if self.formed is not None and self.round >= self.rounds:
             self._reply(
-                conn,
-                {
-                    "error": f"the rendezvous at {self.endpoint} belongs to a job that already formed "
-                    f"({self.formed.nnodes} node(s): {', '.join(self.formed.names)}). Hint: another --rdzv "
-                    "port for another job."
-                },
+                conn, {"error": protocol.formed_without(self.endpoint, request.name, self.formed.names)}
             )
             return
         if self.failed is not None:
@@ -239,37 +260,69 @@ class RendezvousServer:
         if why:
             self._reply(conn, {"error": why})
             return
-        member = self.members.get(request.name)
-        if member is not None and member is not conn and member.leave is None:
+        if self._twin(conn, request):
+            return
+        name = request.name
+        member = self.members.get(name)
+        if member is not None and member.leave is None:
             # A node of the running round meets again: its workers failed. The others are still running.
-            self._notify(protocol.Notice(request.name, "its workers failed; it is meeting the others again"))
-        old = self.joined.pop(request.name, None)
-        if old is not None:  # the same node again (its launcher retried): the newer connection counts
+            self._notify(protocol.Notice(name, "its workers failed; it is meeting the others again"))
+        old = self.joined.get(name)
+        if old is not None:  # the same launcher again (it retried): the newer connection counts
             self._close(old)
-        live = set(self.members)
-        if request.name not in live and len(set(self.joined) - live) >= self.nnodes - len(live):
+        live = len(self.members)
+        if name not in self.members and len(self.joined) - self.back >= self.nnodes - live:
             # Room is kept for every node of the running round: newcomers fill only what MAX leaves.
-            self._reply(conn, {"error": f"the job at {self.endpoint} already has its {self.nnodes} node(s)."})
+            waiting = len(self.joined) - self.back
+            self._reply(conn, {"error": protocol.job_full(self.endpoint, self.nnodes, live, waiting, name)})
             return
         conn.request = request
-        conn.deadline = float("inf")
-        if self.first_join is None and (not live or request.name in live):
+        keepalive(conn.sock)  # a waiting node whose host is cut is found gone, as a member is
+        if self.first_join is None and (not live or name in self.members):
             # The first node of a round: at the start, or the first of the running round back after a
             # failure (a restart). A newcomer while the round runs starts no clock: it waits for the next
             # restart, as long as its own --rdzv-timeout lets it.
             self.first_join = time.monotonic()
             if self.formed is not None:
                 self.deadline = self.first_join + self.timeout
-        self.joined[request.name] = conn
-        log.debug("node %s joined from %s (%d/%d)", request.name, conn.address, len(self.joined), self.nnodes)
+        self.joined[name] = conn
+        self.back += name in self.members
+        log.debug("node %s joined from %s (%d/%d)", name, conn.address, len(self.joined), self.nnodes)
         self._maybe_form()
+
+    def _twin(self, conn: Connection, request: JoinRequest) -> bool:
+        """Whether another launcher already calls itself ``request.name`` (then refused, with one line).
+
+        Waiting for a round to form, both are told at once and neither joins: nothing of theirs runs yet,
+        and which of the two the job meant is not known (two launchers on one machine, containers sharing
+        a host name); the rest of the job waits for a node under a name of its own. In a running round
+        only the newcomer is told: the member's workers are training, and its launcher is the node the job
+        formed with. The same launcher joining again (a retry, a restart) is not a twin, nor is one whose
+        connection already closed (its launcher was replaced)."""
+        for other in (self.joined.get(request.name), self.members.get(request.name)):
+            if other is None or other.request is None or other.request.who == request.who:
+                continue
+            if other.leave is not None or other.gone():
+                self._close(other)
+                continue
+            running = other is self.members.get(request.name)
+            conn.request = request  # for the line's pid
+            line = protocol.twins(self.endpoint, request.name, other.who(), conn.who(), running)
+            conn.request = None
+            self.rejected += 1
+            self.twins = line
+            self._reply(conn, {"error": line})
+            if not running:
+                self._reply(other, {"error": line})
+            return True
+        return False
 
     def _maybe_form(self) -> None:
         if not self.joined or self.first_join is None:
             return
-        live = list(self.members)
         waited = time.monotonic() - self.first_join
-        if protocol.ready(self.joined, live, self.min_nodes, self.nnodes, waited, self.last_call):
+        joined, live = len(self.joined), len(self.members)
+        if protocol.forms(joined, self.back, live, self.min_nodes, self.nnodes, waited, self.last_call):
             self._form()
 
     def _form(self) -> None:
@@ -283,19 +336,20 @@ class RendezvousServer:
             self.failed = problem
             for conn in list(self.joined.values()):
                 self._reply(conn, {"error": problem})
-            self.joined.clear()
+            self._clear_joined()
             return
         self.formed = assignment
+        head, tail = protocol.assignment_lines(assignment)  # the table encoded once for every node
+        ranks = {name: rank for rank, name in enumerate(assignment.names)}
         # Members hold their connections while the job runs, in the last round too: a node that fails or
         # leaves is told to the others at once (the next round, or the end of the job without a timeout).
         old_members, self.members = self.members, {}
-        for conn in list(self.joined.values()):
+        joined = list(self.joined.values())
+        self._clear_joined()
+        for conn in joined:
             assert conn.request is not None
-            rank = assignment.names.index(conn.request.name)
-            self._send(conn, {"assignment": assignment.to_dict(rank)})
-            keepalive(conn.sock)
             self.members[conn.request.name] = conn
-        self.joined.clear()
+            self._send_pieces(conn, (head, str(ranks[conn.request.name]).encode(), tail))
         for conn in old_members.values():
             if conn.request is not None and self.members.get(conn.request.name) is not conn:
                 self._close(conn)  # the node's connection of the round before (it rejoined on a new one)
@@ -303,51 +357,87 @@ class RendezvousServer:
         self.first_join = None
         self.noticed = False
 
+    def _clear_joined(self) -> None:
+        self.joined.clear()
+        self.back = 0
+
     def _expire(self) -> None:
         now = time.monotonic()
-        for conn in [c for c in self.conns.values() if c.deadline < now]:
+        if self._accepting_from and now >= self._accepting_from:
+            self._accepting_from = 0.0
+            self.selector.register(self.listener, selectors.EVENT_READ)
+        for fd in self.admission.expired(now):
             self.rejected += 1
-            self._close(conn)
+            self._close(self.conns[fd])
+        if self.sending and now - self._checked_sends > 0.5:  # a scan of the slow readers, twice a second
+            self._checked_sends = now
+            for fd in list(self.sending):
+                conn = self.conns.get(fd)
+                if conn is not None and conn.send_by < now:
+                    self._close(conn)  # it does not read what it was sent
         self._maybe_form()  # an elastic round whose last call ran out
         waiting = self.formed is None or self.first_join is not None  # a round is being formed
         if waiting and self.failed is None and now > self.deadline:
-            arrived = sorted(self.joined)
-            missing = self.min_nodes - len(arrived)
-            gone = sorted(set(self.formed.names) - set(arrived)) if self.formed is not None else []
-            which = f" ({', '.join(gone)} of the last round)" if gone else ""
-            wanted = f"{self.min_nodes}" if self.min_nodes == self.nnodes else f"at least {self.min_nodes}"
-            problem = (
-                f"only {len(arrived)} of {wanted} node(s) arrived at the rendezvous {self.endpoint} "
-                f"within {self.timeout:g} s ({', '.join(arrived) or 'none'}); {missing} missing{which}. "
-                "Hint: start the same command on every node, or raise --rdzv-timeout."
-            )
-            if self.formed is None:
-                self.failed = problem  # the job never formed: later joiners are told the same
-            for conn in list(self.joined.values()):
-                self._reply(conn, {"error": problem})
-            self.joined.clear()
-            self.first_join = None
+            self._time_out()
 
-    def _reply(self, conn: _Conn, message: dict[str, object]) -> None:
+    def _time_out(self) -> None:
+        gone = sorted(set(self.formed.names) - set(self.joined)) if self.formed is not None else []
+        problem = protocol.too_few(
+            self.endpoint, sorted(self.joined), (self.min_nodes, self.nnodes), self.timeout, gone, self.twins
+        )
+        if self.formed is None:
+            self.failed = problem  # the job never formed: later joiners are told the same
+        for conn in list(self.joined.values()):
+            self._reply(conn, {"error": problem})
+        self._clear_joined()
+        self.first_join = None
+
+    def _reply(self, conn: Connection, message: dict[str, object]) -> None:
+        """Send ``message`` and close the connection once it is sent."""
+        conn.close_when_sent = True
         self._send(conn, message)
-        self._close(conn)
 
-    def _send(self, conn: _Conn, message: dict[str, object]) -> None:
+    def _send(self, conn: Connection, message: dict[str, object]) -> None:
+        self._send_pieces(conn, (protocol.encode(message),))
+
+    def _send_pieces(self, conn: Connection, pieces: Sequence[bytes]) -> None:
+        """Queue ``pieces`` (one line) and send what the kernel takes now; the rest goes when the peer
+        reads (a shared piece, the job's table, is not copied per node)."""
+        if not conn.closed:
+            conn.queue(pieces, time.monotonic() + SEND_S)
+            self._flush(conn)
+
+    def _flush(self, conn: Connection) -> None:
         try:
-            conn.sock.setblocking(True)
-            conn.sock.settimeout(2.0)  # a peer that does not read its answer is dropped, not waited for
-            conn.sock.sendall(protocol.encode(message))
-            conn.sock.setblocking(False)
+            conn.send_some()
         except OSError:
-            pass
+            self._close(conn)
+            return
+        if conn.out and conn.fd not in self.sending:
+            self.sending.add(conn.fd)
+            self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+        elif not conn.out:
+            if conn.fd in self.sending:
+                self.sending.discard(conn.fd)
+                self.selector.modify(conn.sock, selectors.EVENT_READ)
+            if conn.close_when_sent:
+                self._close(conn)
 
-    def _close(self, conn: _Conn) -> None:
-        self.conns.pop(conn.sock.fileno(), None)
-        if conn.request is not None and self.joined.get(conn.request.name) is conn:
-            del self.joined[conn.request.name]  # a joined node that went away is no longer counted
-        if conn.request is not None and self.members.get(conn.request.name) is conn:
-            del self.members[conn.request.name]  # a member that went away: the next round goes on without it
-            notice = protocol.leave_notice(conn.request.name, conn.leave, silent=conn.silent)
+    def _close(self, conn: Connection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self.conns.pop(conn.fd, None)
+        self.admission.remove(conn.fd)
+        self.sending.discard(conn.fd)
+        name = conn.request.name if conn.request is not None else None
+        if name is not None and self.joined.get(name) is conn:
+            del self.joined[name]  # a joined node that went away is no longer counted
+            self.back -= name in self.members
+        if name is not None and self.members.get(name) is conn:
+            del self.members[name]  # a member that went away: the next round goes on without it
+            self.back -= name in self.joined
+            notice = protocol.leave_notice(name, conn.leave, silent=conn.silent)
             if notice is not None:
                 self._notify(notice)
             if not self.members and self.joined and self.first_join is None:
