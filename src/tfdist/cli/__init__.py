@@ -24,6 +24,7 @@ def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
     from tfdist.cli import bench as bench_cmd
     from tfdist.cli import env as env_cmd
+    from tfdist.cli import estimate as estimate_cmd
     from tfdist.cli import k8s as k8s_cmd
     from tfdist.cli import launch as launch_cmd
     from tfdist.cli import run as run_cmd
@@ -46,6 +47,7 @@ def build_parser() -> Parser:
     slurm_cmd.register(sub)
     k8s_cmd.register(sub)
     bench_cmd.register(sub)
+    estimate_cmd.register(sub)
     return parser
 
 
