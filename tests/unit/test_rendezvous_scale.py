@@ -276,3 +276,15 @@ def test_an_elastic_job_of_256_loses_a_tenth_and_takes_newcomers_at_the_next_rou
     assert not errors and time.monotonic() - started < 5.0
     assert {a.names for a in again.values()} == {tuple(sorted(survivors[1:] + newcomers))}
     assert waiting and {a.round for a in waiting.values()} == {2}
+
+
+@pytest.mark.slow
+def test_a_thousand_nodes_x_8_workers_form_one_job(jobs: list[Job]) -> None:
+    """1,024 nodes x 8 workers: an assignment of 8,192 tasks (about 100 KB, past the old fixed bound)."""
+    jobs.append(job := Job(1024, timeout=60.0))
+    started = time.monotonic()
+    met, errors = job.join(names(1024), tasks=8, timeout=60.0)
+    assert not errors and len(met) == 1024, list(errors.values())[:3]
+    assert time.monotonic() - started < 30
+    assert {len(a.names) for a in met.values()} == {1024} and met["node1023"].node_rank == 1023
+    assert len(job.server.members) == 1024 and job.server.thread.is_alive()
