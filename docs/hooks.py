@@ -125,6 +125,15 @@ def _bench_tables() -> dict[str, str]:
     return dict(module.tables())
 
 
+def _supported_stacks() -> str:
+    spec = importlib.util.spec_from_file_location("compat", ROOT / "devtools" / "compat.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return str(module.results_table())
+
+
 def _variables_table() -> str:
     from tfdist import variables
 
@@ -139,6 +148,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "bench-nodes": lambda: _bench_tables()["bench-nodes"],
     "scaling-check": lambda: _bench_tables()["scaling-check"],
     "link": lambda: _bench_tables()["link"],
+    "supported-stacks": _supported_stacks,
 }
 #: Pages outside docs/ with generated blocks.
 OTHER_PAGES = (ROOT / "README.md",)

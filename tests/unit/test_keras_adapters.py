@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,21 @@ def test_pyproject_pins_a_keras_of_the_table() -> None:
     for low, high in pins:
         assert adapters.adapter_for(low) is not None
         assert adapters.version_tuple(high) <= adapters.supported_range()[1]
+
+
+def test_the_docs_table_is_the_committed_results() -> None:
+    sys.path.insert(0, str(ROOT / "devtools"))
+    try:
+        import compat
+    finally:
+        sys.path.pop(0)
+    payload = json.loads((ROOT / "benchmarks" / "results" / "compat.json").read_text())
+    doc = (ROOT / "docs" / "guides" / "keras-fit.md").read_text()
+    block = compat.BLOCK.search(doc)
+    assert block is not None and block.group(2) == compat.table(payload)
+    assert {r["cell"] for r in payload["cells"]} == {c.name for c in compat.CELLS}
+    for cell in compat.CELLS:  # every row's oldest and newest release is a cell
+        assert cell.expect == ("equal" if adapters.adapter_for(cell.keras) else "refused")
+    for row in adapters.ADAPTERS:
+        served = sorted(v for v in (adapters.version_tuple(c.keras) for c in compat.CELLS) if row.covers(v))
+        assert served[0] == row.low and (len(served) >= 2 or row.high == (row.low[0], row.low[1] + 1))

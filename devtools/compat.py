@@ -1,0 +1,265 @@
+"""Keras and TensorFlow stacks users have, against tfdist's model.fit fix: one venv per cell, one JSON.
+
+For every cell (a TensorFlow and a Keras release) a virtualenv outside the repository is built once
+(cached under ``$TFDIST_COMPAT_CACHE``, default ``~/.cache/tfdist-compat/venvs/<cell>``) with
+``tensorflow-cpu``, ``keras``, tfdist's runtime dependencies and tfdist itself (editable, this tree). The
+tutorial-style script ``tests/helpers/keras_fit.py`` (MultiWorkerMirroredStrategy + ``model.fit`` with
+validation data and callbacks, then ``evaluate`` and ``predict``; no tfdist import) then runs in one
+process and on 2 workers (``python -m tfdist launch -n 2 --cpu``); a cell passes when both workers' final
+weights equal the one process's within 1e-5. A Keras outside the adapter table
+(:mod:`tfdist.keras.adapters`) passes when the launch ends with exit code 2 and tfdist's one line.
+
+python devtools/compat.py                      # every cell; writes benchmarks/results/compat.json and
+                                               # the docs' supported-stacks table (./dev compat)
+python devtools/compat.py --cells tf2.17-keras3.5
+python devtools/compat.py --table              # the docs table, from compat.json
+python devtools/compat.py --write-docs         # rewrite the table's block in docs/guides/keras-fit.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "compat.json"
+DOC = ROOT / "docs" / "guides" / "keras-fit.md"
+SCRIPT = ROOT / "tests" / "helpers" / "keras_fit.py"
+TOL = 1e-5
+#: tfdist's runtime dependencies (pyproject.toml's ``dependencies``), installed beside TF and Keras.
+RUNTIME = ("numpy", "rich", "psutil", "scikit-learn", "matplotlib", "PyYAML")
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONHASHSEED": "0"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One stack: ``tensorflow-cpu==tf`` and ``keras==keras``; ``expect`` is "equal" or "refused"."""
+
+    tf: str
+    keras: str
+    expect: str = "equal"
+
+    @property
+    def name(self) -> str:
+        return f"tf{'.'.join(self.tf.split('.')[:2])}-keras{'.'.join(self.keras.split('.')[:2])}"
+
+
+#: The oldest and newest Keras of each adapter row, each beside a TensorFlow that accepts it, the default
+#: stack (TF 2.21 + Keras 3.15), and one Keras outside the table (TF 2.17 accepts Keras 3.2).
+CELLS: tuple[Cell, ...] = (
+    Cell("2.16.2", "3.3.3"),
+    Cell("2.16.2", "3.4.1"),
+    Cell("2.17.1", "3.5.0"),
+    Cell("2.17.1", "3.6.0"),
+    Cell("2.18.1", "3.7.0"),
+    Cell("2.19.1", "3.8.0"),
+    Cell("2.20.0", "3.10.0"),
+    Cell("2.20.0", "3.11.3"),
+    Cell("2.21.0", "3.15.1"),
+    Cell("2.17.1", "3.2.1", expect="refused"),
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TFDIST_COMPAT_CACHE", "~/.cache/tfdist-compat")).expanduser()
+
+
+def venv_dir(cell: Cell) -> Path:
+    return cache_dir() / "venvs" / cell.name
+
+
+def _stamp(cell: Cell) -> str:
+    return json.dumps({"tensorflow-cpu": cell.tf, "keras": cell.keras, "runtime": RUNTIME}, sort_keys=True)
+
+
+def _pip(python: Path, *args: str, timeout: float) -> None:
+    cmd = [str(python), "-m", "pip", "install", "--quiet", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {' / '.join(tail)}")
+
+
+def build(cell: Cell, timeout: float = 900) -> Path:
+    """The cell's venv (built once; rebuilt when its stamp differs). Returns its python."""
+    venv = venv_dir(cell)
+    python = venv / "bin" / "python"
+    stamp = venv / ".tfdist-compat"
+    if python.exists() and stamp.exists() and stamp.read_text() == _stamp(cell):
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    _pip(python, f"tensorflow-cpu=={cell.tf}", f"keras=={cell.keras}", *RUNTIME, timeout=timeout)
+    _pip(python, "--no-deps", "-e", str(ROOT), timeout=300)
+    stamp.write_text(_stamp(cell))
+    return python
+
+
+def _weights(out: Path, rank: int) -> Any:
+    import numpy as np
+
+    return np.load(out / f"rank-{rank}.weights.npy")
+
+
+def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> dict[str, Any]:
+    """Build (if needed) and run one cell; its JSON record."""
+    start = time.monotonic()
+    record: dict[str, Any] = {"cell": cell.name, "tensorflow": cell.tf, "keras": cell.keras}
+    record["expect"] = cell.expect
+    try:
+        python = build(cell, build_timeout)
+    except (RuntimeError, subprocess.SubprocessError) as exc:
+        return {**record, "passed": False, "error": f"venv build: {exc}", "seconds": _since(start)}
+    built = time.monotonic()
+    env = {**os.environ, **ENV}
+    for var in ("TF_CONFIG", "PYTHONPATH", "VIRTUAL_ENV"):
+        env.pop(var, None)
+    with tempfile.TemporaryDirectory(prefix=f"tfdist-compat-{cell.name}-") as tmp:
+        one, two = Path(tmp, "one"), Path(tmp, "two")
+        one.mkdir()
+        two.mkdir()
+        launch = [
+            str(python),
+            "-m",
+            "tfdist",
+            "launch",
+            "-n",
+            "2",
+            "--cpu",
+            "--log-dir",
+            str(Path(tmp, "logs")),
+        ]
+        proc = subprocess.run(
+            [*launch, str(SCRIPT), str(two)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=tmp,
+        )
+        output = proc.stdout + proc.stderr
+        record["launch_exit_code"] = proc.returncode
+        if cell.expect == "refused":
+            lines = [line for line in output.splitlines() if "outside the releases tfdist" in line]
+            record["message"] = lines[0] if lines else None
+            traceback = "Traceback (most recent call last)" in output
+            record["passed"] = proc.returncode == 2 and bool(lines) and not traceback
+        elif proc.returncode != 0:
+            record.update(passed=False, error=_tail(output))
+        else:
+            ref = subprocess.run(
+                [str(python), str(SCRIPT), str(one)], capture_output=True, text=True, timeout=timeout, env=env
+            )
+            if ref.returncode != 0:
+                record.update(passed=False, error="one process: " + _tail(ref.stdout + ref.stderr))
+            else:
+                want = _weights(one, 0)
+                diff = max(float(abs(_weights(two, r) - want).max()) for r in (0, 1))
+                record.update(max_weight_diff=diff, passed=diff <= TOL)
+                record["warnings"] = sorted(
+                    {w for w in output.splitlines() if "tfdist:" in w and "Warn" in w}
+                )
+    record["seconds_build"] = round(built - start, 1)
+    record["seconds"] = _since(built)
+    return record
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 1)
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    return " / ".join(text.strip().splitlines()[-lines:])
+
+
+def table(payload: dict[str, Any]) -> str:
+    """The docs' supported-stacks table, one row per cell of a compat.json."""
+    rows = [
+        "| TensorFlow | Keras | 2 workers vs one process | max weight difference |",
+        "|---|---|---|---|",
+    ]
+    for r in payload["cells"]:
+        if r["expect"] == "refused":
+            got = "refused with one line, exit code 2" if r["passed"] else "FAILED"
+            diff = "-"
+        else:
+            got = "equal" if r["passed"] else "FAILED"
+            diff = f"{r['max_weight_diff']:.1e}" if "max_weight_diff" in r else "-"
+        rows.append(f"| {r['tensorflow']} | {r['keras']} | {got} | {diff} |")
+    return "\n".join(rows)
+
+
+def results_table(path: Path = RESULTS) -> str:
+    """:func:`table` of the committed results (the docs hook's generator of the supported-stacks block)."""
+    return table(json.loads(path.read_text()))
+
+
+BLOCK = re.compile(
+    r"(<!-- generated:supported-stacks:begin -->\n\n)(.*?)(\n\n<!-- generated:supported-stacks:end -->)", re.S
+)
+
+
+def write_docs(payload: dict[str, Any], doc: Path = DOC) -> bool:
+    """Rewrite the supported-stacks block of the Keras guide; True when it changed."""
+    text = doc.read_text()
+    new = BLOCK.sub(lambda m: m.group(1) + table(payload) + m.group(3), text)
+    if new != text:
+        doc.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
+    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--table", action="store_true", help="print the docs table from --out and stop")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite the docs table from --out")
+    parser.add_argument("--timeout", type=float, default=400, help="seconds per run")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.table or args.write_docs:
+        payload = json.loads(out.read_text())
+        if args.write_docs:
+            print("docs changed" if write_docs(payload) else "docs up to date")
+        else:
+            print(table(payload))
+        return 0
+    wanted = [c for c in args.cells.split(",") if c]
+    unknown = sorted(set(wanted) - {c.name for c in CELLS})
+    if unknown:
+        parser.error(f"unknown cells {unknown}; known: {[c.name for c in CELLS]}")
+    cells = [c for c in CELLS if not wanted or c.name in wanted]
+    start = time.monotonic()
+    records = []
+    for cell in cells:
+        record = run_cell(cell, args.timeout)
+        records.append(record)
+        shown = {k: record.get(k) for k in ("passed", "max_weight_diff", "seconds_build", "seconds", "error")}
+        print(cell.name, json.dumps({k: v for k, v in shown.items() if v is not None}), flush=True)
+    if wanted and out.exists():  # a subset updates its rows, the others stay
+        old = {r["cell"]: r for r in json.loads(out.read_text())["cells"]}
+        old.update({r["cell"]: r for r in records})
+        records = [old[c.name] for c in CELLS if c.name in old]
+    payload = {"python": sys.version.split()[0], "tolerance": TOL, "seconds": _since(start), "cells": records}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, out)
+    if out == RESULTS:  # the docs quote the committed results
+        write_docs(payload)
+    return 0 if all(r["passed"] for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
