@@ -1,0 +1,208 @@
+"""The rendezvous against the job's size: forming time, the server's threads and memory for 8 ... 1,024
+simulated nodes (each a thread of this process running the launcher's own client, 8 workers per node),
+the server alone in a child process so that its threads and memory are its own.
+
+    python benchmarks/rendezvous_scale.py --repeats 3 --out benchmarks/results/rendezvous_scale.json
+
+Forming time: from the first node's connect to the last node's assignment, the median of the repeats
+(taken in turns across sizes); on a small machine it is mostly the simulated nodes' own threads, so the
+server thread's CPU time is reported beside it. Memory: the server process's resident size and what
+tracemalloc sees the rendezvous' code hold at its peak (a separate run, since tracing slows it). A PNG is
+written next to the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import alternate, medians, write_json
+
+from tfdist.errors import ConfigError
+from tfdist.launch.rendezvous import client
+from tfdist.launch.rendezvous.protocol import JoinRequest
+
+SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+TASKS = 8
+TOKEN = "bench"
+
+
+def serve(nnodes: int, trace: bool) -> None:
+    """The child: serve a job of ``nnodes``, print its port, then one JSON line once the job formed and
+    every answer went out; stop when stdin closes."""
+    import tracemalloc
+
+    import psutil
+
+    from tfdist.launch.rendezvous.server import RendezvousServer
+
+    process = psutil.Process()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4096)
+    if trace:
+        tracemalloc.start()
+    before = process.memory_info().rss
+    server = RendezvousServer(listener, TOKEN, nnodes, 120.0, "bench:1").start()
+    print(listener.getsockname()[1], flush=True)
+    threads = threading.active_count()
+    while server.formed is None or server.sending:
+        threads = max(threads, threading.active_count())
+        time.sleep(0.005)
+    native = server.thread.native_id
+    cpu = next((t.user_time + t.system_time for t in process.threads() if t.id == native), float("nan"))
+    report: dict[str, Any] = {
+        "server_cpu_s": cpu,
+        "dropped": server.rejected,
+        "threads": threads,
+        "rss_mib": process.memory_info().rss / 2**20,
+        "rss_growth_mib": (process.memory_info().rss - before) / 2**20,
+        "open_files": process.num_fds(),
+    }
+    if trace:
+        peak = tracemalloc.get_traced_memory()[1]
+        report["traced_peak_mib"] = peak / 2**20
+    print(json.dumps(report), flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+def form(nnodes: int, trace: bool = False) -> dict[str, Any]:
+    """One job of ``nnodes`` formed against a fresh server process: the seconds it took and the server's
+    report."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(nnodes), "--trace", str(int(trace))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    held: list[socket.socket] = []
+    try:
+        port = int(child.stdout.readline())
+        errors: list[str] = []
+        done: list[float] = []
+
+        def one(i: int) -> None:
+            request = JoinRequest(
+                f"node{i:04d}", TASKS, "train.py", "d", tuple(range(20000, 20000 + TASKS)), i
+            )
+            try:
+                client.join("127.0.0.1", port, lambda: TOKEN, request, 120, hold=held, max_nodes=nnodes)
+                done.append(time.monotonic())
+            except ConfigError as exc:
+                errors.append(str(exc))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(nnodes)]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+        if errors or len(done) != nnodes:
+            raise SystemExit(f"{nnodes} nodes: {len(done)} formed; {errors[:1]}")
+        report = json.loads(child.stdout.readline())
+        return {"seconds": max(done) - started, **report}
+    finally:
+        for sock in held:
+            sock.close()
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nodes = [row["nodes"] for row in rows]
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.8))
+    left.plot(nodes, [row["forming_s"] for row in rows], "o-", label="forming (wall, nodes' side)")
+    left.plot(nodes, [row["server_cpu_s"] for row in rows], "s--", label="server thread's CPU time")
+    left.set(xscale="log", yscale="log", xlabel="nodes (8 workers each)", ylabel="seconds", title="forming")
+    left.legend(fontsize=8)
+    middle.plot(nodes, [row["traced_peak_mib"] for row in rows], "o-", label="rendezvous code (tracemalloc)")
+    middle.plot(nodes, [row["rss_growth_mib"] for row in rows], "s--", label="process growth (RSS)")
+    middle.set(xscale="log", xlabel="nodes", ylabel="MiB", title="server memory")
+    middle.legend(fontsize=8)
+    right.plot(nodes, [row["threads"] for row in rows], "o-", label="threads")
+    right.plot(nodes, [row["open_files"] for row in rows], "s--", label="open files")
+    right.set(xscale="log", yscale="log", xlabel="nodes", title="server threads and files")
+    right.legend(fontsize=8)
+    for axis in (left, middle, right):
+        axis.set_xticks(nodes, [str(n) for n in nodes])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--out", default="benchmarks/results/rendezvous_scale.json")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--trace", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, bool(args.trace))
+        return
+    sizes = [int(n) for n in args.sizes.split(",")]
+    samples = alternate(
+        [str(n) for n in sizes],
+        args.repeats,
+        lambda name, _: form(int(name)),
+        show=lambda repeat, name, sample: (
+            f"repeat {repeat}: {name} nodes formed in {sample['seconds']:.3f} s"
+        ),
+    )
+    times = medians({name: [s["seconds"] for s in runs] for name, runs in samples.items()})
+    rows = []
+    for n in sizes:
+        traced = form(n, trace=True)
+        last = samples[str(n)][-1]
+        rows.append(
+            {
+                "nodes": n,
+                "forming_s": times[str(n)],
+                "forming_samples_s": [s["seconds"] for s in samples[str(n)]],
+                "server_cpu_s": medians({"cpu": [s["server_cpu_s"] for s in samples[str(n)]]})["cpu"],
+                "threads": max(s["threads"] for s in samples[str(n)]),
+                "open_files": last["open_files"],
+                "rss_mib": last["rss_mib"],
+                "rss_growth_mib": last["rss_growth_mib"],
+                "traced_peak_mib": traced["traced_peak_mib"],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    out = Path(args.out)
+    write_json(
+        out,
+        {
+            "benchmark": "rendezvous_scale",
+            "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
+            "nodes are threads of the benchmark's process running tfdist's client, the server a child "
+            "process (threads: the server process's, its main thread included)",
+            "machine": {
+                "cpus": len(os.sched_getaffinity(0)),
+                "python": platform.python_version(),
+            },
+            "repeats": args.repeats,
+            "rows": rows,
+        },
+    )
+    plot(rows, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
