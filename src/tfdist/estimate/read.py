@@ -73,19 +73,31 @@ def from_script(spec: str, input_shape: tuple[int, ...] | None = None) -> ModelS
         )
     import keras
 
-    with _no_weights():
-        try:
-            model = builder()
-        except TypeError as exc:
-            raise ConfigError(
-                f"{spec}(): {_first_line(exc)}. Hint: the function is called with no arguments."
-            ) from None
-        if not isinstance(model, keras.Model):
-            raise ConfigError(
-                f"{spec}() returned {type(model).__name__}, not a Keras model. "
-                "Hint: return the model it builds."
-            )
-        return summarize(model, input_shape)
+    try:
+        with _no_weights():
+            model = _call_builder(spec, builder)
+            if isinstance(model, keras.Model):
+                return summarize(model, input_shape)
+    except ValueError as exc:
+        if "stateless scope" not in str(exc):
+            raise ConfigError(f"{spec}(): {_first_line(exc)}") from None
+        # The builder makes a variable from a value (compile() and optimizers do): build it for real, its
+        # weights allocated once in host memory.
+        model = _call_builder(spec, builder)
+    if not isinstance(model, keras.Model):
+        raise ConfigError(
+            f"{spec}() returned {type(model).__name__}, not a Keras model. Hint: return the model it builds."
+        )
+    return summarize(model, input_shape)
+
+
+def _call_builder(spec: str, builder: Any) -> Any:
+    try:
+        return builder()
+    except TypeError as exc:
+        raise ConfigError(
+            f"{spec}(): {_first_line(exc)}. Hint: the function is called with no arguments."
+        ) from None
 
 
 def from_keras_file(path: str, input_shape: tuple[int, ...] | None = None) -> ModelSummary:
@@ -103,7 +115,8 @@ def from_keras_file(path: str, input_shape: tuple[int, ...] | None = None) -> Mo
 
     with _no_weights():
         try:
-            model = keras.saving.deserialize_keras_object(config)
+            # Without its compile_config: compiling would create the optimizer's variables from values.
+            model = keras.saving.deserialize_keras_object({**config, "compile_config": None})
         except Exception as exc:  # custom layers not importable here, or a config of another Keras
             raise ConfigError(f"{path}: Keras cannot rebuild the model: {_first_line(exc)}") from None
         compiled = _compiled_optimizer((config.get("compile_config") or {}).get("optimizer"))
