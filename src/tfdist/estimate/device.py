@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from tfdist.estimate.plan import Device, parse_size
+from tfdist.nodes import gpu_memory
 
 
 def find_device(flag: str | None, replicas: int) -> Device:
@@ -17,24 +18,3 @@ def find_device(flag: str | None, replicas: int) -> Device:
         return Device(f"GPU 0: {gpu[0]}", gpu[1])
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return Device("host RAM (no GPU found)", ram, shared_by=replicas)
-
-
-def gpu_memory() -> tuple[str, int] | None:
-    """(name, total bytes) of GPU 0 from nvidia-ml-py, or None without the library, a driver or a GPU."""
-    try:
-        import pynvml  # nvidia-ml-py, installed with the gpu extra
-
-        pynvml.nvmlInit()
-    except Exception:  # no library or no driver
-        return None
-    try:
-        if int(pynvml.nvmlDeviceGetCount()) < 1:
-            return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        return (name.decode() if isinstance(name, bytes) else str(name)), total
-    except Exception:  # a driver that answers the count but not the device
-        return None
-    finally:
-        pynvml.nvmlShutdown()

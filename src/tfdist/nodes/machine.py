@@ -77,6 +77,27 @@ def gpu_count() -> int:
         return 0
 
 
+def gpu_memory() -> tuple[str, int] | None:
+    """(name, total bytes) of GPU 0 from nvidia-ml-py, or None without the library, a driver or a GPU."""
+    try:
+        import pynvml  # nvidia-ml-py, installed with the gpu extra
+
+        pynvml.nvmlInit()
+    except Exception:  # no library or no driver
+        return None
+    try:
+        if int(pynvml.nvmlDeviceGetCount()) < 1:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        return (name.decode() if isinstance(name, bytes) else str(name)), total
+    except Exception:  # a driver that answers the count but not the device
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def visible_gpus(environ: Mapping[str, str]) -> list[str]:
     """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of :func:`gpu_count`."""
     if "CUDA_VISIBLE_DEVICES" in environ:
