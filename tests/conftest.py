@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,34 @@ def forget_global_seed() -> Iterator[None]:
 def python() -> str:
     """The interpreter running the tests (the project's virtualenv)."""
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def one_process_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``one_process_reference(script, *args)``: the output directory of ``python SCRIPT OUT ARGS`` in one
+    plain process (no cluster variables; TFDIST_RANK=0, by which the helpers name their outputs), run the
+    first time a test of the run asks for that script and those arguments: the training that the same
+    script on several workers, ranks or hosts must equal. Tests read it and write nothing there."""
+    done: dict[tuple[str, ...], Path] = {}
+
+    def run(script: str | Path, *args: str) -> Path:
+        key = (str(script), *args)
+        if key not in done:
+            out = tmp_path_factory.mktemp(f"one-{Path(script).stem}")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(CLUSTER_PREFIXES)}
+            env.update(TFDIST_RANK="0", TF_CPP_MIN_LOG_LEVEL="2")
+            proc = subprocess.run(
+                [sys.executable, str(script), str(out), *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            done[key] = out
+        return done[key]
+
+    return run
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import tfdist
 
 REQUIRED = {
     "workers",
@@ -23,12 +24,7 @@ REQUIRED = {
 
 
 def bench(out: Path, *args: str, timeout: float = 500) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tfdist", "bench", "--out", str(out), "--repeats", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return tfdist("bench", "--out", str(out), "--repeats", "1", *args, timeout=timeout)
 
 
 @pytest.mark.slow  # a bench grid: the second tier

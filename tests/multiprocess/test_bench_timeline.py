@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import collections
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import tfdist
 
 STEPS, WARMUP = 10, 2
 
@@ -18,12 +18,7 @@ def traces(tmp_path: Path, backend: str) -> list[dict]:
     out = tmp_path / "out"
     grid = ("--workers", "2", "--backend", backend, "--compare", "none", "--repeats", "1")
     length = ("--steps", str(STEPS), "--warmup", str(WARMUP), "--workload", "regression", "--timeline")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "bench", "--out", str(out), *grid, *length],
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    proc = tfdist("bench", "--out", str(out), *grid, *length, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folder = out / "runs" / f"{backend}-w2-r1-0" / "timeline"
     assert sorted(p.name for p in folder.iterdir()) == ["timeline-r0.json", "timeline-r1.json"]

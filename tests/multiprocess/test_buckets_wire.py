@@ -4,36 +4,23 @@ so every sum crosses MPI as it does between hosts)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import tfdist
 
 HELPERS = Path(__file__).parent.parent / "helpers"
 
 
 def launch(out: Path, script: str, *args: str, env: dict[str, str]) -> None:
     argv = ["launch", "--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(out / "run")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", *argv, str(HELPERS / script), str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TFDIST_MPI_SHM": "0", **env},
+    proc = tfdist(
+        *argv, str(HELPERS / script), str(out), *args, env={"TFDIST_MPI_SHM": "0", **env}, timeout=300
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
-@pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The probe's training in one process (the reference of every case)."""
-    out = tmp_path_factory.mktemp("single")
-    probe = str(HELPERS / "fit_probe.py")
-    subprocess.run([sys.executable, probe, str(out)], check=True, capture_output=True, timeout=300)
-    return out
 
 
 def test_horovod_fp16_compression_sends_half_the_bytes(tmp_path: Path) -> None:
@@ -52,7 +39,11 @@ def test_horovod_fp16_compression_sends_half_the_bytes(tmp_path: Path) -> None:
     [("0.00003", "none", 1e-5), pytest.param("0", "bf16", 5e-3, marks=pytest.mark.slow)],
 )
 def test_buckets_and_compression_against_one_process(
-    bucket_mb: str, compression: str, tolerance: float, single: Path, tmp_path: Path
+    bucket_mb: str,
+    compression: str,
+    tolerance: float,
+    one_process_reference: Callable[..., Path],
+    tmp_path: Path,
 ) -> None:
     """Buckets change only when each sum starts: ≡ one process; bf16 stays within its stated error."""
     ranks = tmp_path / "ranks"
@@ -60,6 +51,7 @@ def test_buckets_and_compression_against_one_process(
     launch(ranks, "fit_probe.py", env={"TFDIST_BUCKET_MB": bucket_mb, "TFDIST_COMPRESSION": compression})
     w0, w1 = np.load(ranks / "weights-0.npy"), np.load(ranks / "weights-1.npy")
     assert np.array_equal(w0, w1)
+    single = one_process_reference(HELPERS / "fit_probe.py")
     error = np.max(np.abs(w0 - np.load(single / "weights-0.npy")))
     assert error <= tolerance
     if compression != "none":
@@ -71,14 +63,14 @@ def test_buckets_and_compression_against_one_process(
         assert "4 gradient(s) in 3 bucket(s)" in said
 
 
-def test_horovod_tape_gradients_in_buckets_equal_one_process(tmp_path: Path) -> None:
+def test_horovod_tape_gradients_in_buckets_equal_one_process(
+    one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """Horovod's DistributedGradientTape across "nodes": each gradient's bucket is its own collective,
     submitted as the backward pass produces it; the training is still one process's."""
-    ranks, single = tmp_path / "ranks", tmp_path / "single"
+    ranks, single = tmp_path / "ranks", one_process_reference(HELPERS / "hvd_loop.py", "--batch", "64")
     ranks.mkdir()
     launch(ranks, "hvd_loop.py", env={"TFDIST_BUCKET_MB": "0.00003"})
-    one = [sys.executable, str(HELPERS / "hvd_loop.py"), str(single), "--batch", "64"]
-    subprocess.run(one, check=True, capture_output=True, timeout=300)
     w0, w1, w_one = (
         np.load(path) for path in (ranks / "rank0.npz", ranks / "rank1.npz", single / "rank0.npz")
     )

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli import tfdist
+
 HELPER = str(Path(__file__).parent.parent / "helpers" / "collective_timeout.py")
 TIMEOUT_S = 5
 BOUND_S = TIMEOUT_S + 10  # from entering the collective that never completes to every rank gone
@@ -26,8 +28,9 @@ def run(argv: list[str], timeout_s: int = TIMEOUT_S) -> subprocess.CompletedProc
 
 
 def launch(mode: str, out: Path, timeout_s: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-    return run([*cmd, "--log-dir", str(out / "run"), HELPER, mode, str(out)], timeout_s)
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(out / "run"), HELPER, mode, str(out)]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TFDIST_COLLECTIVE_TIMEOUT": str(timeout_s)}
+    return tfdist("launch", *args, env=env, timeout=240)
 
 
 # (mode, the rank whose wait is stuck, the line's pattern). "sync": both ranks wait, in different

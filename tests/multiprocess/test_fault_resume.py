@@ -10,7 +10,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,12 +17,14 @@ import numpy as np
 import psutil
 import pytest
 
+from helpers.cli import TFDIST
+
 STEPS, EPOCHS = 20, 2
 
 
 def command(out: Path, workload: str, backend: str) -> list[str]:
     return [
-        sys.executable, "-m", "tfdist", "train", "--workload", workload, "--dataset", "digits",
+        *TFDIST, "train", "--workload", workload, "--dataset", "digits",
         "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size-per-replica", "16",
         "--checkpoint-every", "2", "--lr", "0.01", "--workers", "2", "--backend", backend,
         "--max-restarts", "1", "--output-dir", str(out),
@@ -57,11 +58,12 @@ def checkpoint_values(path: Path) -> dict[str, np.ndarray]:
     return {k: reader.get_tensor(k) for k, d in reader.get_variable_to_dtype_map().items() if d.is_floating}
 
 
-# The whole matrix is the second tier (./dev test --all); one case per backend runs in the first.
+# The whole matrix is the second tier (./dev test --all). The first tier resumes after a killed worker on
+# each backend: test_fit_equivalence.py (tf) and test_mpi_backend.py (mpi).
 @pytest.mark.parametrize(
     ("workload", "backend"),
     [
-        ("regression", "tf"),
+        pytest.param("regression", "tf", marks=pytest.mark.slow),
         pytest.param("regression", "mpi", marks=pytest.mark.slow),
         pytest.param("mnist-cnn", "tf", marks=pytest.mark.slow),
         pytest.param("mnist-cnn", "mpi", marks=pytest.mark.slow),

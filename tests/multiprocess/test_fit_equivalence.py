@@ -6,10 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import TFDIST
 
 PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
 
@@ -18,11 +21,7 @@ def run_probe(
     out: Path, env: dict[str, str] | None = None, launch: list[str] | None = None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True, exist_ok=True)
-    prefix = (
-        [sys.executable, "-m", "tfdist", "launch", *launch, "--log-dir", str(out / "run")]
-        if launch
-        else [sys.executable]
-    )
+    prefix = [*TFDIST, "launch", *launch, "--log-dir", str(out / "run")] if launch else [sys.executable]
     proc = subprocess.run(
         [*prefix, PROBE, str(out), *extra],
         env={**os.environ, **(env or {})},
@@ -35,10 +34,8 @@ def run_probe(
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
-    out = tmp_path_factory.mktemp("single")
-    run_probe(out)
-    return np.load(out / "weights-0.npy")
+def single(one_process_reference: Callable[..., Path]) -> np.ndarray:
+    return np.load(one_process_reference(PROBE) / "weights-0.npy")
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +88,14 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
     import signal
     import time
 
-    long = ["--epochs", "2", "--steps", "300"]
+    long = ["--epochs", "2", "--steps", "100"]  # 200 steps, a checkpoint every 2: seconds of room to stop in
     reference = tmp_path / "reference"
     run_probe(reference, None, ["-n", "2", "--cpu"], *long)
     out, ckpt = tmp_path / "preempted", tmp_path / "ckpt"
     out.mkdir()
     launcher = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "tfdist",
+            *TFDIST,
             "launch",
             "-n",
             "2",
@@ -130,7 +125,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
     assert launcher.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "stop requested (SIGTERM): checkpoint written at step" in stdout
     stopped_at = int(stdout.split("checkpoint written at step ")[1].split(";")[0])
-    assert 0 < stopped_at < 600
+    assert 0 < stopped_at < 200
     assert not (out / "weights-0.npy").exists()  # it really stopped early
     for r in (0, 1):  # both workers stopped at the same step boundary
         assert (
@@ -139,7 +134,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
         )
     run_probe(out, None, ["-n", "2", "--cpu"], "--checkpoint", str(ckpt), *long)
     resumed = json.loads((out / "history-0.json").read_text())
-    assert resumed["steps"] == 600
+    assert resumed["steps"] == 200
     assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli import TFDIST
+
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "fit_any.py")
 TOL = 1e-5
 
@@ -66,7 +68,7 @@ def test_one_process_equals_keras_model_fit(keras_reference: Path, tmp_path: Pat
 def test_two_workers_equal_keras_model_fit_in_one_process(
     backend: str, keras_reference: Path, tmp_path: Path
 ) -> None:
-    launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--backend", backend]
+    launch = [*TFDIST, "launch", "-n", "2", "--cpu", "--backend", backend]
     run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
     for rank in range(2):
         assert_matches_keras(keras_reference, tmp_path / "out", rank)

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli import TFDIST
+
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "fit_parity.py")
 SCENARIOS = (
     "partial_arrays",
@@ -63,14 +65,16 @@ def assert_events_match(expected: list, got: list, name: str) -> None:
             assert abs(have[2] - want[2]) <= TOL, (name, want[:2])
 
 
-@pytest.mark.parametrize("backend", ["one-process", "tf", "mpi"])
+# In one process (no launcher) in the second tier: the first tier's one-process tfdist.fit ≡ model.fit is
+# test_fit_like_keras.py; here both backends' workers.
+@pytest.mark.parametrize("backend", [pytest.param("one-process", marks=pytest.mark.slow), "tf", "mpi"])
 def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: Path, tmp_path: Path) -> None:
     """2 workers on the TF and MPI backends, and tfdist.fit in one process (no launcher)."""
     workers = 1 if backend == "one-process" else 2
     if workers == 1:
         run([sys.executable], tmp_path / "out")
     else:
-        launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--backend", backend]
+        launch = [*TFDIST, "launch", "-n", "2", "--cpu", "--backend", backend]
         run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
     for name in SCENARIOS:
         w_ref, ref = load(keras_reference, name, 0)

@@ -8,10 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import tfdist
 
 HELPERS = Path(__file__).parent.parent / "helpers"
 HAVE_HOROVOD = __import__("importlib.util").util.find_spec("horovod") is not None
@@ -23,10 +26,8 @@ def run(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess[st
 
 
 def launch(backend: str, n: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return run(
-        [sys.executable, "-m", "tfdist", "launch", "--backend", backend, "-n", str(n), "--cpu", *args],
-        timeout,
-    )
+    args = ("--backend", backend, "-n", str(n), "--cpu", *args)
+    return tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=timeout)
 
 
 def weights(path: Path) -> list[np.ndarray]:
@@ -55,14 +56,13 @@ def test_collectives_follow_horovods_semantics(ranks: int, tmp_path: Path) -> No
         assert not bad, f"rank {rank}: {bad}"
 
 
-def test_keras_script_on_two_ranks_equals_one_process_with_the_summed_batch(tmp_path: Path) -> None:
-    ranks, single = tmp_path / "ranks", tmp_path / "single"
+def test_keras_script_on_two_ranks_equals_one_process_with_the_summed_batch(
+    one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
+    ranks = tmp_path / "ranks"
     proc = launch("mpi", 2, "--log-dir", str(tmp_path / "run"), str(HELPERS / "hvd_keras.py"), str(ranks))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    one = run(
-        [sys.executable, str(HELPERS / "hvd_keras.py"), str(single), "--batch", "64", "--lr-ranks", "2"]
-    )
-    assert one.returncode == 0, one.stderr[-3000:]
+    single = one_process_reference(HELPERS / "hvd_keras.py", "--batch", "64", "--lr-ranks", "2")
     w0, w1, w_one = weights(ranks / "rank0.npz"), weights(ranks / "rank1.npz"), weights(single / "rank0.npz")
     assert max_diff(w0, w1) == 0.0  # the ranks agree exactly
     assert max_diff(w0, w_one) <= 1e-5  # and train the one model of the summed batch
@@ -76,12 +76,12 @@ def test_keras_script_on_two_ranks_equals_one_process_with_the_summed_batch(tmp_
     assert list((ranks / "tb" / "train").glob("events.out.tfevents.*"))  # TensorBoard, rank 0 only
 
 
-def test_custom_loop_with_distributed_gradient_tape_equals_one_process(tmp_path: Path) -> None:
-    ranks, single = tmp_path / "ranks", tmp_path / "single"
+def test_custom_loop_with_distributed_gradient_tape_equals_one_process(
+    one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
+    ranks, single = tmp_path / "ranks", one_process_reference(HELPERS / "hvd_loop.py", "--batch", "64")
     proc = launch("mpi", 2, "--log-dir", str(tmp_path / "run"), str(HELPERS / "hvd_loop.py"), str(ranks))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    one = run([sys.executable, str(HELPERS / "hvd_loop.py"), str(single), "--batch", "64"])
-    assert one.returncode == 0, one.stderr[-3000:]
     w0, w1 = weights(ranks / "rank0.npz"), weights(ranks / "rank1.npz")
     assert max_diff(w0, w1) == 0.0
     assert max_diff(w0, weights(single / "rank0.npz")) <= 1e-5

@@ -4,18 +4,17 @@ opposite orders, a name per step, a shape mismatch, and abandon() (tests/helpers
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from helpers.cli import tfdist
 
 HELPER = Path(__file__).parent.parent / "helpers" / "hvd_coordinator.py"
 
 
 def test_mpi_sums_pair_by_name_and_fail_alike_on_every_rank(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-    cmd += ["--log-dir", str(tmp_path / "run"), str(HELPER), str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run")]
+    args += [str(HELPER), str(tmp_path)]
+    proc = tfdist("launch", *args, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in (0, 1):
         checks = json.loads((tmp_path / f"coordinator-{rank}.json").read_text())

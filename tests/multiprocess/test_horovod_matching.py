@@ -4,19 +4,17 @@ on 2 real ranks (tests/helpers/hvd_matching.py computes every expected value on 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from helpers.cli import tfdist
 
 HELPER = Path(__file__).parent.parent / "helpers" / "hvd_matching.py"
 
 
 def test_names_gradients_reducescatter_and_mismatches_follow_horovod(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-    cmd += ["--log-dir", str(tmp_path / "run"), str(HELPER), str(tmp_path)]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run")]
+    args += [str(HELPER), str(tmp_path)]
+    proc = tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for rank in (0, 1):
         checks = json.loads((tmp_path / f"checks-{rank}.json").read_text())

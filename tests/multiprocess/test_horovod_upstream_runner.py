@@ -4,13 +4,12 @@ eagerly and inside a tf.function, its stacks are kept, and the tests after it pa
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import tfdist
 
 WORKER = Path(__file__).parents[2] / "devtools" / "horovod_upstream_worker.py"
 SUITE = """
@@ -52,11 +51,10 @@ def outcomes(report: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_collective_one_rank_never_joins_fails_its_test_and_the_run_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_lonely.py").write_text(SUITE)
-    cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", "2", "--cpu"]
-    cmd += ["--timeout", "200", "--log-dir", str(tmp_path / "logs"), str(WORKER)]
-    cmd += [str(tmp_path / "test_lonely.py"), str(tmp_path / "reports"), "8"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    args = ["--backend", "horovod", "-n", "2", "--cpu", "--timeout", "200"]
+    args += ["--log-dir", str(tmp_path / "logs")]
+    args += [str(WORKER), str(tmp_path / "test_lonely.py"), str(tmp_path / "reports"), "8"]
+    proc = tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rank0, rank1 = (outcomes(tmp_path / "reports" / f"rank{r}.xml") for r in (0, 1))
     lonely = {"test_one_rank_only": "failed", "test_one_rank_only_in_a_graph": "failed"}

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli import tfdist
+
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "keras_fit.py")
 TOL = 1e-5
 
@@ -35,9 +37,9 @@ def run_launch(
 ):
     """`tfdist launch -n N --cpu [extra] SCRIPT [OUT ARGS...]` (OUT is left out for another script)."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(n), "--cpu", *extra]
-    cmd += ["--log-dir", str(out / "logs"), script, *((str(out),) if script == SCRIPT else ()), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    argv = ["-n", str(n), "--cpu", *extra, "--log-dir", str(out / "logs"), script]
+    argv += [*((str(out),) if script == SCRIPT else ()), *args]
+    return tfdist("launch", *argv, base_env=env, timeout=300)
 
 
 def results(out: Path, rank: int) -> tuple[np.ndarray, dict, np.ndarray]:
@@ -67,7 +69,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3: the same path, second tier
 def test_model_fit_script_matches_one_process(n: int, reference: Path, tmp_path: Path) -> None:
     shared, private_tmp = tmp_path / "shared", tmp_path / "tmp"
     shared.mkdir()

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,16 +13,18 @@ import numpy as np
 import psutil
 import pytest
 
+from helpers.cli import TFDIST, tfdist
+
 HELPERS = Path(__file__).parent.parent / "helpers"
 WORKER = str(HELPERS / "worker.py")
 
 
 def launch_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tfdist", "launch", *args]
+    return [*TFDIST, "launch", *args]
 
 
 def run(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(launch_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return tfdist("launch", *args, timeout=timeout, cwd=cwd)
 
 
 def alive(pid: int) -> bool:

@@ -8,10 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import tfdist
 
 PROBE = str(Path(__file__).parent.parent / "helpers" / "fit_probe.py")
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
@@ -20,13 +23,21 @@ HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
 def launch(
     *args: str, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tfdist", "launch", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=None if env is None else {**os.environ, **env},
-    )
+    return tfdist("launch", *args, env=env, timeout=timeout)
+
+
+def two_ranks(backend: str, out: Path) -> Path:
+    """fit_probe.py with its defaults on 2 ranks of ``backend``, uninterrupted."""
+    out.mkdir()
+    proc = launch("--backend", backend, "-n", "2", "--cpu", "--log-dir", str(out / "run"), PROBE, str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def mpi_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MPI backend's uninterrupted run (one for the module: the resume test's reference too)."""
+    return two_ranks("mpi", tmp_path_factory.mktemp("mpi") / "ranks")
 
 
 @pytest.mark.parametrize(
@@ -41,13 +52,11 @@ def launch(
         ),
     ],
 )
-def test_two_ranks_match_one_process(backend: str, tmp_path: Path) -> None:
-    single, mpi = tmp_path / "single", tmp_path / "ranks"
-    single.mkdir()
-    mpi.mkdir()
-    subprocess.run([sys.executable, PROBE, str(single)], check=True, capture_output=True, timeout=300)
-    proc = launch("--backend", backend, "-n", "2", "--cpu", "--log-dir", str(mpi / "run"), PROBE, str(mpi))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+def test_two_ranks_match_one_process(
+    backend: str, one_process_reference: Callable[..., Path], request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    single = one_process_reference(PROBE)
+    mpi = request.getfixturevalue("mpi_ranks") if backend == "mpi" else two_ranks(backend, tmp_path / "ranks")
     w0, w1 = np.load(mpi / "weights-0.npy"), np.load(mpi / "weights-1.npy")
     assert np.array_equal(w0, w1)
     assert np.max(np.abs(w0 - np.load(single / "weights-0.npy"))) <= 1e-5
@@ -89,7 +98,6 @@ def test_a_dying_rank_ends_the_job_without_a_hang(tmp_path: Path) -> None:
 
 
 def test_world_size_must_match_what_tfdist_expected(tmp_path: Path) -> None:
-    import os
 
     env = {**os.environ, "TFDIST_WORLD_SIZE": "3"}
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
@@ -117,16 +125,11 @@ def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> Non
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(mpi_ranks: Path, tmp_path: Path) -> None:
     """Rank 1 SIGKILLs itself after epoch 2; MPI aborts the job, the launcher restarts it from the
     checkpoint."""
-    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    reference.mkdir()
+    reference, resumed = mpi_ranks, tmp_path / "resumed"
     resumed.mkdir()
-    proc = launch(
-        "--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(reference / "run"), PROBE, str(reference)
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     proc = launch(
         "--backend",
         "mpi",

@@ -4,25 +4,29 @@ the exception, MPI output names its rank."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import tfdist
 
 HELPERS = Path(__file__).parent.parent / "helpers"
 NEVER_JOINS = str(HELPERS / "never_joins.py")
 
 
 def launch(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "tfdist", "launch", "--log-dir", str(tmp_path / "run"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return tfdist("launch", "--log-dir", str(tmp_path / "run"), *args, timeout=timeout)
 
 
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
         ("mirrored", "every worker built MirroredStrategy: they train 2 separate models"),
-        ("one_device", "every worker built OneDeviceStrategy: they train 2 separate models"),
+        pytest.param(  # the same path as MirroredStrategy (a strategy that is not multi-worker): second tier
+            "one_device",
+            "every worker built OneDeviceStrategy: they train 2 separate models",
+            marks=pytest.mark.slow,
+        ),
         ("single_resolver", "every worker built MultiWorkerMirroredStrategy: they train 2 separate models"),
         (
             "no_strategy",

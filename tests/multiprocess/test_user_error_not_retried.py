@@ -3,9 +3,9 @@ give the same error) and ends with the worker's one line, exit code 2 (real proc
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from helpers.cli import tfdist
 
 HELPER = str(Path(__file__).parent.parent / "helpers" / "user_error.py")
 LINE = "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10."
@@ -14,9 +14,7 @@ LINE = "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or
 def test_a_config_error_in_a_worker_is_not_restarted_and_ends_with_its_line(tmp_path: Path) -> None:
     out, run = tmp_path / "out", tmp_path / "run"
     argv = ["-n", "2", "--cpu", "--max-restarts", "3", "--log-dir", str(run), HELPER, str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "launch", *argv], capture_output=True, text=True, timeout=120
-    )
+    proc = tfdist("launch", *argv, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[-1] == f"tfdist launch: error: {LINE}", proc.stderr

@@ -10,10 +10,13 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import TFDIST
 
 HELPERS = Path(__file__).parent.parent / "helpers"
 DIFFER = str(HELPERS / "workers_differ.py")
@@ -42,9 +45,7 @@ TOL = 1e-5
 
 def launch(backend: str, workers: int, tmp_path: Path) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "tfdist",
+        *TFDIST,
         "launch",
         "-n",
         str(workers),
@@ -78,11 +79,9 @@ def assert_same_run(ref: dict, got: dict, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def one_process(one_process_reference: Callable[..., Path]) -> Path:
     """The chief-only scenarios in one process: every callback runs there."""
-    out = tmp_path_factory.mktemp("one")
-    ok(run([sys.executable, DIFFER, str(out)]))
-    return out
+    return one_process_reference(DIFFER)
 
 
 # The TF backend's cases run across two test hosts in the first tier (tests/multihost), here in the second.
@@ -139,9 +138,9 @@ def uneven_reference(tmp_path_factory: pytest.TempPathFactory, workers: int) -> 
 
 
 @pytest.fixture(scope="module")
-def two_worker_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def two_worker_reference(one_process_reference: Callable[..., Path]) -> Path:
     """Keras' model.fit in one process on the global batches of two workers' data."""
-    return uneven_reference(tmp_path_factory, 2)
+    return one_process_reference(UNEVEN, "2", "--reference")
 
 
 def check_uneven(reference: Path, out: Path, workers: int) -> None:
@@ -215,7 +214,13 @@ MISMATCH = str(HELPERS / "mismatch_fit.py")
         ("tf", [], r"CollectiveError: the workers ran different collectives at step 9: rank [01] met a"),
         pytest.param("tf", ["--sleep"], r"on rank 0: rank\(s\) 1 had not arrived", marks=pytest.mark.slow),
         ("mpi", [], r"CollectiveError: the ranks ran different collectives at step \d+: rank 0 was in the"),
-        ("mpi", ["--sleep"], r"waited 5 s on rank 0 .*: rank 1 had not arrived: it did not answer"),
+        # A rank sleeping in tfdist.fit on MPI: in the first tier as test_collective_timeout.py fit-sleep.
+        pytest.param(
+            "mpi",
+            ["--sleep"],
+            r"waited 5 s on rank 0 .*: rank 1 had not arrived: it did not answer",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_program_whose_workers_stop_meeting_ends_with_one_line(

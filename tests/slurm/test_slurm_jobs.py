@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import tfdist
 
 ROOT = Path(__file__).parent.parent.parent
 PROBE = str(ROOT / "tests" / "helpers" / "fit_probe.py")
@@ -27,6 +30,13 @@ def slurm_conf() -> Iterator[str]:
     started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=900)
     assert started.returncode == 0, started.stderr[-3000:]
     yield os.path.join(CLUSTER_ENV["TFDIST_SLURM_DIR"], "slurm.conf")
+    # A throwaway cluster: its daemons killed at once (a graceful shutdown cost the run's end ~5 s), then
+    # the script removes what they left.
+    for record in Path(CLUSTER_ENV["TFDIST_SLURM_DIR"]).glob("*.run.pid"):
+        try:
+            os.kill(int(record.read_text()), signal.SIGKILL)
+        except (ValueError, OSError):
+            continue
     subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
 
 
@@ -36,16 +46,9 @@ def slurm_env(slurm_conf: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
     return {**os.environ, "SLURM_CONF": slurm_conf}
 
 
-def tfdist(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tfdist", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def submit(env: dict[str, str], run_dir: Path, *command: str, options: tuple[str, ...] = ()) -> str:
-    proc = tfdist(
-        env, "slurm", "submit", "--ntasks-per-node", "2", "--run-dir", str(run_dir), *options, "--", *command
-    )
+    args = ("--ntasks-per-node", "2", "--run-dir", str(run_dir), *options, "--", *command)
+    proc = tfdist("slurm", "submit", *args, base_env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()[2].rstrip(";")
 
@@ -74,9 +77,9 @@ def test_two_task_mnist_cnn_job_completes_with_identical_weights(
     w0, w1 = np.load(out / "weights-0.npy"), np.load(out / "weights-1.npy")
     assert np.array_equal(w0, w1)
     assert json.loads((out / "history-0.json").read_text())["steps"] == 12
-    status = tfdist(slurm_env, "slurm", "status", job_id)
+    status = tfdist("slurm", "status", job_id, base_env=slurm_env, timeout=60)
     assert status.returncode == 0 and "COMPLETED" in status.stdout
-    logs = tfdist(slurm_env, "slurm", "logs", job_id)
+    logs = tfdist("slurm", "logs", job_id, base_env=slurm_env, timeout=60)
     assert logs.returncode == 0 and logs.stdout == log
 
 
@@ -90,8 +93,13 @@ def test_failing_task_makes_the_job_failed(slurm_env: dict[str, str], tmp_path: 
     )
     job = wait_state(job_id, FINAL, 120)
     assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("3:")
-    status = tfdist(slurm_env, "slurm", "status", job_id)
+    status = tfdist("slurm", "status", job_id, base_env=slurm_env, timeout=60)
     assert "FAILED" in status.stdout and "exit code 3:0" in status.stdout
+
+
+#: Steps per epoch of the preempted job: 200 steps with a checkpoint every 2 take ~10 s, time enough for the
+#: signal to arrive mid-run.
+STEPS = "100"
 
 
 def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
@@ -110,7 +118,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
         "--epochs",
         "2",
         "--steps",
-        "300",
+        STEPS,
     )
     deadline = time.monotonic() + 180
     while not list(ckpt.glob("ckpt-*.index")) and time.monotonic() < deadline:
@@ -133,34 +141,15 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
     assert "stop requested (SIGUSR2): checkpoint written at step" in log
     assert "asked Slurm to requeue job" in log
     resumed = json.loads((out / "history-0.json").read_text())
-    assert resumed["steps"] == 600
+    assert resumed["steps"] == 2 * int(STEPS)
     # The requeued job ends exactly where an uninterrupted run of the same script does.
     reference = tmp_path / "reference"
     reference.mkdir()
-    ref = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "launch",
-            "-n",
-            "2",
-            "--cpu",
-            "--log-dir",
-            str(tmp_path / "ref-run"),
-            PROBE,
-            str(reference),
-            "--checkpoint",
-            str(tmp_path / "ref-ckpt"),
-            "--epochs",
-            "2",
-            "--steps",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
+    ref = tfdist(
+        "launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "ref-run"), PROBE, str(reference),
+        "--checkpoint", str(tmp_path / "ref-ckpt"), "--epochs", "2", "--steps", STEPS,
         timeout=600,
-    )
+    )  # fmt: skip
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert np.max(np.abs(np.load(out / "weights-0.npy") - np.load(reference / "weights-0.npy"))) <= 1e-6
     expected = json.loads((reference / "history-0.json").read_text())["history"]
@@ -170,7 +159,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
 
 
 def test_unknown_job_id_is_one_line(slurm_env: dict[str, str]) -> None:
-    proc = tfdist(slurm_env, "slurm", "status", "987654")
+    proc = tfdist("slurm", "status", "987654", base_env=slurm_env, timeout=60)
     assert (
         proc.returncode == 2
         and "job 987654 is not known to Slurm" in proc.stderr
@@ -181,25 +170,14 @@ def test_unknown_job_id_is_one_line(slurm_env: dict[str, str]) -> None:
 HELPERS = ROOT / "tests" / "helpers"
 
 
-def single_process(script: str, out: Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TF_CONFIG"))}
-    proc = subprocess.run(
-        [sys.executable, script, str(out), *args],
-        env={**env, "TFDIST_RANK": "0"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-def test_plain_mwms_script_becomes_one_job(slurm_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.slow  # the same path as the model.fit script's below: a script without tfdist, one task each
+def test_plain_mwms_script_becomes_one_job(
+    slurm_env: dict[str, str], one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """No tfdist import in the script: the task wrapper gives each task its TF_CONFIG."""
     script = str(HELPERS / "plain_mwms.py")
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
+    single, out = one_process_reference(script), tmp_path / "out"
     out.mkdir()
-    single_process(script, single)
     job_id = submit(slurm_env, tmp_path / "run", sys.executable, script, str(out))
     job = wait_state(job_id, FINAL, 240)
     log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()
@@ -210,13 +188,13 @@ def test_plain_mwms_script_becomes_one_job(slurm_env: dict[str, str], tmp_path: 
         assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
 
 
-def test_keras_model_fit_script_becomes_one_job(slurm_env: dict[str, str], tmp_path: Path) -> None:
+def test_keras_model_fit_script_becomes_one_job(
+    slurm_env: dict[str, str], one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """model.fit / evaluate / predict under MultiWorkerMirroredStrategy, no tfdist import, 2 Slurm tasks."""
     script = str(HELPERS / "keras_fit.py")
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
+    single, out = one_process_reference(script, "--plain", "--epochs", "2"), tmp_path / "out"
     out.mkdir()
-    single_process(script, single, "--plain", "--epochs", "2")
     job_id = submit(slurm_env, tmp_path / "run", sys.executable, script, str(out), "--plain", "--epochs", "2")
     job = wait_state(job_id, FINAL, 240)
     log = (tmp_path / "run" / f"slurm-{job_id}.out").read_text()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers.cli import tfdist
 from tfdist.errors import ConfigError
 from tfdist.workloads import datasets
 from tfdist.workloads.sharding import shard_policy
@@ -157,29 +155,10 @@ def test_empty_folder(tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 def test_two_workers_shard_tfrecord_files(tfrecords: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "train",
-            "--workers",
-            "2",
-            "--workload",
-            "mnist-cnn",
-            "--dataset",
-            f"tfrecord:{tfrecords}",
-            "--epochs",
-            "2",
-            "--batch-size-per-replica",
-            "4",
-            "--output-dir",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    proc = tfdist(
+        "train", "--workers", "2", "--workload", "mnist-cnn", "--dataset", f"tfrecord:{tfrecords}",
+        "--epochs", "2", "--batch-size-per-replica", "4", "--output-dir", str(out),
         timeout=300,
-        env=dict(os.environ),
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (out / "metrics.json").is_file()

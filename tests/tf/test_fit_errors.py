@@ -142,6 +142,7 @@ def test_train_refuses_to_overwrite_checkpoints_without_resume(
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # 10 epochs; the first tier runs the same command for 1 epoch (the README's example)
 def test_readme_main_job_reaches_090_on_digits(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = tfdist("train", "--workers", "2", "--epochs", "10", "--output-dir", str(out), timeout=400)

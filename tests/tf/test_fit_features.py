@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from helpers.cli import tfdist
 
 
 def compiled(units: int = 1):
@@ -72,24 +71,9 @@ def test_lr_scaling_and_warmup_reach_the_scaled_rate() -> None:
 
 @pytest.mark.parametrize("flags", [["--xla"], ["--mixed-precision", "bf16"]])
 def test_train_with_xla_or_mixed_precision(flags: list[str], tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "train",
-            "--epochs",
-            "1",
-            "--steps-per-epoch",
-            "5",
-            "--output-dir",
-            str(tmp_path / "run"),
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
+    out = str(tmp_path / "run")
+    proc = tfdist(
+        "train", "--epochs", "1", "--steps-per-epoch", "5", "--output-dir", out, *flags, timeout=300
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "test accuracy" in proc.stdout
