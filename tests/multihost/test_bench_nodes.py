@@ -2,35 +2,33 @@
 one `tfdist launch` per host, the report names the link beside each figure, and a host whose link is capped
 lower than the others' is named in the diagnosis.
 
-Hosts: prefix ``tfdb``, subnet 10.90.0 (``benchmarks/bench_nodes.py`` uses the same: do not run both at once).
+On the run's test hosts (``testhosts``: the tests' own prefix, not a benchmark's).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostcluster import HOSTS_SCRIPT, Cluster, made_hosts
+from hostcluster import HOSTS_SCRIPT, Cluster, Hosts, clean_env
 
-ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
-    "TFDIST_HOSTS_PREFIX": "tfdb",
-    "TFDIST_HOSTS_SUBNET": "10.90.0",
-}
+from helpers.cli import TFDIST, tfdist
 
 
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[None]:
-    yield from made_hosts(ENV, 3, ("cap", "node3", "200mbit"))  # node3: the slow host
+@pytest.fixture
+def slow_node3(testhosts: Hosts) -> Iterator[Hosts]:
+    """The run's test hosts, node3's link capped at 200 Mbit/s (the slow host) until the test ends."""
+    testhosts.hosts_script("cap", "node3", "200mbit", check=True)
+    try:
+        yield testhosts
+    finally:
+        testhosts.hosts_script("cap", "node3", "off", check=True)
 
 
 @pytest.mark.slow
-def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tmp_path: Path) -> None:
+def test_bench_across_two_hosts_names_the_link_and_the_slow_host(slow_node3: Hosts, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     nodes = (
         "--hosts",
@@ -41,22 +39,15 @@ def test_bench_across_two_hosts_names_the_link_and_the_slow_host(hosts: None, tm
         f"{HOSTS_SCRIPT} exec {{host}} --",
     )
     short = ("--steps", "10", "--warmup", "2", "--repeats", "1", "--compare", "independent")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "bench",
-            *nodes,
-            "--workload",
-            "regression",
-            "--out",
-            str(out),
-            *short,
-        ],
-        env=ENV,
-        capture_output=True,
-        text=True,
+    proc = tfdist(
+        "bench",
+        *nodes,
+        "--workload",
+        "regression",
+        "--out",
+        str(out),
+        *short,
+        base_env=clean_env(),
         timeout=800,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -86,7 +77,7 @@ def test_bench_inside_a_slurm_allocation(cluster: Cluster, tmp_path: Path) -> No
     proc = cluster.on(
         "node1",
         "salloc", "-N", "2", "--time", "10",
-        sys.executable, "-m", "tfdist", "bench", "--nodes", "1,2", "--workload", "regression",
+        *TFDIST, "bench", "--nodes", "1,2", "--workload", "regression",
         "--out", str(out), *short,
         timeout=800,
     )  # fmt: skip

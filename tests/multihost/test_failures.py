@@ -14,30 +14,23 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
+from hostcluster import SUBNET, Hosts, clean_env, finish, one_process
 
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
 #: The same job as a plain Keras script: model.fit + BackupAndRestore, no tfdist import.
 KERAS_SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_keras_fit.py")
 PY = sys.executable
-PREFIX = "tfde"
 #: Seconds a collective waits for a silent peer in these tests (TensorFlow's default here is 300).
 COLLECTIVE_TIMEOUT = 5.0
 #: What the end of a job may take beyond that: the peer probe (1 s), the launcher's poll and teardown.
 MARGIN = 5.0
-ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
-    "TFDIST_HOSTS_PREFIX": PREFIX,
-    "TFDIST_HOSTS_SUBNET": "10.88.0",
-    "TFDIST_RDZV_TOKEN": "failures-0c1d",
-    "TFDIST_COLLECTIVE_TIMEOUT": str(COLLECTIVE_TIMEOUT),
-}
+ENV = clean_env(TFDIST_RDZV_TOKEN="failures-0c1d", TFDIST_COLLECTIVE_TIMEOUT=str(COLLECTIVE_TIMEOUT))
 _ports = itertools.count(29700)
 #: 3 epochs of 5 global batches of 12.
 SCRIPT_ARGS = ("--epochs", "3", "--steps", "5")
@@ -51,20 +44,11 @@ def random_step() -> int:
 
 
 @pytest.fixture(scope="module")
-def hosts() -> Iterator[None]:
-    yield from made_hosts(ENV, 3)
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
     """The uninterrupted run's weights: the same script, one plain process (global batch 12)."""
     out = tmp_path_factory.mktemp("single")
     one_process(SCRIPT, str(out), str(out / "ckpt"), *SCRIPT_ARGS)
     return np.load(out / "weights-0.npy")
-
-
-def hosts_script(*args: str) -> None:
-    subprocess.run([HOSTS_SCRIPT, *args], env=ENV, check=True, capture_output=True, timeout=60)
 
 
 def launch_on(host: str, *args: str) -> subprocess.Popen[str]:
@@ -136,17 +120,9 @@ def ended_at(tmp_path: Path, node: str, attempt: int = 0, key: str = "ended_at")
         return None
 
 
-def processes_on(host: str) -> list[int]:
-    """PIDs running in ``host``'s network namespace (what a host still runs)."""
-    proc = subprocess.run(
-        ["ip", "netns", "pids", f"{PREFIX}-{host}"], capture_output=True, text=True, timeout=30
-    )
-    return [int(pid) for pid in proc.stdout.split()]
-
-
 @pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
 def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
-    hosts: None, reference: np.ndarray, tmp_path: Path
+    testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
     """node2's link is cut at step 5: both nodes end their attempt (each side's rendezvous connection times
     out, or its collective does), name the other side; with the link back, the job meets again (round 1)
@@ -154,14 +130,14 @@ def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
     procs = start_job(tmp_path, 2, "2", "--max-restarts", "1")
     try:
         wait_for("step 5", lambda: progress(tmp_path) >= 5, every=0.02)
-        hosts_script("cut", "node2")
+        testhosts.hosts_script("cut", "node2", check=True)
         cut = time.time()
         wait_for("both attempts ended", lambda: all(ended_at(tmp_path, n) for n in procs))
         ended = {node: (ended_at(tmp_path, node) or 0.0) - cut for node in procs}
-        hosts_script("plug", "node2")
+        testhosts.hosts_script("plug", "node2", check=True)
         results = dict(zip(procs, finish(list(procs.values())), strict=True))
     finally:
-        hosts_script("plug", "node2")
+        testhosts.hosts_script("plug", "node2", check=True)
     print(f"cut link: each node's attempt ended {ended} s after the cut (collective timeout 5 s)")
     for node in procs:
         record = json.loads((tmp_path / f"run-{node}" / "attempt-0" / "ended.json").read_text())
@@ -173,26 +149,26 @@ def test_a_cut_link_ends_the_job_names_the_peer_and_resumes_exactly(
     # Each side names the other: its worker's lost-peer probe, or the rendezvous connection's keep-alive.
     silent = "left the job: it stopped answering the rendezvous (TCP keep-alive): host or link down"
     node1, node2 = results["node1"][1], results["node2"][1]
-    assert "lost contact with worker 1 on node2 (10.88.0.2:" in node1 or f"node node2 {silent}" in node1
-    assert "lost contact with worker 0 on node1 (10.88.0.1:" in node2 or f"node node1 {silent}" in node2
+    assert f"lost contact with worker 1 on node2 ({SUBNET}.2:" in node1 or f"node node2 {silent}" in node1
+    assert f"lost contact with worker 0 on node1 ({SUBNET}.1:" in node2 or f"node node1 {silent}" in node2
     assert "host or link down" in node1 and "host or link down" in node2
     for rank in range(2):
         assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-6
-    assert processes_on("node1") == [] and processes_on("node2") == []
+    assert testhosts.processes("node1") == [] and testhosts.processes("node2") == []
 
 
 @pytest.mark.slow
-def test_a_host_unreachable_at_the_start(hosts: None, tmp_path: Path) -> None:
+def test_a_host_unreachable_at_the_start(testhosts: Hosts, tmp_path: Path) -> None:
     """node3 is cut before the job starts: node1 and node2 end within the rendezvous timeout naming who
     arrived and how many are missing; node3's own launcher says the endpoint did not answer."""
-    hosts_script("cut", "node3")
+    testhosts.hosts_script("cut", "node3", check=True)
     try:
         started = time.monotonic()
         procs = start_job(tmp_path, 3, "3", rdzv_timeout="6")
         results = dict(zip(procs, finish(list(procs.values()), timeout=60), strict=True))
         took = time.monotonic() - started
     finally:
-        hosts_script("plug", "node3")
+        testhosts.hosts_script("plug", "node3", check=True)
     print(f"host unreachable at the start: every node ended {took:.1f} s after the start (rendezvous 6 s)")
     for node in ("node1", "node2"):
         code, output = results[node]
@@ -204,12 +180,12 @@ def test_a_host_unreachable_at_the_start(hosts: None, tmp_path: Path) -> None:
     code, output = results["node3"]
     assert code == 2 and "the rendezvous endpoint node1:" in output and "did not answer within 6 s" in output
     assert took < 6 + 15 and not (tmp_path / "ckpt").exists()
-    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+    assert all(testhosts.processes(node) == [] for node in ("node1", "node2", "node3"))
 
 
 @pytest.mark.slow
 def test_elastic_three_hosts_lose_one_and_finish_on_two(
-    hosts: None, reference: np.ndarray, tmp_path: Path
+    testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
     """--nnodes 2:3: node3 loses power at a random step; the rendezvous tells node1 and node2 at once (node3's
     connection to it closed), both stop their workers without waiting for a collective to time out, meet
@@ -218,7 +194,7 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
     procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1")
     step = random_step()
     wait_for(f"step {step}", lambda: progress(tmp_path) >= step, every=0.02)
-    hosts_script("kill", "node3")
+    testhosts.kill("node3")
     killed, killed_wall = time.monotonic(), time.time()
     wait_for("both attempts ended", lambda: all(ended_at(tmp_path, n) for n in ("node1", "node2")))
     stopped = {n: (ended_at(tmp_path, n) or 0.0) - killed_wall for n in ("node1", "node2")}
@@ -264,12 +240,12 @@ def test_elastic_three_hosts_lose_one_and_finish_on_two(
     told = [n for n in ("node1", "node2") if "node node3 left the job" in results[n][1]]
     assert told, "no survivor was told through the rendezvous"
     assert times["rendezvous (both back)"] < 10  # survivors did not wait out the last call (10 s)
-    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+    assert all(testhosts.processes(node) == [] for node in ("node1", "node2", "node3"))
 
 
-def worker_of(host: str) -> int:
+def worker_of(hosts: Hosts, host: str) -> int:
     """The PID of the training process on ``host`` (not its launcher)."""
-    for pid in processes_on(host):
+    for pid in hosts.processes(host):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -281,7 +257,7 @@ def worker_of(host: str) -> int:
 
 @pytest.mark.slow
 def test_a_node_that_joins_late_is_taken_at_the_next_restart(
-    hosts: None, reference: np.ndarray, tmp_path: Path
+    testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
     """--nnodes 2:3 formed by node1 and node2; node3 arrives while they train and waits (no second job
     beside the first); node2's worker dies at a random step; at the restart the job goes on with 3 nodes
@@ -295,7 +271,7 @@ def test_a_node_that_joins_late_is_taken_at_the_next_restart(
     wait_for(f"step {step}", lambda: progress(tmp_path) >= step, every=0.02)
     assert procs["node3"].poll() is None  # still waiting for the restart
     assert not (tmp_path / "run-node3").exists() or not any((tmp_path / "run-node3").glob("attempt-*"))
-    os.kill(worker_of("node2"), 9)
+    os.kill(worker_of(testhosts, "node2"), 9)
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     for node in ("node1", "node2", "node3"):
         code, output = results[node]
@@ -306,35 +282,35 @@ def test_a_node_that_joins_late_is_taken_at_the_next_restart(
         run = json.loads((tmp_path / "out" / f"run-{rank}.json").read_text())
         assert run["world"] == 3
         assert np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - reference)) <= 1e-5
-    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+    assert all(testhosts.processes(node) == [] for node in ("node1", "node2", "node3"))
 
 
 @pytest.mark.slow
 def test_a_global_batch_the_survivors_cannot_divide_is_refused_at_the_restart(
-    hosts: None, tmp_path: Path
+    testhosts: Hosts, tmp_path: Path
 ) -> None:
     """A global batch of 9 on 3 nodes (3 each); after node3 is lost, 2 replicas cannot share it."""
     procs = start_job(tmp_path, 3, "2:3", "--max-restarts", "1", script_args=("--batch", "9"))
     wait_for("step 3", lambda: progress(tmp_path) >= 3, every=0.02)
-    hosts_script("kill", "node3")
+    testhosts.kill("node3")
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     for node in ("node1", "node2"):
         code, output = results[node]
         assert code != 0 and "the job goes on with 2 node(s) instead of 3" in output, output[-3000:]
         assert "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or 10." in output
-    assert all(processes_on(node) == [] for node in ("node1", "node2", "node3"))
+    assert all(testhosts.processes(node) == [] for node in ("node1", "node2", "node3"))
 
 
 @pytest.mark.slow
 def test_two_hosts_lose_one_and_the_job_goes_on_as_one_process(
-    hosts: None, reference: np.ndarray, tmp_path: Path
+    testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
     """--nnodes 1:2: node2 loses power at a random step; node1 is told at once, meets alone (round 1) and goes
     on as a single worker with the same global batch of 12, to the uninterrupted run's weights."""
     procs = start_job(tmp_path, 2, "1:2", "--max-restarts", "1")
     step = random_step()
     wait_for(f"step {step}", lambda: progress(tmp_path) >= step, every=0.02)
-    hosts_script("kill", "node2")
+    testhosts.kill("node2")
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     code, output = results["node1"]
     assert code == 0, output[-3000:]
@@ -342,7 +318,7 @@ def test_two_hosts_lose_one_and_the_job_goes_on_as_one_process(
     run = json.loads((tmp_path / "out" / "run-0.json").read_text())
     assert run["world"] == 1
     assert np.max(np.abs(np.load(tmp_path / "out" / "weights-0.npy") - reference)) <= 1e-5
-    assert processes_on("node1") == [] and processes_on("node2") == []
+    assert testhosts.processes("node1") == [] and testhosts.processes("node2") == []
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +332,7 @@ def keras_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize("nodes", [3, 2])
 def test_model_fit_with_backup_and_restore_loses_a_host_and_goes_on_with_the_rest(
-    hosts: None, keras_reference: np.ndarray, nodes: int, tmp_path: Path
+    testhosts: Hosts, keras_reference: np.ndarray, nodes: int, tmp_path: Path
 ) -> None:
     """A plain model.fit script (BackupAndRestore, no tfdist import) on 3 (or 2) hosts, --nnodes
     2:3 (1:2): the last node loses power in epoch 2 (step 7 of 5-step epochs). The survivors restart on
@@ -366,7 +342,7 @@ def test_model_fit_with_backup_and_restore_loses_a_host_and_goes_on_with_the_res
     left = nodes - 1
     procs = start_job(tmp_path, nodes, f"{left}:{nodes}", "--max-restarts", "1", keras_fit=True)
     wait_for("step 7", lambda: progress(tmp_path) >= 7, every=0.02)
-    hosts_script("kill", f"node{nodes}")
+    testhosts.kill(f"node{nodes}")
     results = dict(zip(procs, finish(list(procs.values())), strict=True))
     for node in (f"node{i}" for i in range(1, nodes)):
         code, output = results[node]
@@ -379,12 +355,12 @@ def test_model_fit_with_backup_and_restore_loses_a_host_and_goes_on_with_the_res
         diff = np.max(np.abs(np.load(tmp_path / "out" / f"weights-{rank}.npy") - keras_reference))
         print(f"model.fit {nodes} -> {left} nodes: weights differ from the uninterrupted run by {diff:.1e}")
         assert diff <= 1e-5
-    assert all(processes_on(f"node{i}") == [] for i in range(1, nodes + 1))
+    assert all(testhosts.processes(f"node{i}") == [] for i in range(1, nodes + 1))
 
 
 @pytest.mark.slow
 def test_a_host_slowed_to_10_mbit_is_reported_as_slow_and_the_job_goes_on(
-    hosts: None, tmp_path: Path
+    testhosts: Hosts, tmp_path: Path
 ) -> None:
     """node2's link is capped at 10 Mbit/s at step 6 of a job that moves ~1 MB per step: every step waits
     for that link (~1 s instead of a fraction), no collective times out, and every worker says once that
@@ -392,10 +368,10 @@ def test_a_host_slowed_to_10_mbit_is_reported_as_slow_and_the_job_goes_on(
     procs = start_job(tmp_path, 3, "3", script_args=("--wide", "512", "--pace", "0"))
     try:
         wait_for("step 6", lambda: progress(tmp_path) >= 6, every=0.02)
-        hosts_script("cap", "node2", "10mbit")
+        testhosts.hosts_script("cap", "node2", "10mbit", check=True)
         results = dict(zip(procs, finish(list(procs.values())), strict=True))
     finally:
-        hosts_script("cap", "node2", "off")
+        testhosts.hosts_script("cap", "node2", "off", check=True)
     for node, (code, output) in results.items():
         assert code == 0, output[-3000:]
         slow = [line for line in output.splitlines() if "steps are slow:" in line]

@@ -13,18 +13,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from hostcluster import HOSTS_SCRIPT, one_process, received_bytes, unavailable_reason
+from hostcluster import HOSTS_ENV, HOSTS_SCRIPT, SUBNET, Hosts
+
+from helpers.cli import tfdist
 
 HELPERS = Path(__file__).parent.parent / "helpers"
-PREFIX, SUBNET = "tfdk", "10.84.0"
-HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": PREFIX, "TFDIST_HOSTS_SUBNET": SUBNET}
 #: The pod names each test host answers to: an Indexed Job's, a JobSet's, and a TFJob's (operator's names).
 ALIASES = {
     "node1": ("train-0.train", "train-worker-0-0.train", "train-worker-0.default.svc"),
@@ -34,46 +34,28 @@ ALIASES = {
 LEAKY = ("TF_CONFIG", "SLURM_", "TFDIST_", "CUDA_VISIBLE_DEVICES", "OMPI_", "PMI_", "PMIX_", "JOB_COMPLETION")
 
 
-def hosts_script(*args: str) -> None:
-    proc = subprocess.run(
-        [HOSTS_SCRIPT, *args], env={**os.environ, **HOSTS_ENV}, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-
-
 @pytest.fixture(scope="module")
-def hosts() -> Iterator[None]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(f"no test hosts: {reason}")
-    hosts_script("up", "2")
+def hosts(testhosts: Hosts) -> Iterator[Hosts]:
+    """The run's test hosts, node1 and node2 also answering to their pod names (until the module ends)."""
     try:
         for host, names in ALIASES.items():
-            hosts_script("alias", host, *names)
-        yield
+            named = testhosts.hosts_script("alias", host, *names)
+            assert named.returncode == 0, named.stderr
+        yield testhosts
     finally:
-        hosts_script("down")
+        for host in ALIASES:
+            testhosts.hosts_script("alias", host)
 
 
-def test_each_host_answers_to_its_pod_names(hosts: None) -> None:
-    proc = subprocess.run(
-        [HOSTS_SCRIPT, "exec", "node1", "--", "getent", "hosts", "train-1.train", "train-worker-0-1.train"],
-        env={**os.environ, **HOSTS_ENV},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+def test_each_host_answers_to_its_pod_names(hosts: Hosts) -> None:
+    proc = hosts.on("node1", "getent", "hosts", "train-1.train", "train-worker-0-1.train", timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert [line.split()[0] for line in proc.stdout.splitlines()] == [f"{SUBNET}.2", f"{SUBNET}.2"]
 
 
 def pod_container(*manifest_flags: str, command: tuple[str, ...]) -> dict[str, Any]:
     """The container of the workload `tfdist k8s manifest FLAGS -- COMMAND` writes."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfdist", "k8s", "manifest", "--image", "unused:1", *manifest_flags,
-         "--", *command],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = tfdist("k8s", "manifest", "--image", "unused:1", *manifest_flags, "--", *command, timeout=60)
     assert proc.returncode == 0, proc.stderr
     workload = list(yaml.safe_load_all(proc.stdout))[-1]
     if workload["kind"] == "Job":
@@ -129,20 +111,22 @@ def assert_same_as_one_process(single: Path, out: Path, ranks: int) -> None:
             assert np.allclose(history[key], values, atol=1e-5, rtol=0), key
 
 
-def _fit(tmp_path: Path) -> tuple[Path, Path, tuple[str, ...]]:
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
+@pytest.fixture
+def fit(one_process_reference: Callable[..., Path], tmp_path: Path) -> tuple[Path, Path, tuple[str, ...]]:
+    """keras_fit.py's run in one process, the pods' output directory, and the pods' command."""
+    out, args = tmp_path / "out", ("--plain", "--epochs", "2")
     out.mkdir()
-    args = ("--plain", "--epochs", "2")
-    one_process(str(HELPERS / "keras_fit.py"), str(single), *args)
+    single = one_process_reference(HELPERS / "keras_fit.py", *args)
     return single, out, ("python", str(HELPERS / "keras_fit.py"), str(out), *args)
 
 
 @pytest.mark.slow  # the CI tier keeps its time budget; ./dev test --all runs it
-def test_indexed_job_pods_run_model_fit_as_one_job(hosts: None, tmp_path: Path) -> None:
-    single, out, command = _fit(tmp_path)
+def test_indexed_job_pods_run_model_fit_as_one_job(
+    hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
+) -> None:
+    single, out, command = fit
     container = pod_container("--workers", "2", "--name", "train", command=command)
-    received = received_bytes(PREFIX, "node2")
+    received = hosts.received_bytes("node2")
     run_pods(
         container,
         {
@@ -150,13 +134,15 @@ def test_indexed_job_pods_run_model_fit_as_one_job(hosts: None, tmp_path: Path) 
             "node2": {"JOB_COMPLETION_INDEX": "1", "HOSTNAME": "train-1"},
         },
     )
-    assert received_bytes(PREFIX, "node2") - received > 10_000  # the pods talked over the switch
+    assert hosts.received_bytes("node2") - received > 10_000  # the pods talked over the switch
     assert_same_as_one_process(single, out, 2)
 
 
 @pytest.mark.slow
-def test_jobset_pods_run_model_fit_as_one_job(hosts: None, tmp_path: Path) -> None:
-    single, out, command = _fit(tmp_path)
+def test_jobset_pods_run_model_fit_as_one_job(
+    hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
+) -> None:
+    single, out, command = fit
     container = pod_container("--workers", "2", "--kind", "jobset", command=command)
     run_pods(
         container,
@@ -169,8 +155,10 @@ def test_jobset_pods_run_model_fit_as_one_job(hosts: None, tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(hosts: None, tmp_path: Path) -> None:
-    single, out, command = _fit(tmp_path)
+def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(
+    hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
+) -> None:
+    single, out, command = fit
     container = pod_container("--workers", "2", "--kind", "tfjob", command=command)
     port = container["ports"][0]["containerPort"]
     workers = [f"train-worker-{i}.default.svc:{port}" for i in range(2)]
@@ -188,10 +176,12 @@ def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(hosts: None, t
     assert_same_as_one_process(single, out, 2)
 
 
-def test_pods_whose_command_is_tfdist_launch_run_two_workers_each(hosts: None, tmp_path: Path) -> None:
+def test_pods_whose_command_is_tfdist_launch_run_two_workers_each(
+    hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
+) -> None:
     """``--nproc-per-pod 2``: each pod runs ``tfdist launch -n 2 train.py``; each launcher reads its node
     and peers from the pod (index, Service, pod count): 2 pods x 2 workers, one job."""
-    single, out, command = _fit(tmp_path)
+    single, out, command = fit
     container = pod_container("--workers", "2", "--name", "train", "--nproc-per-pod", "2", command=command)
     assert container["command"][:6] == ["python", "-m", "tfdist", "launch", "-n", "2"]
     outputs = run_pods(

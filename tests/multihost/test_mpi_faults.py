@@ -9,36 +9,26 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process
+from hostcluster import Hosts, clean_env, finish, one_process
 
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
-PREFIX = "tfdf"
-ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
-    "TFDIST_HOSTS_PREFIX": PREFIX,
-    "TFDIST_HOSTS_SUBNET": "10.89.0",
-    "TFDIST_RDZV_TOKEN": "mpi-faults-5e2a",
-}
+ENV = clean_env(TFDIST_RDZV_TOKEN="mpi-faults-5e2a")
+#: The run's test hosts (the ``testhosts`` fixture makes them), with this module's environment.
+HOSTS = Hosts(ENV)
 _ports = itertools.count(29800)
 
 
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[None]:
-    yield from made_hosts(ENV, 2)
-
-
 def hosts_script(*args: str) -> None:
-    subprocess.run([HOSTS_SCRIPT, *args], env=ENV, check=True, capture_output=True, timeout=60)
+    HOSTS.hosts_script(*args, check=True)
 
 
 def start(tmp_path: Path, *args: str, nnodes: str = "2") -> dict[str, subprocess.Popen[str]]:
@@ -88,17 +78,10 @@ def ended(tmp_path: Path, node: str) -> dict[str, object] | None:
         return None
 
 
-def processes_on(host: str) -> list[int]:
-    proc = subprocess.run(
-        ["ip", "netns", "pids", f"{PREFIX}-{host}"], capture_output=True, text=True, timeout=30
-    )
-    return [int(pid) for pid in proc.stdout.split()]
-
-
 def assert_nothing_left(*hosts: str, grace: float = 10) -> None:
     """No process of the job on the hosts; a SIGKILLed process may take a moment to be reaped (bounded)."""
     deadline = time.monotonic() + grace
-    while (left := [pid for host in hosts for pid in processes_on(host)]) and time.monotonic() < deadline:
+    while (left := [pid for host in hosts for pid in HOSTS.processes(host)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == [], subprocess.run(
         ["ps", "-o", "pid,ppid,etime,args", "-p", ",".join(map(str, left))], capture_output=True, text=True
@@ -125,12 +108,12 @@ def cut_node2_link_at_step_5(
 
 
 @pytest.mark.slow
-def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path: Path) -> None:
+def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(testhosts: Hosts, tmp_path: Path) -> None:
     """node2 loses power at step 5: node1's launcher is told (node2's rendezvous connection closed), ends
     its ranks and Hydra, names node2; no watchdog is set."""
     procs = start(tmp_path)
     wait_for("step 5", lambda: progress(tmp_path) >= 5)
-    hosts_script("kill", "node2")
+    HOSTS.kill("node2")
     killed = time.time()
     (code, output), _ = finish([procs["node1"], procs["node2"]], timeout=120)
     record = ended(tmp_path, "node1")
@@ -142,7 +125,7 @@ def test_a_lost_host_ends_the_mpi_job_on_the_other_at_once(hosts: None, tmp_path
 
 
 @pytest.mark.slow
-def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) -> None:
+def test_a_cut_link_ends_the_mpi_job_on_both_sides(testhosts: Hosts, tmp_path: Path) -> None:
     """node2's link is cut at step 5: MPI itself would wait forever; each side's rendezvous connection
     times out (TCP keep-alive) and each launcher ends its ranks, naming the other side."""
     took, results = cut_node2_link_at_step_5(tmp_path, start(tmp_path))
@@ -158,7 +141,7 @@ def test_a_cut_link_ends_the_mpi_job_on_both_sides(hosts: None, tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_path: Path) -> None:
+def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(testhosts: Hosts, tmp_path: Path) -> None:
     """As above with --max-restarts 1: both launchers end their ranks, meet again at the rendezvous once
     the link is back (round 1), start one new MPI job across both hosts, resume from the last checkpoint
     and end at the uninterrupted run's weights."""
@@ -179,7 +162,7 @@ def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(hosts: None, tmp_
 
 
 @pytest.mark.slow
-def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(hosts: None, tmp_path: Path) -> None:
+def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(testhosts: Hosts, tmp_path: Path) -> None:
     """--nnodes 1:2 on the MPI backend: node2 loses power at a random step; node1 is told, meets alone and
     goes on as one rank with the same global batch, to the uninterrupted run's weights."""
     single = tmp_path / "single"
@@ -189,7 +172,7 @@ def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(hosts: None, tm
     step = random.randint(3, 25)
     print(f"node2 is lost at step {step}")
     wait_for(f"step {step}", lambda: progress(tmp_path) >= step)
-    hosts_script("kill", "node2")
+    HOSTS.kill("node2")
     code, output = finish([procs["node1"]], timeout=180)[0]
     finish([procs["node2"]], timeout=60)
     assert code == 0, output[-3000:]

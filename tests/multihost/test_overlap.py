@@ -3,35 +3,23 @@ still trains exactly as one process does (2 hosts; 3 hosts, with and without the
 tests/multiprocess/test_buckets_wire.py runs the 2-rank case in the first).
 
 Every host runs `tfdist launch --backend mpi --nnodes N --hosts ... --node-rank R` (one rank per host, so
-every sum crosses the hosts' links); prefix ``tfdg``, subnet 10.92.0.
+every sum crosses the hosts' links), on the run's test hosts (``testhosts``).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import finish, made_hosts, one_process
+from hostcluster import Hosts, clean_env, finish, one_process
 
 PROBE = str(Path(__file__).parent.parent / "helpers" / "overlap_probe.py")
-ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "SLURM_", "TFDIST_"))},
-    "TFDIST_HOSTS_PREFIX": "tfdg",
-    "TFDIST_HOSTS_SUBNET": "10.92.0",
-}
 _ports = itertools.count(29900, 20)
 #: Bytes per bucket that split the probe's 4 gradients (192, 32, 32 and 4 bytes) into 3 buckets.
 BUCKET_MB = "0.00003"
-
-
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[None]:
-    yield from made_hosts(ENV, 3)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +37,7 @@ def train_on_hosts(tmp_path: Path, nodes: int, wire: dict[str, str]) -> list[np.
     out.mkdir()
     common = ["--backend", "mpi", "--nnodes", str(nodes), "--hosts", ",".join(names)]
     common += ["--base-port", str(next(_ports)), "-n", "1", "--cpu"]
-    env = {**ENV, **wire}
+    env = clean_env(**wire)
     procs = [
         hostcluster.launch_on(
             name,
@@ -76,7 +64,9 @@ def train_on_hosts(tmp_path: Path, nodes: int, wire: dict[str, str]) -> list[np.
 
 
 @pytest.mark.slow  # ~40-55 s with its one-process reference; the CI tier has the same case on local ranks
-def test_buckets_on_two_hosts_equal_one_process(hosts: None, reference: np.ndarray, tmp_path: Path) -> None:
+def test_buckets_on_two_hosts_equal_one_process(
+    testhosts: Hosts, reference: np.ndarray, tmp_path: Path
+) -> None:
     weights = train_on_hosts(tmp_path, 2, {"TFDIST_BUCKET_MB": BUCKET_MB})
     assert all(np.array_equal(weights[0], w) for w in weights[1:])
     assert np.max(np.abs(weights[0] - reference)) <= 1e-5
@@ -88,7 +78,7 @@ def test_buckets_on_two_hosts_equal_one_process(hosts: None, reference: np.ndarr
     [("none", 1e-5), ("bf16", 5e-3), ("fp16", 1e-3)],
 )
 def test_three_hosts_with_buckets_and_compression(
-    compression: str, tolerance: float, hosts: None, reference: np.ndarray, tmp_path: Path
+    compression: str, tolerance: float, testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
     """Exact without compression; within the 16-bit formats' error with it (and really lossy)."""
     wire = {"TFDIST_BUCKET_MB": BUCKET_MB, "TFDIST_COMPRESSION": compression}

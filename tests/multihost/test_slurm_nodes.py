@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,14 +43,17 @@ def nodes_of(cluster: Cluster, job_id: str) -> str:
     return cluster.job(job_id)["NodeList"]
 
 
-@pytest.mark.parametrize("nodes", [2, pytest.param(3, marks=pytest.mark.slow)])
-def test_plain_mwms_custom_loop_across_nodes(cluster: Cluster, nodes: int, tmp_path: Path) -> None:
+# Second tier: the first tier's script without tfdist across Slurm nodes is the model.fit one below (the same
+# path: the task wrapper's TF_CONFIG); test_one_launcher_per_node_forms_one_job runs this one.
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_plain_mwms_custom_loop_across_nodes(
+    cluster: Cluster, nodes: int, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """The TensorFlow tutorial's custom loop (no tfdist import), one task per node."""
     script = str(HELPERS / "plain_mwms.py")
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
+    single, out = one_process_reference(script), tmp_path / "out"
     out.mkdir()
-    one_process(script, str(single))
     job_id = cluster.submit(
         tmp_path / "run", PY, script, str(out), options=("--nodes", str(nodes), "--ntasks-per-node", "1")
     )
@@ -61,13 +65,13 @@ def test_plain_mwms_custom_loop_across_nodes(cluster: Cluster, nodes: int, tmp_p
         assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
 
 
-def test_keras_model_fit_across_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+def test_keras_model_fit_across_two_nodes(
+    cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """model.fit / evaluate / predict under MultiWorkerMirroredStrategy (no tfdist import) on 2 hosts."""
     script = str(HELPERS / "keras_fit.py")
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
+    single, out = one_process_reference(script, "--plain", "--epochs", "2"), tmp_path / "out"
     out.mkdir()
-    one_process(script, str(single), "--plain", "--epochs", "2")
     job_id = cluster.submit(
         tmp_path / "run",
         PY,
@@ -95,14 +99,14 @@ def test_keras_model_fit_across_two_nodes(cluster: Cluster, tmp_path: Path) -> N
         assert np.allclose(preds, np.load(single / "rank-0.predictions.npy"), atol=1e-5, rtol=0)
 
 
-def test_mpi_backend_two_tasks_on_each_of_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+def test_mpi_backend_two_tasks_on_each_of_two_nodes(
+    cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """tfdist.strategy() + tfdist.fit, ranks through srun --mpi=pmi2: shared memory inside each node, MPI
     across them."""
-    single, out = tmp_path / "single", tmp_path / "out"
-    single.mkdir()
-    out.mkdir()
     probe = str(HELPERS / "fit_probe.py")
-    one_process(probe, str(single))
+    single, out = one_process_reference(probe), tmp_path / "out"
+    out.mkdir()
     job_id = cluster.submit(
         tmp_path / "run",
         PY,
@@ -119,13 +123,15 @@ def test_mpi_backend_two_tasks_on_each_of_two_nodes(cluster: Cluster, tmp_path: 
         assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
 
 
-def test_mpi_backend_from_a_hand_written_sbatch(cluster: Cluster, tmp_path: Path) -> None:
+def test_mpi_backend_from_a_hand_written_sbatch(
+    cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """What an HPC guide writes: #SBATCH lines, srun --mpi=pmi2 and the script; no tfdist wrapper."""
-    single, out, run = tmp_path / "single", tmp_path / "out", tmp_path / "run"
-    for d in (single, out, run):
+    out, run = tmp_path / "out", tmp_path / "run"
+    for d in (out, run):
         d.mkdir()
     probe = str(HELPERS / "fit_probe.py")
-    one_process(probe, str(single))
+    single = one_process_reference(probe)
     script = run / "train.sbatch"
     script.write_text(
         "#!/bin/bash\n"
@@ -150,15 +156,15 @@ def test_mpi_backend_from_a_hand_written_sbatch(cluster: Cluster, tmp_path: Path
     [("tf", "plain_mwms.py"), pytest.param("mpi", "fit_probe.py", marks=pytest.mark.slow)],
 )
 def test_one_launcher_per_node_forms_one_job(
-    cluster: Cluster, tmp_path: Path, backend: str, script: str
+    cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path, backend: str, script: str
 ) -> None:
     """As torchrun under srun: ``srun --ntasks-per-node=1 tfdist launch -n 2 train.py`` in a hand-written
     sbatch; each launcher reads its node and peers from the step and starts 2 workers: 4 ranks, one job."""
-    single, out, run = tmp_path / "single", tmp_path / "out", tmp_path / "run"
-    for d in (single, out, run):
+    out, run = tmp_path / "out", tmp_path / "run"
+    for d in (out, run):
         d.mkdir()
     path = str(HELPERS / script)
-    one_process(path, str(single))
+    single = one_process_reference(path)
     job = run / "train.sbatch"
     job.write_text(
         "#!/bin/bash\n"
@@ -237,11 +243,12 @@ def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, t
         assert np.allclose(nodes["history"][key], one["history"][key], atol=1e-5, rtol=0), key
 
 
-def test_unchanged_horovod_keras_script_across_two_nodes(cluster: Cluster, tmp_path: Path) -> None:
+def test_unchanged_horovod_keras_script_across_two_nodes(
+    cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
     """`import horovod.tensorflow.keras as hvd` as in Horovod's Keras example, 2 nodes x 1 rank."""
-    out, single = tmp_path / "out", tmp_path / "single"
     script = str(HELPERS / "hvd_keras.py")
-    one_process(script, str(single), "--batch", "64", "--lr-ranks", "2")
+    out, single = tmp_path / "out", one_process_reference(script, "--batch", "64", "--lr-ranks", "2")
     proc = cluster.tfdist(
         "slurm",
         "submit",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-import hostcluster
 import numpy as np
 import pytest
-from hostcluster import Cluster, finish
+from hostcluster import Hosts, finish
 
 HELPERS = Path(__file__).parent.parent / "helpers"
 CALLBACKS = ("tensorboard_n", "early_stopping", "backup")
@@ -19,14 +19,13 @@ TOL = 1e-5
 _ports = itertools.count(29740)
 
 
-def on_both_hosts(cluster: Cluster, backend: str, tmp_path: Path, *script: str) -> None:
+def on_both_hosts(hosts: Hosts, backend: str, tmp_path: Path, *script: str) -> None:
     """``script`` as one job of one worker on node1 and one on node2; both launchers must succeed."""
-    env = {**cluster.env, "TFDIST_RDZV_TOKEN": "differ-hosts-7c1e"}
+    env = {"TFDIST_RDZV_TOKEN": "differ-hosts-7c1e"}
     endpoint = f"node1:{next(_ports)}"
     procs = [
-        hostcluster.launch_on(
+        hosts.launch_on(
             f"node{i}",
-            env,
             "--nnodes",
             "2",
             "--rdzv",
@@ -39,6 +38,7 @@ def on_both_hosts(cluster: Cluster, backend: str, tmp_path: Path, *script: str) 
             "--log-dir",
             str(tmp_path / f"run-node{i}"),
             *script,
+            env=env,
         )
         for i in (2, 1)  # the endpoint's node last: the other waits for it
     ]
@@ -52,25 +52,22 @@ def load(out: Path, name: str, rank: int) -> tuple[np.ndarray, dict]:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Both helpers in one plain process on this machine."""
-    differ, uneven = tmp_path_factory.mktemp("differ"), tmp_path_factory.mktemp("uneven")
-    hostcluster.one_process(str(HELPERS / "workers_differ.py"), str(differ), "--only", ",".join(CALLBACKS))
-    hostcluster.one_process(
-        str(HELPERS / "uneven_fit.py"), str(uneven), "2", "--reference", "--only", ",".join(UNEVEN)
-    )
-    return differ, uneven
+def references(one_process_reference: Callable[..., Path]) -> tuple[Path, Path]:
+    """Both helpers in one plain process on this machine (every scenario: the same runs as
+    tests/multiprocess/test_workers_differ.py's, made once per test run)."""
+    differ = one_process_reference(HELPERS / "workers_differ.py")
+    return differ, one_process_reference(HELPERS / "uneven_fit.py", "2", "--reference")
 
 
 # The MPI backend's cases run on one machine in the first tier (tests/multiprocess), here in the second.
 @pytest.mark.parametrize("backend", ["tf", pytest.param("mpi", marks=pytest.mark.slow)])
 def test_workers_that_differ_across_hosts_equal_one_process(
-    cluster: Cluster, references: tuple[Path, Path], backend: str, tmp_path: Path
+    testhosts: Hosts, references: tuple[Path, Path], backend: str, tmp_path: Path
 ) -> None:
     differ, uneven = tmp_path / "differ", tmp_path / "uneven"
     uneven.mkdir()
     on_both_hosts(
-        cluster,
+        testhosts,
         backend,
         tmp_path,
         str(HELPERS / "workers_differ.py"),
@@ -79,7 +76,7 @@ def test_workers_that_differ_across_hosts_equal_one_process(
         ",".join(CALLBACKS),
     )
     on_both_hosts(
-        cluster,
+        testhosts,
         backend,
         tmp_path,
         str(HELPERS / "uneven_fit.py"),
