@@ -73,7 +73,7 @@ def test_join_in_one_process_returns_its_own_rank(hvd: object) -> None:
 
 
 def test_distributed_optimizer_refuses_what_it_cannot_wrap(hvd: object) -> None:
-    with pytest.raises(NotImplementedError, match="wraps Keras 3 optimizers"):
+    with pytest.raises(NotImplementedError, match="wraps Keras optimizers"):
         hvd.DistributedOptimizer(object())  # type: ignore[attr-defined]
 
 

@@ -44,7 +44,7 @@ def test_one_device_by_default() -> None:
 
 
 def test_two_processes_build_multi_worker_from_planned_tf_config(tmp_path: Path) -> None:
-    from tfdist.launch.api import free_ports
+    from tfdist.nodes import free_ports
 
     config = LaunchConfig(nproc_per_node=2, cpu=True)
     specs = plan_workers(

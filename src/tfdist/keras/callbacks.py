@@ -94,9 +94,15 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
 def backup_paths() -> tuple[str, ...]:
     """BackupAndRestore's private path attributes in the installed Keras (a field of its adapter row)."""
-    from tfdist.keras import fix
+    from importlib import metadata
 
-    adapter = fix.current_adapter()
+    from tfdist.keras import adapters
+
+    try:  # read here, not through the fix module, which imports this one
+        version = metadata.version("keras")
+    except metadata.PackageNotFoundError:
+        return ()
+    adapter = adapters.adapter_for(version)
     return adapter.backup_paths if adapter is not None else ()
 
 
