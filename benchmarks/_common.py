@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tfdist import files
+
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
@@ -92,11 +94,8 @@ def by_key(rows: Iterable[Mapping[str, float]]) -> dict[str, list[float]]:
 def write_json(path: str | Path, report: Mapping[str, Any]) -> None:
     """``report`` as indented JSON at ``path`` (its folder made); written whole or not at all, so a run
     stopped while it writes leaves the previous result."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(temporary, target)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(path, json.dumps(report, indent=2) + "\n")  # tfdist's atomic write
 
 
 def launched_run(
