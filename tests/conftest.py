@@ -33,6 +33,7 @@ FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     "multiprocess": ("multiprocess",),
     "slurm": ("slurm",),
     "multihost": ("multihost",),
+    "install": (),
 }
 #: pytest-timeout's limit for a folder whose tests take longer than the default (pyproject.toml: 300 s).
 FOLDER_TIMEOUT_S = {"multihost": 900}
