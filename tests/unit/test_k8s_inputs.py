@@ -15,7 +15,7 @@ from tfdist.env import KubernetesEnvironment, LocalEnvironment, detect_environme
 from tfdist.errors import ConfigError
 from tfdist.k8s.status import describe, job_state
 
-GOOD = ("--workers", "2", "--image", "img:1")
+GOOD = ("--pods", "2", "--image", "img:1")
 
 
 @pytest.mark.parametrize(
@@ -24,10 +24,10 @@ GOOD = ("--workers", "2", "--image", "img:1")
         ((*GOOD, "--name", "Train_1"), "--name 'Train_1' is not a DNS-1123 label"),
         ((*GOOD, "--name", "a" * 64), "is not a DNS-1123 label"),
         ((*GOOD, "--name", "a" * 62), "Kubernetes allows 63"),
-        (("--workers", "0", "--image", "img:1"), "--workers 0: a job needs at least 1 worker"),
-        (("--workers", "two", "--image", "img:1"), "argument --workers: 'two' is not an integer"),
-        ((*GOOD, "--gpus-per-worker", "1.5"), "argument --gpus-per-worker: '1.5' is not an integer"),
-        ((*GOOD, "--gpus-per-worker", "-1"), "--gpus-per-worker -1 is negative"),
+        (("--pods", "0", "--image", "img:1"), "--pods 0: a job needs at least 1 worker"),
+        (("--pods", "two", "--image", "img:1"), "argument --pods: 'two' is not an integer"),
+        ((*GOOD, "--gpus-per-pod", "1.5"), "argument --gpus-per-pod: '1.5' is not an integer"),
+        ((*GOOD, "--gpus-per-pod", "-1"), "--gpus-per-pod -1 is negative"),
         ((*GOOD, "--pvc", "ckpt"), "--pvc 'ckpt' has no mount path"),
         ((*GOOD, "--pvc", "ckpt:"), "--pvc 'ckpt:' has no mount path"),
         ((*GOOD, "--pvc", "ckpt:data"), "must be an absolute path"),
@@ -40,11 +40,11 @@ GOOD = ("--workers", "2", "--image", "img:1")
         ((*GOOD, "--env", "NOVALUE"), "--env 'NOVALUE' must be NAME=VALUE"),
         ((*GOOD, "--env", "TFDIST_WORLD_SIZE=8"), "set by the manifest itself"),
         ((*GOOD, "--kind", "statefulset"), "argument --kind: invalid choice: 'statefulset'"),
-        (("--workers", "2", "--image", "my image"), "--image 'my image' is not an image reference"),
-        (("--workers", "2"), "the following arguments are required: --image"),
+        (("--pods", "2", "--image", "my image"), "--image 'my image' is not an image reference"),
+        (("--pods", "2"), "the following arguments are required: --image"),
         ((*GOOD, "--nproc-per-pod", "0"), "--nproc-per-pod 0: a pod needs at least 1 training process"),
         ((*GOOD, "--nproc-per-pod", "2", "--kind", "tfjob"), "gives each pod one TF_CONFIG, one process"),
-        ((*GOOD, "--nproc-per-pod", "4", "--gpus-per-worker", "2"), "Hint: --gpus-per-worker 4 (or 0"),
+        ((*GOOD, "--nproc-per-pod", "4", "--gpus-per-pod", "2"), "Hint: --gpus-per-pod 4 (or 0"),
         ((*GOOD, "--nproc-per-pod", "2", "--port", "65535"), "passes port 65535"),
     ],
 )  # fmt: skip

@@ -29,16 +29,16 @@ BUILTIN_SCHEMAS = (
 IMAGE = "registry.example.com/ml/tfdist:2.21"
 COMMAND = ("python", "train.py", "--epochs", "30", "--checkpoint-dir", "/ckpt/run 1")
 FULL = (
-    "--gpus-per-worker", "4", "--cpu", "16", "--memory", "64Gi", "--pvc", "ckpt:/ckpt",
+    "--gpus-per-pod", "4", "--cpu", "16", "--memory", "64Gi", "--pvc", "ckpt:/ckpt",
     "--pvc", "imagenet.data:/data", "--env", "TF_ENABLE_ONEDNN_OPTS=0", "--namespace", "ml",
 )  # fmt: skip
 #: golden name -> flags of `tfdist k8s manifest` (before `-- COMMAND`).
 VARIANTS: dict[str, tuple[str, ...]] = {
-    "job": ("--workers", "2", "--image", IMAGE),
-    "job-gpu": ("--workers", "4", "--image", IMAGE, "--name", "resnet", *FULL),
-    "jobset": ("--workers", "4", "--image", IMAGE, "--kind", "jobset", *FULL),
-    "tfjob": ("--workers", "4", "--image", IMAGE, "--kind", "tfjob", *FULL),
-    "job-procs": ("--workers", "2", "--image", IMAGE, "--nproc-per-pod", "4", "--gpus-per-worker", "4"),
+    "job": ("--pods", "2", "--image", IMAGE),
+    "job-gpu": ("--pods", "4", "--image", IMAGE, "--name", "resnet", *FULL),
+    "jobset": ("--pods", "4", "--image", IMAGE, "--kind", "jobset", *FULL),
+    "tfjob": ("--pods", "4", "--image", IMAGE, "--kind", "tfjob", *FULL),
+    "job-procs": ("--pods", "2", "--image", IMAGE, "--nproc-per-pod", "4", "--gpus-per-pod", "4"),
 }
 SPECS = {
     "job-1": K8sJobSpec(command=COMMAND, image=IMAGE, workers=1),

@@ -23,8 +23,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--workers",
         default=None,
-        help="comma-separated worker (process) counts, e.g. 1,2,4 (default 1,2); across nodes: per node "
-        "(default 1)",
+        metavar="N,N",
+        help="worker processes per node to measure, comma-separated, e.g. 1,2,4 (default: 1,2 on this "
+        "machine, 1 with --hosts or --nodes)",
     )
     p.add_argument(
         "--replicas", default="1", help="replicas per worker: GPUs, or logical CPU devices without GPUs"
@@ -58,7 +59,13 @@ def register(sub: Any) -> None:
         default=0.0,
         help="add this much time to every input batch (to see an input-bound job)",
     )
-    p.add_argument("--run-timeout", type=seconds, default=600.0, help="limit per measured run, in seconds")
+    p.add_argument(
+        "--run-timeout",
+        type=seconds,
+        default=600.0,
+        metavar="SECONDS",
+        help="limit per measured run (default 600)",
+    )
     p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--out", default=None, help="results directory (default ./tfdist-bench/<run-id>)")
     p.add_argument(

@@ -9,7 +9,12 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer
+from tfdist.cli.spellings import translate, with_old_spellings
 from tfdist.errors import ConfigError
+
+#: Old flag -> new flag. A "worker" elsewhere in tfdist is one training process; here it was a pod, and
+#: --gpus-per-worker a count of GPUs per pod where tfdist launch's means 1 or all per process.
+RENAMED = {"--workers": "--pods", "--gpus-per-worker": "--gpus-per-pod"}
 
 
 def register(sub: Any) -> None:
@@ -26,10 +31,11 @@ def register(sub: Any) -> None:
     ):
         a = actions.add_parser(name, help=helptext)
         a.add_argument(
-            "--workers",
+            "--pods",
             type=integer,
             required=True,
-            help="pods (one training process each, or --nproc-per-pod)",
+            metavar="N",
+            help="pods of the job (each runs one training process, or --nproc-per-pod K)",
         )
         a.add_argument("--image", required=True, help="container image with TensorFlow and tfdist installed")
         a.add_argument("--name", default="train", help="job name, also the Service and pod names (train)")
@@ -40,7 +46,13 @@ def register(sub: Any) -> None:
             default="job",
             help="job: Indexed Job + headless Service; jobset: JobSet; tfjob: Kubeflow TFJob (v1)",
         )
-        a.add_argument("--gpus-per-worker", type=integer, default=0, help="GPUs of each pod (nvidia.com/gpu)")
+        a.add_argument(
+            "--gpus-per-pod",
+            type=integer,
+            default=0,
+            metavar="G",
+            help="GPUs of each pod (nvidia.com/gpu; default 0: CPU); with --nproc-per-pod K, G is K",
+        )
         a.add_argument("--cpu", default=None, help="CPU request of each pod (e.g. 8 or 500m)")
         a.add_argument("--memory", default=None, help="memory request of each pod (e.g. 32Gi)")
         a.add_argument(
@@ -65,12 +77,14 @@ def register(sub: Any) -> None:
             "--nproc-per-pod",
             type=integer,
             default=1,
+            metavar="K",
             help="training processes per pod, one GPU each: the pod runs tfdist launch -n K (default 1)",
         )
         if name == "manifest":
             a.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run in every pod")
         a.set_defaults(run=run_manifest if name == "manifest" else run_submit)
+        with_old_spellings(a, RENAMED)
     for name, helptext in (
         ("status", "show a job's state and its pods"),
         ("logs", "print the output of a job's pods"),
@@ -86,19 +100,27 @@ def register(sub: Any) -> None:
 def spec_from_args(args: argparse.Namespace) -> Any:
     """The validated K8sJobSpec of the flags (ConfigError, one line, on a bad value)."""
     from tfdist.k8s import K8sJobSpec
-    from tfdist.k8s.spec import parse_env, parse_pvc
 
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    return K8sJobSpec(
+    try:
+        return _spec(K8sJobSpec, args, command)
+    except ConfigError as exc:
+        raise ConfigError(translate(str(exc), RENAMED)) from None
+
+
+def _spec(cls: Any, args: argparse.Namespace, command: list[str]) -> Any:
+    from tfdist.k8s.spec import parse_env, parse_pvc
+
+    return cls(
         command=tuple(command),
         image=args.image,
-        workers=args.workers,
+        workers=args.pods,
         name=args.name,
         namespace=args.namespace,
         kind=args.kind,
-        gpus_per_worker=args.gpus_per_worker,
+        gpus_per_worker=args.gpus_per_pod,
         cpu=args.cpu,
         memory=args.memory,
         pvcs=tuple(parse_pvc(text) for text in args.pvc),

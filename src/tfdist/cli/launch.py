@@ -25,21 +25,23 @@ def register(sub: Any) -> None:
         type=integer,
         default=None,
         metavar="N",
-        help="workers on this node (default: one per local GPU, else 1)",
+        help="workers on this node (default: one per local GPU, else 1); with --ray: workers in all",
     )
     p.add_argument("--cpu", action="store_true", help="CPU workers with an equal share of the cores each")
     p.add_argument(
         "--gpus-per-worker",
         default=None,
         metavar="1|all",
-        help="1 GPU per worker (default), or all for one worker driving every GPU",
+        help="1: one GPU per worker (default); all: one worker drives every GPU of its node. On Ray a "
+        "worker's GPUs are --ray-gpus G",
     )
     p.add_argument(
         "--ray",
         action="store_const",
         const="auto",
         default=None,
-        help="workers placed by Ray, -n in all, on the cluster RAY_ADDRESS or this machine names",
+        help="place the -n workers with Ray, on the cluster that RAY_ADDRESS names (else a Ray on this "
+        "machine)",
     )
     p.add_argument(
         "--ray-address",
@@ -66,8 +68,12 @@ def register(sub: Any) -> None:
         metavar="N|MIN:MAX",
         help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",
     )
-    p.add_argument("--node-rank", type=integer, default=0, help="index of this node, 0..nnodes-1")
-    p.add_argument("--hosts", default=None, help="comma list of node addresses, in node-rank order")
+    p.add_argument(
+        "--node-rank", type=integer, default=0, metavar="R", help="index of this node, 0..nnodes-1"
+    )
+    p.add_argument(
+        "--hosts", default=None, metavar="H1,H2", help="comma list of node addresses, in node-rank order"
+    )
     p.add_argument(
         "-H",
         "--host-slots",
@@ -78,7 +84,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--ssh", default="ssh", metavar="CMD", help="with -H: the ssh command that reaches the hosts"
     )
-    p.add_argument("--hostfile", default=None, help="file with one node address per line")
+    p.add_argument("--hostfile", default=None, metavar="FILE", help="file with one node address per line")
     p.add_argument(
         "--rdzv",
         default=None,
@@ -86,60 +92,86 @@ def register(sub: Any) -> None:
         help="nodes meet here (the same command on every node; HOST's node serves it): ranks by host name",
     )
     p.add_argument(
-        "--rdzv-timeout", type=seconds, default=300.0, help="seconds to wait for every node (default 300)"
+        "--rdzv-timeout",
+        type=seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for every node (default 300)",
     )
     p.add_argument(
         "--rdzv-last-call",
         type=seconds,
         default=None,
-        metavar="S",
-        help="with --nnodes MIN:MAX: seconds a round with MIN nodes waits for more (default 10)",
+        metavar="SECONDS",
+        help="with --nnodes MIN:MAX: how long a round with MIN nodes waits for more (default 10)",
     )
     p.add_argument(
         "--rdzv-token",
         default=None,
+        metavar="TOKEN",
         help="the job's secret (or TFDIST_RDZV_TOKEN); default: a token file the serving node writes",
     )
     p.add_argument(
         "--rdzv-token-file",
         default=None,
+        metavar="FILE",
         help="token file on a shared filesystem (default ~/.tfdist/rdzv/HOST_PORT.token)",
     )
     p.add_argument(
         "--base-port",
         type=integer,
         default=None,
-        help="first port on each node (multi-node default 29400)",
+        metavar="PORT",
+        help="first port of the workers on each node (default: free ports on one node, 29400 on several)",
     )
     p.add_argument(
         "--ps", type=integer, default=0, metavar="K", help="parameter servers per node (adds a chief)"
     )
     p.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
-    p.add_argument("--log-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
+    p.add_argument(
+        "--log-dir", default=None, metavar="DIR", help="run directory (default ./tfdist-runs/<run-id>)"
+    )
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     p.add_argument("--quiet-workers", action="store_true", help="show only the chief (or w0) on the console")
     p.add_argument(
-        "--grace", type=seconds, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
+        "--grace",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="time between SIGTERM and SIGKILL (default 10)",
     )
     p.add_argument(
         "--max-restarts",
         type=integer,
         default=0,
-        help="restart every worker after a failure up to K times",
+        metavar="K",
+        help="restart every worker after a failure up to K times (default 0)",
     )
     p.add_argument(
         "--watchdog-timeout",
         type=seconds,
         default=None,
-        help="seconds without output or heartbeat that count as a hang",
+        metavar="SECONDS",
+        help="time without output or heartbeat that counts as a hang (default: no watchdog)",
     )
-    p.add_argument("--timeout", type=seconds, default=None, help="limit on the whole run, in seconds")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="limit on the whole run (default: none)",
+    )
     p.add_argument(
         "--strict",
         action="store_true",
         help="stop the job when workers build a strategy that does not span it (default: a warning)",
     )
-    p.add_argument("--backend", default="tf", help="synchronisation backend: tf (default), mpi, horovod")
+    p.add_argument(
+        "--backend",
+        default="tf",
+        metavar="{tf,mpi,horovod}",
+        help="synchronisation backend: tf (default), mpi, horovod",
+    )
     p.add_argument(
         "--bind-to",
         choices=BIND_CHOICES,

@@ -20,7 +20,10 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--gpus-per-task", {"type": integer}),
     ("--cpus-per-task", {"type": integer}),
     ("--mem", {}),
-    ("--time", {}),
+    (
+        "--time",
+        {"metavar": "MINUTES|HH:MM:SS", "help": "time limit, as sbatch reads it: a bare number is minutes"},
+    ),
     ("--partition", {}),
     ("--constraint", {}),
     ("--account", {}),
@@ -34,7 +37,12 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--nodelist", {"help": "run on these nodes (Slurm node list, e.g. node[1-2])"}),
     ("--mpi", {"help": "srun's MPI plugin for --backend mpi|horovod (default pmi2)"}),
 )
-_LIST_FLAGS = (("--module", "modules"), ("--bind", "binds"), ("--sbatch", "extra_sbatch"))
+#: Repeatable flags: (flag, dest, metavar, help).
+_LIST_FLAGS = (
+    ("--module", "modules", "NAME", "`module load NAME` before the tasks start (repeatable)"),
+    ("--bind", "binds", "SRC[:DST]", "with --container: a path bound into the container (repeatable)"),
+    ("--sbatch", "extra_sbatch", "OPTION", "an extra #SBATCH line, e.g. --sbatch=--exclusive (repeatable)"),
+)
 
 
 def register(sub: Any) -> None:
@@ -51,8 +59,8 @@ def register(sub: Any) -> None:
         a = actions.add_parser(name, help=helptext)
         for flag, kwargs in _SPEC_FLAGS:
             a.add_argument(flag, default=None, **kwargs)
-        for flag, dest in _LIST_FLAGS:
-            a.add_argument(flag, dest=dest, action="append", default=None, help=f"repeatable ({dest})")
+        for flag, dest, metavar, helptext in _LIST_FLAGS:
+            a.add_argument(flag, dest=dest, action="append", default=None, metavar=metavar, help=helptext)
         a.add_argument(
             "--export",
             action="append",
@@ -142,7 +150,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     from tfdist.slurm import SbatchSpec
 
     values: dict[str, Any] = _load_toml(args.config) if args.config else {}
-    fields = {f.lstrip("-").replace("-", "_") for f, _ in _SPEC_FLAGS} | {d for _, d in _LIST_FLAGS}
+    fields = {f.lstrip("-").replace("-", "_") for f, _ in _SPEC_FLAGS} | {d for _, d, _, _ in _LIST_FLAGS}
     fields |= {"exports", "per_node", "requeue", "gres", "extra_sbatch", "workdir", "backend"}
     unknown = sorted(set(values) - fields)
     if unknown:
@@ -154,7 +162,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         dest = flag.lstrip("-").replace("-", "_")
         if getattr(args, dest) is not None:
             values[dest] = getattr(args, dest)
-    for _, dest in _LIST_FLAGS:
+    for _, dest, _, _ in _LIST_FLAGS:
         if getattr(args, dest):
             values[dest] = getattr(args, dest)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}

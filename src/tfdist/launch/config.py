@@ -216,7 +216,7 @@ class LaunchConfig:
                 f"--ray-strategy={self.ray_strategy!r} is not one of {', '.join(RAY_STRATEGY_CHOICES)}."
             )
         if not (math.isfinite(self.ray_gpus) and self.ray_gpus >= 0):
-            raise ConfigError(f"--gpus-per-worker={self.ray_gpus:g} must be 0 or more GPUs with --ray.")
+            raise ConfigError(f"--ray-gpus={self.ray_gpus:g}: give 0 or more GPUs per worker.")
         if not (math.isfinite(self.ray_cpus) and self.ray_cpus > 0):
             raise ConfigError(f"{self.ray_cpus:g} CPUs per Ray worker: it must be more than 0.")
         clashes = [

@@ -75,7 +75,7 @@ def shortfall(config: LaunchConfig, nodes: Sequence[NodeResources], address: str
             return (
                 f"-n {n} workers need {per * n:g} {name} ({per:g} per worker) but {where} has {total:g} "
                 f"{name} on {len(nodes)} node(s). Hint: fewer workers, "
-                + ("--gpus-per-worker 0 (CPU workers), " if name == "GPU" else "")
+                + ("--ray-gpus 0 (CPU workers), " if name == "GPU" else "")
                 + "or more nodes (ray start --address=... on another machine)."
             )
     fits = [_fits(node, need) for node in nodes]

@@ -1,0 +1,78 @@
+"""Flags with one meaning each: renamed flags keep their old spelling with a one-line note, and every
+duration and count says its unit in the help."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.cli import cli
+from tfdist.cli.spellings import rewrite, translate
+
+K8S = ("k8s", "manifest", "--image", "img:1")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (("--workers", "2"), ("--pods", "2")),
+        (("--workers=2",), ("--pods", "2")),
+        (("--pods", "2", "--gpus-per-worker", "4"), ("--pods", "2", "--gpus-per-pod", "4")),
+    ],
+)
+def test_old_k8s_spellings_give_the_same_manifest_and_one_note_each(
+    old: tuple[str, ...], new: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = ("--", "python", "train.py", "--workers", "3")
+    code, expected, err = cli(capsys, *K8S, *new, *command)
+    assert code == 0 and err == "", err
+    code, got, err = cli(capsys, *K8S, *old, *command)
+    assert code == 0 and got == expected
+    notes = err.splitlines()
+    assert len(notes) == sum(a.startswith(("--workers", "--gpus-per-worker")) for a in old)
+    assert all("is an old spelling: write --" in line for line in notes), err
+
+
+def test_the_script_keeps_its_own_flags_of_the_same_name() -> None:
+    argv = ["--workers", "2", "--", "python", "t.py", "--workers", "9"]
+    assert rewrite(argv, {"--workers": "--pods"}, "prog") == [
+        "--pods",
+        "2",
+        "--",
+        "python",
+        "t.py",
+        "--workers",
+        "9",
+    ]
+
+
+def test_a_check_below_the_cli_names_the_flag_the_user_can_type(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, *K8S, "--pods", "2", "--nproc-per-pod", "4", "--gpus-per-pod", "2")
+    assert code == 2 and out == ""
+    assert "--gpus-per-pod 2" in err and "--gpus-per-worker" not in err
+    assert translate("--workers 0: no", {"--workers": "--pods"}) == "--pods 0: no"
+
+
+def test_old_names_are_not_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "k8s", "manifest", "--help")
+    assert code == 0
+    assert "--pods" in out and "--gpus-per-pod" in out
+    assert "--workers" not in out and "--gpus-per-worker" not in out
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "unit"),
+    [
+        (("launch",), "--grace", "SECONDS"),
+        (("launch",), "--timeout", "SECONDS"),
+        (("launch",), "--watchdog-timeout", "SECONDS"),
+        (("launch",), "--rdzv-timeout", "SECONDS"),
+        (("launch",), "--rdzv-last-call", "SECONDS"),
+        (("bench",), "--run-timeout", "SECONDS"),
+        (("slurm", "submit"), "--time", "MINUTES|HH:MM:SS"),
+    ],
+)
+def test_every_duration_says_its_unit(
+    command: tuple[str, ...], flag: str, unit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = cli(capsys, *command, "--help")
+    assert f"{flag} {unit}" in " ".join(out.split()), out
