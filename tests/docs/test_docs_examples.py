@@ -80,10 +80,29 @@ def test_readme_links_point_at_files() -> None:
 
 
 def test_readme_is_a_front_door() -> None:
-    lines = (ROOT / "README.md").read_text().splitlines()
+    """A user reads how to install and run first, one example per place, then the contributors' two
+    commands; CI runs the README's test command."""
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
     assert len(lines) <= 150, f"README.md has {len(lines)} lines; move details into docs/"
     first_block = next(i for i, line in enumerate(lines) if line.startswith("```bash"))
-    assert lines[first_block + 1].startswith("./dev demo") and lines[first_block + 2].startswith("./dev test")
+    assert lines[first_block + 1].startswith("pip install"), "the first command a reader meets installs"
+    dev = next(i for i, line in enumerate(lines) if line.startswith("./dev demo"))
+    assert lines[dev - 1] == "```bash" and lines[dev + 1].startswith("./dev test")
+    for place in (
+        "tfdist slurm submit",
+        "--rdzv",
+        "tfdist k8s manifest",
+        "--ray-address",
+        "--backend horovod",
+    ):
+        assert text.index(place) < lines_before(text, dev), place
+    assert "exec ./dev test" in (ROOT / ".ci" / "run").read_text()
+
+
+def lines_before(text: str, line: int) -> int:
+    """The offset of the start of line ``line`` (0-based) in ``text``."""
+    return sum(len(part) + 1 for part in text.splitlines()[:line])
 
 
 def test_generated_blocks_are_fresh() -> None:
