@@ -92,6 +92,18 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
     config = json.loads((run / "train.json").read_text())
     assert config["epochs"] == 1
     assert (run / "model.keras").stat().st_size > 0, sorted(p.name for p in run.iterdir())
+
+    # tfdist env on this stack: the fix covers its Keras; the MPI backend and Ray wait for their extras.
+    shown = subprocess.run(
+        [str(venv.tfdist), "env", "--json"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    stack = json.loads(shown.stdout)["stack"]
+    works = {f["name"].split(" (")[0]: f["works"] for f in stack["features"]}
+    assert works["model.fit under MultiWorkerMirroredStrategy"], stack["features"]
+    assert stack["keras_fix"].startswith("covers Keras 3.1"), stack["keras_fix"]
+    assert not works["MPI backend"] and not works["Ray"] and not works["GPU"]
+    assert {"mpi", "ray", "gpu"} <= set(stack["missing_extras"]), stack["missing_extras"]
     # Measured times, shown with -s (a second run reuses the cached venv: 0 s of installing).
     print(
         f"python {version}: TensorFlow install {venv.seconds_tf:.0f} s, tfdist wheel install "

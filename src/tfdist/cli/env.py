@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist import variables
+from tfdist.env.stack import StackFacts, describe
 from tfdist.launch.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
@@ -82,12 +83,16 @@ def _versions() -> dict[str, str | None]:
 def collect(environ: Mapping[str, str]) -> dict[str, Any]:
     """Everything ``tfdist env`` reports, as a JSON-ready dictionary."""
     from tfdist.env import detect_environment
-    from tfdist.strategy import discover_devices, options_from_environ, plan_strategy
+    from tfdist.strategy import LocalDevices, discover_devices, options_from_environ, plan_strategy
 
     env = detect_environment(environ)
-    devices = discover_devices()
+    try:
+        devices = discover_devices()
+    except ImportError:  # tfdist without TensorFlow: say what is missing rather than fail here
+        devices = LocalDevices(gpus=(), cpu_cores=os.cpu_count() or 1)
     plan = plan_strategy(env, devices, options_from_environ(environ))
     info = env.describe()
+    mpi = mpi_status(environ)
     return {
         **info,
         "devices": {"gpus": list(devices.gpus), "cpu_cores": devices.cpu_cores},
@@ -97,8 +102,67 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "keras_fix": keras_fix_status(environ),
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
         "ray_cluster": find_cluster(environ),
-        "mpi": mpi_status(environ),
+        "mpi": mpi,
+        "stack": describe(read_stack(environ, len(devices.gpus), mpi)),
     }
+
+
+def _installed(distribution: str) -> str | None:
+    """The installed version of a distribution (package metadata: nothing is imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _tensorflow_distribution() -> tuple[str, str | None]:
+    """The distribution providing ``import tensorflow`` (tensorflow-cpu, tensorflow, ...), its version."""
+    from importlib import metadata
+
+    names = metadata.packages_distributions().get("tensorflow", [])
+    for name in names:
+        version = _installed(name)
+        if version is not None:
+            return name.lower().replace("_", "-"), version
+    return "", None
+
+
+def read_stack(environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any]) -> StackFacts:
+    """This machine's stack for :func:`tfdist.env.stack.plan_features`: versions from package metadata,
+    the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), and sbatch on PATH."""
+    import shutil
+
+    from tfdist.keras import adapters
+
+    dist, tf_version = _tensorflow_distribution()
+    keras = _installed("keras")
+    row = adapters.adapter_for(keras) if keras else None
+    tf = sys.modules.get("tensorflow")  # loaded by the device listing: ask it whether it has CUDA
+    cuda = bool(tf.test.is_built_with_cuda()) if tf is not None and hasattr(tf, "test") else None
+    library = mpi.get("library") or {}
+    return StackFacts(
+        tensorflow=tf_version,
+        tensorflow_dist=dist,
+        keras=keras,
+        keras_row=row.name if row else "",
+        keras_table=adapters.supported_spec(),
+        keras_hint=adapters.install_hint(tf_version),
+        tf_keras=_installed("tf-keras"),
+        legacy_keras=environ.get("TF_USE_LEGACY_KERAS", ""),
+        keras_patch=bool(variables.get("TFDIST_KERAS_PATCH", environ)),
+        mpi4py=_installed("mpi4py"),
+        mpi_library=f"{library['name']} ({library['path']})" if library else "",
+        mpi_launcher=mpi.get("launcher") or "",
+        mpi_problem=mpi.get("problem") or "",
+        ray=_installed("ray"),
+        tfds=_installed("tensorflow-datasets"),
+        kubernetes=_installed("kubernetes"),
+        sbatch=shutil.which("sbatch", path=environ.get("PATH")) or "",
+        cuda_build=cuda,
+        gpus=gpus,
+    )
 
 
 def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -170,7 +234,7 @@ def _print_tables(info: dict[str, Any]) -> None:
     for key, value in info["strategy"].items():
         strat.add_row(key, str(value))
     console.print(strat)
-    console.print(f"Keras model.fit fix: {info['keras_fix']}")
+    _print_stack(console, info["stack"])
     variables = Table(title="relevant variables", show_header=False)
     for key, value in info["variables"].items() or [("(none set)", "")]:
         variables.add_row(key, value)
@@ -181,8 +245,6 @@ def _print_tables(info: dict[str, Any]) -> None:
         console.print(
             f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
         )
-    for line in _mpi_lines(info["mpi"]):
-        console.print(line, highlight=False, markup=False)
     if info["mpi"].get("mismatch"):
         console.print(f"[yellow]warning:[/] {info['mpi']['mismatch']}", highlight=False)
     if info["inside_slurm_allocation"]:
@@ -197,11 +259,58 @@ def _print_tables(info: dict[str, Any]) -> None:
         f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
         f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
         f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}",
+        f"- tf.keras: {info['stack']['tf_keras']}",
         f"- Keras fix: {info['keras_fix']}",
         *(f"- {line}" for line in _mpi_lines(info["mpi"])),
     ]
     # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
     print("\n".join(lines))
+
+
+def stack_rows(stack: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The stack table's rows: what is installed, which Keras serves tf.keras, whether the fix covers it."""
+    found = stack["found"]
+    tf = f"{found['tensorflow']} ({found['tensorflow_dist']})" if found["tensorflow"] else "not installed"
+    library = found["mpi_library"] or (f"none: {found['mpi_problem']}" if found["mpi_problem"] else "none")
+    return [
+        ("TensorFlow", tf),
+        ("tf.keras", stack["tf_keras"]),
+        ("TF_USE_LEGACY_KERAS", found["legacy_keras"] or "(unset)"),
+        ("Keras model.fit fix", stack["keras_fix"]),
+        ("MPI library (mpi4py)", library if found["mpi4py"] else "none: mpi4py is not installed"),
+        ("MPI launcher", found["mpi_launcher"] or "none"),
+    ]
+
+
+def extras_line(missing: Mapping[str, list[str]]) -> str | None:
+    """One line naming the extras that would add the missing features (None when nothing is missing).
+
+    Input/Output: ``{"mpi": ["MPI backend"], "ray": ["Ray"]}`` -> ``"pip install 'tfdist[mpi,ray]' adds:
+    mpi (MPI backend); ray (Ray)"``.
+    """
+    if not missing:
+        return None
+    what = "; ".join(f"{extra} ({', '.join(names)})" for extra, names in missing.items())
+    return f"pip install 'tfdist[{','.join(missing)}]' adds: {what}"
+
+
+def _print_stack(console: Any, stack: Mapping[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="stack", show_header=False)
+    for key, value in stack_rows(stack):
+        table.add_row(key, Text(value))  # Text: "tfdist[cpu]" is not rich markup
+    console.print(table)
+    # Two columns, the reason and the fix under the feature's name: four would wrap every cell at 80.
+    features = Table(title="tfdist features on this stack", show_header=False)
+    for f in stack["features"]:
+        text = f"{f['name']}: {f['detail']}" + (f"\n  fix: {f['fix']}" if f["fix"] else "")
+        features.add_row("yes" if f["works"] else "[yellow]no[/]", Text(text))
+    console.print(features)
+    line = extras_line(stack["missing_extras"])
+    if line:
+        console.print(Text(line))
 
 
 def run(args: argparse.Namespace) -> int:
