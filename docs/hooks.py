@@ -1,14 +1,15 @@
-"""Generated parts of the docs: the command reference, the variables table, the benchmark tables.
+"""Generated parts of the docs: the command reference, the variables table, the supported stacks.
 
 - ``<!-- tfdist:cli -->`` becomes the command reference when MkDocs reads the page (this file is an MkDocs
   hook): :func:`tfdist.cli.build_parser` builds the same argparse tree that ``tfdist`` parses, and every
   command and sub-command of it is rendered (usage, description, one row per option with its default and
   choices). Never written by hand, never committed.
 - ``<!-- generated:NAME:begin -->`` … ``<!-- generated:NAME:end -->`` blocks are committed, so the sources
-  read well on their own: ``variables`` (from ``tfdist.variables``), ``bench`` and ``scaling-model`` (from
-  the JSON under ``benchmarks/results``, through ``devtools/doc_tables.py``; ``link`` is in README.md).
-  ``python docs/hooks.py --write`` rewrites them; a test fails when a block differs from what its generator
-  gives.
+  read well on their own: ``variables`` (from ``tfdist.variables``) and ``supported-stacks`` (from
+  ``benchmarks/results/compat.json``, through ``devtools/compat.py``). ``python docs/hooks.py --write``
+  rewrites them; a test fails when a block differs from what its generator gives.
+- The measured results are a page of their own, ``docs/performance.md``, written whole by
+  ``devtools/perfpage.py`` from the JSON under ``benchmarks/results`` (a test keeps it equal).
 """
 
 from __future__ import annotations
@@ -117,14 +118,6 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
-def _bench_tables() -> dict[str, str]:
-    spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "devtools" / "doc_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return dict(module.tables())
-
-
 def _supported_stacks() -> str:
     spec = importlib.util.spec_from_file_location("compat", ROOT / "devtools" / "compat.py")
     assert spec is not None and spec.loader is not None
@@ -143,11 +136,6 @@ def _variables_table() -> str:
 #: name of a committed block -> what it must hold
 GENERATORS: dict[str, Callable[[], str]] = {
     "variables": _variables_table,
-    "bench": lambda: _bench_tables()["bench"],
-    "scaling-model": lambda: _bench_tables()["scaling-model"],
-    "bench-nodes": lambda: _bench_tables()["bench-nodes"],
-    "scaling-check": lambda: _bench_tables()["scaling-check"],
-    "link": lambda: _bench_tables()["link"],
     "supported-stacks": _supported_stacks,
 }
 #: Pages outside docs/ with generated blocks.
