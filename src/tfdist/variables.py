@@ -112,6 +112,13 @@ VARIABLES: dict[str, Variable] = _declare(
         "(0: one sum after it)",
     ),
     Variable(
+        "TFDIST_SHARD_OPTIMIZER",
+        "flag",
+        "0",
+        "MPI backend, tfdist.fit: 1 keeps each rank's optimizer slots for 1/N of the weights (ZeRO stage 1; "
+        "the fit option shard_optimizer wins)",
+    ),
+    Variable(
         "TFDIST_MPI_PROGRESS_US",
         "float",
         "200",

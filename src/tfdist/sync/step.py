@@ -64,7 +64,12 @@ def global_sums(metrics: Any, y: Any, pred: Any, per_example: Any, w: Any, s: An
 
 
 def replica_train_step(
-    model: Any, loss_fn: Callable[[Any, Any], Any], metrics: Any, sync: Any, own_data: bool = False
+    model: Any,
+    loss_fn: Callable[[Any, Any], Any],
+    metrics: Any,
+    sync: Any,
+    own_data: bool = False,
+    shard: Any = None,
 ) -> Callable[[Any, Any, Any, Any, Any], Any]:
     """THE training step of one replica, for every backend: forward, loss averaged over the GLOBAL batch,
     gradients, ``sync.exchange``, ``apply_gradients``; returns the step's sums (:func:`global_sums`).
@@ -77,6 +82,9 @@ def replica_train_step(
     ``own_data``: each worker's data is its own (:mod:`tfdist.train.uneven`): no worker knows how many
     real rows the global batch holds, so ``s`` marks this replica's real rows (1) and is divided here by
     the job's count of them (``sync.step_total``, one all-reduce of a number).
+
+    ``shard``: a :class:`tfdist.sync.shard.ShardedOptimizer`, which then does the exchange and the update
+    (reduce-scatter, the update of this rank's shard, all-gather) in place of ``exchange`` + ``apply``.
     """
     import tensorflow as tf
 
@@ -95,6 +103,8 @@ def replica_train_step(
                 loss += sync.regularization(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         grads = tape.gradient(scaled, variables)
+        if shard is not None:
+            return shard.apply(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop))
         grads, sums = sync.exchange(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop))
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return sums
@@ -124,13 +134,14 @@ def make_steps(
     sync: Any,
     jit_compile: bool = False,
     own_data: bool = False,
+    shard: Any = None,
 ) -> tuple[Any, Any]:
     """Build (train_step, eval_step); both take a distributed batch (x, y, w, s) and return this worker's sums
-    over its local replicas (the job's sums when the synchroniser reduced them in the step). ``own_data``:
-    see :func:`replica_train_step`."""
+    over its local replicas (the job's sums when the synchroniser reduced them in the step). ``own_data``,
+    ``shard``: see :func:`replica_train_step`."""
     import tensorflow as tf
 
-    train_replica = replica_train_step(model, loss_fn, metrics, sync, own_data)
+    train_replica = replica_train_step(model, loss_fn, metrics, sync, own_data, shard)
     eval_replica = replica_eval_step(model, loss_fn, metrics, sync)
 
     def local_sum(per_replica: Any) -> Any:

@@ -36,10 +36,12 @@ class Checkpointer:
         is_chief: bool,
         keep: int = 3,
         extra: dict[str, Any] | None = None,
+        shard: Any = None,
     ) -> None:
         """``extra``: more state that decides the next step (the epoch's partial sums); the random states of
         the model's Keras seed generators (dropout, augmentation) are added here: Keras does not track
-        them for TensorFlow checkpoints."""
+        them for TensorFlow checkpoints. ``shard``: a :class:`tfdist.sync.shard.ShardedOptimizer`, whose
+        slots are saved whole (gathered to the chief) and restored as this rank's slice."""
         import tensorflow as tf
 
         self.directory = os.path.abspath(directory)
@@ -49,9 +51,9 @@ class Checkpointer:
         # Keyed by position, not by name: Keras numbers seed generators per process (seed_generator_4).
         seeds = [v for v in model.variables if "seed_generator" in v.path]
         rng = {f"seed_generator_{i}": v.value for i, v in enumerate(seeds)}
-        self.checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, step=step, epoch=epoch, rng=rng, **(extra or {})
-        )
+        self.shard = shard
+        self.parts = {"model": model, "step": step, "epoch": epoch, "rng": rng, **(extra or {})}
+        self.checkpoint = tf.train.Checkpoint(optimizer=optimizer, **self.parts)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep)
 
     def restore_latest(self) -> str | None:
@@ -61,15 +63,25 @@ class Checkpointer:
         latest = self.manager.latest_checkpoint
         if latest is None:
             return None
+        if self.shard is not None:  # the whole optimizer, of which this rank keeps its slice
+            with self.shard.whole(gather=False) as optimizer:
+                self._restore(tf.train.Checkpoint(optimizer=optimizer, **self.parts), latest)
+                self.shard.keep_slice(optimizer)
+            return str(latest)
+        self._restore(self.checkpoint, latest)
+        return str(latest)
+
+    def _restore(self, checkpoint: Any, latest: str) -> None:
+        import tensorflow as tf
+
         try:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as exc:
             first = str(exc).strip().splitlines()[0][:200]
             raise ConfigError(
                 f"checkpoint {latest} does not match this model/optimizer ({first}). Hint: use a new "
                 "checkpoint_dir or the model that wrote it."
             ) from None
-        return str(latest)
 
     def save(self, step: int, history: dict[str, list[float]] | None = None) -> str:
         """Save on every worker; only the chief's copy lands in ``directory``.
@@ -78,6 +90,8 @@ class Checkpointer:
         resumed run returns the whole run's history. Written before the checkpoint: a crash in between
         leaves a history one epoch ahead, which :meth:`history` cuts back to the checkpoint's epoch.
         """
+        if self.shard is not None:
+            return self._save_whole(step, history)
         if self.is_chief:
             if history is not None:
                 files.write_json(os.path.join(self.directory, HISTORY), history)
@@ -88,6 +102,23 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return self.directory
+
+    def _save_whole(self, step: int, history: dict[str, list[float]] | None) -> str:
+        """A sharded optimizer's checkpoint, in the unsharded format: every rank sends its slots to the
+        chief, which writes them with the rest (no TensorFlow collective runs in a save on the MPI backend,
+        so the other ranks write nothing)."""
+        import tensorflow as tf
+
+        assert self.shard is not None
+        with self.shard.whole(gather=True) as optimizer:
+            if optimizer is None:
+                return self.directory
+            if history is not None:
+                files.write_json(os.path.join(self.directory, HISTORY), history)
+            # A manager over this checkpoint reads the directory's index, so the oldest ones still go.
+            checkpoint = tf.train.Checkpoint(optimizer=optimizer, **self.parts)
+            manager = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=self.keep)
+            return str(manager.save(checkpoint_number=step))
 
     def latest(self) -> tuple[str | None, int | None]:
         """The newest checkpoint on disk and its step (``ckpt-12`` -> 12), or ``(None, None)``."""

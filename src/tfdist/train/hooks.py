@@ -63,6 +63,9 @@ class LearningRate:
     def update(self, step: int) -> None:
         """Set the rate for ``step`` (an assignment per step would cost a dispatch, so only on change)."""
         value = lr_at(step, self.base, self.target, self.warmup)
+        if self.current is None and value == self.base and self.target == self.base and not self.warmup:
+            # Nothing to change: also the case of a LearningRateSchedule, which has no variable to assign.
+            self.current = value
         if value != self.current:
             self.optimizer.learning_rate.assign(value)
             self.current = value

@@ -23,6 +23,7 @@ from tfdist.diagnose.slowness import SlowWatch
 from tfdist.errors import CollectiveError, ConfigError, NonFiniteLossError
 from tfdist.slurm import commands
 from tfdist.sync import synchroniser
+from tfdist.sync.shard import open_shard
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.sync.watch import set_step
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
@@ -121,7 +122,9 @@ class SyncTrainer:
             self.epoch_sums = tf.Variable(
                 tf.zeros(self.metrics.width, tf.float64), trainable=False, aggregation=only_first
             )
-            optimizer.build(model.trainable_variables)
+            # Sharded (tfdist.sync.shard): the optimizer is built over this rank's flat shard only.
+            self.shard = open_shard(model, self.strategy, options)
+            optimizer.build(self.shard.variables if self.shard else model.trainable_variables)
         self.agreed = self._agree(callbacks)
         self._check_unknown_length()
         with self.strategy.scope():
@@ -236,6 +239,7 @@ class SyncTrainer:
             self.sync,
             self.options.jit_compile,
             own_data=self.data.own is not None,
+            shard=self.shard,
         )
         self.reduce_totals = self.sync.reduce_totals
 
@@ -285,6 +289,7 @@ class SyncTrainer:
             keep=self.options.keep_checkpoints,
             extra={"epoch_sums": self.epoch_sums}
             | ({"epoch_steps": self.epoch_steps} if self.unknown_length else {}),
+            shard=self.shard,
         )
         restored = checkpointer.restore_latest()
         resumed = np.array([float(bool(restored)), float(self.step_var.numpy())])

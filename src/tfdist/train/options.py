@@ -47,6 +47,9 @@ class FitOptions:
     bucket_mb: float | None = None
     #: Whether each worker's data is its own (tfdist.train.uneven); None: decided from the data.
     per_worker_data: bool | None = None
+    #: The MPI backend: each rank keeps the optimizer's slots of 1/N of the weights (tfdist.sync.shard);
+    #: None: TFDIST_SHARD_OPTIMIZER.
+    shard_optimizer: bool | None = None
 
     def __post_init__(self) -> None:
         if self.compression is not None:
@@ -70,6 +73,11 @@ class FitOptions:
         if self.per_worker_data not in (None, True, False):
             given = self.per_worker_data
             raise ConfigError(f"per_worker_data={given!r} must be True, False or None (from the data).")
+        if self.shard_optimizer not in (None, True, False):
+            given = self.shard_optimizer
+            raise ConfigError(
+                f"shard_optimizer={given!r} must be True, False or None (TFDIST_SHARD_OPTIMIZER)."
+            )
         if self.warmup_epochs < 0:
             raise ConfigError(f"warmup_epochs={self.warmup_epochs} must be 0 or more.")
         self._check_keras_arguments()
