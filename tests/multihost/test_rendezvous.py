@@ -76,7 +76,8 @@ def on_every_host(
     return finish(procs)[::-1]
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
+# Three nodes: the second tier (test_model_fit_and_tfdist_fit_on_three_hosts forms three there too).
+@pytest.mark.parametrize("nodes", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_plain_mwms_script_forms_one_job_across_hosts(hosts: None, nodes: int, tmp_path: Path) -> None:
     script = str(HELPERS / "plain_mwms.py")
     single, out = tmp_path / "single", tmp_path / "out"
@@ -112,6 +113,7 @@ def test_keras_model_fit_two_workers_on_each_of_two_hosts(hosts: None, tmp_path:
             assert np.allclose(history[key], values, atol=1e-5, rtol=0), key
 
 
+@pytest.mark.slow  # the first tier runs tfdist.fit across hosts in test_workers_differ_hosts.py[tf]
 def test_tfdist_fit_on_the_tf_backend_across_hosts(hosts: None, tmp_path: Path) -> None:
     probe = str(HELPERS / "fit_probe.py")
     single, out = tmp_path / "single", tmp_path / "out"

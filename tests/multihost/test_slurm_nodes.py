@@ -99,6 +99,7 @@ def test_keras_model_fit_across_two_nodes(
         assert np.allclose(preds, np.load(single / "rank-0.predictions.npy"), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # the first tier: 2 x 2 MPI ranks through --rdzv; the MPI backend under sbatch below
 def test_mpi_backend_two_tasks_on_each_of_two_nodes(
     cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
