@@ -89,7 +89,12 @@ def gate() -> bool:
 
 
 def refusal(strategy: Any) -> None:
-    """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy."""
+    """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy.
+
+    Every worker stops (one left in Keras' own fit fails there with a long traceback), but the line is the
+    job's, not each worker's: the chief prints it; the others raise the same error, which the worker
+    bootstrap records for the launcher's report (whichever worker fails first), without printing it.
+    """
     if strategy is None or not is_multi_worker(strategy):
         return
     import sys
@@ -97,7 +102,29 @@ def refusal(strategy: Any) -> None:
     keras = sys.modules.get("keras")
     where = os.path.dirname(getattr(keras, "__file__", "") or "") or "the Python path"
     tf = sys.modules.get("tensorflow")
-    raise ConfigError(adapters.unsupported_message(keras_version(), where, getattr(tf, "__version__", None)))
+    message = adapters.unsupported_message(keras_version(), where, getattr(tf, "__version__", None))
+    chief, _ = callbacks.worker_identity(strategy)
+    if not chief and not isinstance(sys.stderr, _WithoutLine):
+        sys.stderr = _WithoutLine(sys.stderr, message)
+    raise ConfigError(message)
+
+
+class _WithoutLine:
+    """``sys.stderr`` of a non-chief worker, without the one line the chief prints for the whole job.
+
+    Only writes that carry that line are dropped: anything else the process prints still shows, and a
+    script that catches the error and goes on keeps its stderr.
+    """
+
+    def __init__(self, stream: Any, line: str) -> None:
+        # Its start: a printer may cut a long line (the worker bootstrap keeps 400 characters).
+        self._stream, self._line = stream, line[:120]
+
+    def write(self, text: str) -> int:
+        return len(text) if self._line in text else int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def install() -> bool:
