@@ -54,6 +54,7 @@ def assert_equal_runs(got: Path, n: int, reference: Path) -> float:
         assert np.array_equal(w, weights[0])
     want = np.load(reference / "weights-0.npy")
     diff = float(np.max(np.abs(weights[0] - want)))
+    print(f"max abs difference from one process: {diff:.3g} ({n} ranks, {got.name})")  # shown with -s
     assert diff <= TOL, diff
     mine, theirs = (json.loads((d / "result-0.json").read_text()) for d in (got, reference))
     assert mine["iterations"] == theirs["iterations"] == 16

@@ -12,6 +12,7 @@ fragmentation, cuDNN / oneDNN scratch, XLA's buffers) is a margin, printed as it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -95,6 +96,8 @@ class EstimateConfig:
     replicas: int = 1
     backend: str = "tf"
     margin: float = DEFAULT_MARGIN
+    #: ZeRO stage 1 (``tfdist.fit(shard_optimizer=True)``, MPI backend): each replica keeps 1/N of the slots.
+    shard_optimizer: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_per_replica < 1:
@@ -109,6 +112,10 @@ class EstimateConfig:
             raise ConfigError(f"--replicas {self.replicas}: at least one replica.")
         if not 0 <= self.margin <= 10:
             raise ConfigError(f"--margin {self.margin}: a fraction between 0 and 10 (0.1 = 10 %).")
+        if self.shard_optimizer and self.backend != "mpi":
+            raise ConfigError(
+                f"shard_optimizer needs the mpi backend, not {self.backend}. Hint: estimate with backend mpi."
+            )
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,11 @@ class MemoryEstimate:
     terms: tuple[Term, ...]
     device: Device | None = None
     notes: tuple[str, ...] = field(default=())
+    #: Whether ``terms`` are those of a sharded optimizer (slots / replicas).
+    shard_optimizer: bool = False
+    #: One replica's total in the other mode (sharded when these terms are not, and the reverse); None
+    #: when sharding changes nothing (one replica, or an optimizer without slots).
+    other_total: int | None = None
 
     @property
     def total(self) -> int:
@@ -160,6 +172,24 @@ class MemoryEstimate:
     def fits(self) -> bool | None:
         """Whether the replicas that share the device fit in it; None without a device."""
         return None if self.device is None else self.needed <= self.device.bytes
+
+    @property
+    def sharded_total(self) -> int | None:
+        """One replica's bytes with the optimizer sharded (None when that was not worked out)."""
+        return self.total if self.shard_optimizer else self.other_total
+
+    @property
+    def unsharded_total(self) -> int:
+        """One replica's bytes with every slot on every replica."""
+        return self.other_total if self.shard_optimizer and self.other_total is not None else self.total
+
+    @property
+    def sharding_makes_it_fit(self) -> bool:
+        """Whether the job fits the device sharded and does not unsharded."""
+        if self.device is None or self.sharded_total is None:
+            return False
+        room = self.device.bytes // self.device.shared_by
+        return self.sharded_total <= room < self.unsharded_total
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every term in bytes and MiB, the total, the device and the verdict."""
@@ -188,6 +218,10 @@ class MemoryEstimate:
             else {"name": self.device.name, "bytes": self.device.bytes, "shared_by": self.device.shared_by},
             "needed_bytes": self.needed,
             "fits": self.fits,
+            "shard_optimizer": self.shard_optimizer,
+            "unsharded_total_bytes": self.unsharded_total,
+            "sharded_total_bytes": self.sharded_total,
+            "sharding_makes_it_fit": self.sharding_makes_it_fit,
             "notes": list(self.notes),
         }
 
@@ -239,29 +273,72 @@ def kept_activations(layers: tuple[LayerOutput, ...]) -> int:
 
 
 def estimate(model: ModelSummary, config: EstimateConfig, device: Device | None = None) -> MemoryEstimate:
-    """The memory of one replica of ``model`` trained as ``config`` says, against ``device``."""
+    """The memory of one replica of ``model`` trained as ``config`` says, against ``device``; with more
+    than one replica and an optimizer with slots, also the total in the other sharding mode and a note
+    saying what sharding the optimizer (ZeRO stage 1) changes."""
+    optimizer, slots = _optimizer(model, config)
+    terms = _terms(model, config, optimizer, slots, config.shard_optimizer)
+    result = MemoryEstimate(
+        model=model.name,
+        params=model.params,
+        optimizer=optimizer,
+        slots=slots,
+        precision=config.precision,
+        batch_per_replica=config.batch_per_replica,
+        replicas=config.replicas,
+        terms=tuple(terms),
+        device=device,
+        shard_optimizer=config.shard_optimizer,
+    )
+    if config.replicas == 1 or slots == 0:
+        return result
+    other = sum(t.bytes for t in _terms(model, config, optimizer, slots, not config.shard_optimizer))
+    result = dataclasses.replace(result, other_total=other)
+    return dataclasses.replace(result, notes=(sharding_note(result),))
+
+
+def sharding_note(result: MemoryEstimate) -> str:
+    """One line: each replica's memory sharded against unsharded, and whether sharding is what fits."""
+    sharded, unsharded = result.sharded_total or 0, result.unsharded_total
+    line = (
+        f"optimizer slots sharded over {result.replicas} replicas (tfdist.fit(shard_optimizer=True), "
+        f"--backend mpi): {sharded / MIB:,.0f} MiB per replica, unsharded {unsharded / MIB:,.0f} MiB"
+    )
+    if result.sharding_makes_it_fit:
+        return line + "; sharding the optimizer is what makes this job fit."
+    return line + "."
+
+
+def _optimizer(model: ModelSummary, config: EstimateConfig) -> tuple[str, int]:
+    """The optimizer's name and slots per weight: the config's, else the model's compiled one, else Adam."""
     if config.optimizer is not None:
-        optimizer, slots = (
-            config.optimizer,
-            optimizer_slots(
-                "sgd" if config.optimizer == "momentum" else config.optimizer,
-                {"momentum": 0.9} if config.optimizer == "momentum" else {},
-            ),
+        return config.optimizer, optimizer_slots(
+            "sgd" if config.optimizer == "momentum" else config.optimizer,
+            {"momentum": 0.9} if config.optimizer == "momentum" else {},
         )
-    elif model.optimizer is not None:
-        optimizer, slots = model.optimizer
-    else:
-        optimizer, slots = "adam", BASE_SLOTS["adam"]
+    if model.optimizer is not None:
+        return model.optimizer
+    return "adam", BASE_SLOTS["adam"]
+
+
+def _terms(
+    model: ModelSummary, config: EstimateConfig, optimizer: str, slots: int, sharded: bool
+) -> list[Term]:
+    """Every term of one replica, the margin last; ``sharded``: slots / replicas (ZeRO stage 1)."""
     trainable = sum(model.trainable)
     vb, cb, batch = model.variable_bytes, COMPUTE_BYTES[config.precision], config.batch_per_replica
     mixed = config.precision != "float32"
     largest_var = max(model.trainable, default=0)
     largest_act = max((layer.elements for layer in model.layers), default=0)
     kept = kept_activations(model.layers)
+    shards = config.replicas if sharded else 1
+    slot_how = f"{optimizer}: {slots} per weight x {vb} B" + (
+        f" / {shards} replicas (sharded)" if sharded else ""
+    )
     terms = [
         Term("weights", model.params * vb, f"{model.params:,} params x {vb} B"),
         Term("gradients", trainable * vb, f"{trainable:,} trainable x {vb} B"),
-        Term("optimizer slots", slots * trainable * vb + 16, f"{optimizer}: {slots} per weight x {vb} B"),
+        Term("optimizer slots", math.ceil(slots * trainable / shards) * vb + 16, slot_how),
     ]
     if mixed:
         terms.append(
@@ -275,7 +352,17 @@ def estimate(model: ModelSummary, config: EstimateConfig, device: Device | None 
             f"{INPUT_BATCHES} batches (in the step + prefetched) x {batch} x {model.input_elements:,} x 4 B",
         ),
     ]
-    if config.replicas > 1:
+    if config.replicas > 1 and sharded:
+        terms += [
+            Term("reduce-scatter buffer", trainable * vb, "one packed copy of the gradients", "workspace"),
+            Term(
+                "all-gather buffer",
+                trainable * vb,
+                "the gathered weights, before they are assigned",
+                "workspace",
+            ),
+        ]
+    elif config.replicas > 1:
         terms.append(
             Term("all-reduce buffer", trainable * vb, "one packed copy of the gradients", "workspace")
         )
@@ -310,14 +397,4 @@ def estimate(model: ModelSummary, config: EstimateConfig, device: Device | None 
             "margin",
         ),
     ]
-    return MemoryEstimate(
-        model=model.name,
-        params=model.params,
-        optimizer=optimizer,
-        slots=slots,
-        precision=config.precision,
-        batch_per_replica=batch,
-        replicas=config.replicas,
-        terms=tuple(terms),
-        device=device,
-    )
+    return terms
