@@ -393,10 +393,10 @@ RESULTS: tuple[Result, ...] = (
 
 HEADER = """# Performance
 
-What tfdist measured, and on what. Every table below is written from the results committed with the
-project, by a script, so no figure here is older than its file; each says the day, the machine and what
-ran. The machines are small (no GPU): read the ratios, not the examples per second. To measure your own
-cluster, see [Benchmarking](guides/benchmarking.md).
+What tfdist measured, and on what. Every table below is written by a script from the result files
+committed with the project, so the page always says what the files say; each table says the day, the
+machine and what ran. The machines are small (no GPU): read the ratios, not the examples per second.
+To measure your own cluster, see [Benchmarking](guides/benchmarking.md).
 
 **The limit** in these tables is the job's own copies run side by side without talking to each other
 (`tfdist bench --compare independent`): what the machine gives when there is nothing to synchronise.
@@ -419,6 +419,20 @@ def _markdown_table(rows: Table) -> list[str]:
     return lines
 
 
+def wrap(command: str, width: int = 90) -> str:
+    """A long command over several lines at its flags, as a reader would type it (``\\`` at each end)."""
+    if len(command) <= width:
+        return command
+    lines, line = [], ""
+    for word in command.replace(" --", "\0--").split("\0"):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return " \\\n".join([*lines, line])
+
+
 def section(result: Result, results_dir: Path = RESULTS_DIR) -> list[str]:
     """One result's heading, its day, machine and setup, its table and its reading."""
     payloads = [json.loads((results_dir / source).read_text()) for source in result.sources]
@@ -429,7 +443,7 @@ def section(result: Result, results_dir: Path = RESULTS_DIR) -> list[str]:
     if result.reading:
         lines += ["", result.reading]
     lines += ["", "To measure it yourself:", "", "<!-- example: skip a benchmark run -->", "```bash"]
-    lines += [result.command, "```", ""]
+    lines += [wrap(result.command), "```", ""]
     return lines
 
 

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         help="start N distributed TensorFlow workers running a script",
         description="tfdist launch [options] SCRIPT.py [args...] | -m MODULE [args...]",
     )
-    p.add_argument(
+    workers = p.add_argument_group("workers on this machine")
+    workers.add_argument(
         "-n",
         "--nproc-per-node",
         type=integer,
@@ -27,15 +28,18 @@ def register(sub: Any) -> None:
         metavar="N",
         help="workers on this node (default: one per local GPU, else 1); with --ray: workers in all",
     )
-    p.add_argument("--cpu", action="store_true", help="CPU workers with an equal share of the cores each")
-    p.add_argument(
+    workers.add_argument(
+        "--cpu", action="store_true", help="CPU workers with an equal share of the cores each"
+    )
+    workers.add_argument(
         "--gpus-per-worker",
         default=None,
         metavar="1|all",
         help="1: one GPU per worker (default); all: one worker drives every GPU of its node. On Ray a "
         "worker's GPUs are --ray-gpus G",
     )
-    p.add_argument(
+    ray = p.add_argument_group("Ray: the workers placed by a Ray cluster")
+    ray.add_argument(
         "--ray",
         action="store_const",
         const="auto",
@@ -43,143 +47,152 @@ def register(sub: Any) -> None:
         help="place the -n workers with Ray, on the cluster that RAY_ADDRESS names (else a Ray on this "
         "machine)",
     )
-    p.add_argument(
+    ray.add_argument(
         "--ray-address",
         default=None,
         metavar="ADDRESS",
         help="workers placed by Ray on this cluster: HOST:PORT of the head, ray://HOST:PORT or auto",
     )
-    p.add_argument(
+    ray.add_argument(
         "--ray-gpus",
         type=float,
         default=None,
         metavar="G",
         help="with --ray: GPUs in each worker's bundle (default 0)",
     )
-    p.add_argument(
+    ray.add_argument(
         "--ray-strategy",
         choices=RAY_STRATEGY_CHOICES,
         default="spread",
         help="with --ray: spread the workers over the nodes (default), pack them, or strict-spread",
     )
-    p.add_argument(
+    nodes = p.add_argument_group(
+        "several machines: the same command on each (--rdzv, --hosts) or one command over ssh (-H)"
+    )
+    nodes.add_argument(
         "--nnodes",
         default="1",
         metavar="N|MIN:MAX",
         help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--node-rank", type=integer, default=0, metavar="R", help="index of this node, 0..nnodes-1"
     )
-    p.add_argument(
+    nodes.add_argument(
         "--hosts", default=None, metavar="H1,H2", help="comma list of node addresses, in node-rank order"
     )
-    p.add_argument(
+    nodes.add_argument(
         "-H",
         "--host-slots",
         default=None,
         metavar="H1:S,H2:S",
         help="start the job on every host from here, over ssh (as horovodrun -H): S workers on each",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--ssh", default="ssh", metavar="CMD", help="with -H: the ssh command that reaches the hosts"
     )
-    p.add_argument("--hostfile", default=None, metavar="FILE", help="file with one node address per line")
-    p.add_argument(
+    nodes.add_argument("--hostfile", default=None, metavar="FILE", help="file with one node address per line")
+    nodes.add_argument(
         "--rdzv",
         default=None,
         metavar="HOST:PORT",
         help="nodes meet here (the same command on every node; HOST's node serves it): ranks by host name",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--rdzv-timeout",
         type=seconds,
         default=300.0,
         metavar="SECONDS",
         help="how long to wait for every node (default 300)",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--rdzv-last-call",
         type=seconds,
         default=None,
         metavar="SECONDS",
         help="with --nnodes MIN:MAX: how long a round with MIN nodes waits for more (default 10)",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--rdzv-token",
         default=None,
         metavar="TOKEN",
         help="the job's secret (or TFDIST_RDZV_TOKEN); default: a token file the serving node writes",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--rdzv-token-file",
         default=None,
         metavar="FILE",
         help="token file on a shared filesystem (default ~/.tfdist/rdzv/HOST_PORT.token)",
     )
-    p.add_argument(
+    nodes.add_argument(
         "--base-port",
         type=integer,
         default=None,
         metavar="PORT",
         help="first port of the workers on each node (default: free ports on one node, 29400 on several)",
     )
-    p.add_argument(
+    ps = p.add_argument_group("parameter servers")
+    ps.add_argument(
         "--ps", type=integer, default=0, metavar="K", help="parameter servers per node (adds a chief)"
     )
-    p.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
-    p.add_argument(
+    ps.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
+    output = p.add_argument_group("output")
+    output.add_argument(
         "--log-dir", default=None, metavar="DIR", help="run directory (default ./tfdist-runs/<run-id>)"
     )
-    p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
-    p.add_argument("--quiet-workers", action="store_true", help="show only the chief (or w0) on the console")
-    p.add_argument(
+    output.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
+    output.add_argument(
+        "--quiet-workers", action="store_true", help="show only the chief (or w0) on the console"
+    )
+    faults = p.add_argument_group("failures, hangs and limits")
+    faults.add_argument(
         "--grace",
         type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="time between SIGTERM and SIGKILL (default 10)",
     )
-    p.add_argument(
+    faults.add_argument(
         "--max-restarts",
         type=integer,
         default=0,
         metavar="K",
         help="restart every worker after a failure up to K times (default 0)",
     )
-    p.add_argument(
+    faults.add_argument(
         "--watchdog-timeout",
         type=seconds,
         default=None,
         metavar="SECONDS",
         help="time without output or heartbeat that counts as a hang (default: no watchdog)",
     )
-    p.add_argument(
+    faults.add_argument(
         "--timeout",
         type=seconds,
         default=None,
         metavar="SECONDS",
         help="limit on the whole run (default: none)",
     )
-    p.add_argument(
+    faults.add_argument(
         "--strict",
         action="store_true",
         help="stop the job when workers build a strategy that does not span it (default: a warning)",
     )
-    p.add_argument(
+    how = p.add_argument_group("how each worker runs")
+    how.add_argument(
         "--backend",
         default="tf",
         metavar="{tf,mpi,horovod}",
         help="synchronisation backend: tf (default), mpi, horovod",
     )
-    p.add_argument(
+    how.add_argument(
         "--bind-to",
         choices=BIND_CHOICES,
         default="auto",
         help="bind each worker to its own cores: auto (CPU workers that fit the cores), core, none",
     )
-    p.add_argument("--no-python", action="store_true", help="run the command as is instead of with Python")
-    p.add_argument("-m", "--module", action="store_true", help="treat SCRIPT as a module name (python -m)")
+    how.add_argument("--no-python", action="store_true", help="run the command as is instead of with Python")
+    how.add_argument("-m", "--module", action="store_true", help="treat SCRIPT as a module name (python -m)")
     p.add_argument("script", metavar="SCRIPT", help="the Python script (or module with -m) every worker runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script untouched")
     p.set_defaults(run=run)
