@@ -176,6 +176,10 @@ def test_the_json_and_the_table_rows_hold_the_stack() -> None:
     assert rows["TensorFlow"] == "2.21.0 (tensorflow-cpu)"
     assert rows["TF_USE_LEGACY_KERAS"] == "0"
     assert rows["MPI library (mpi4py)"] == "none: mpi4py is not installed"
+    assert rows["MPI launcher"] == "none"
+    rows = dict(stack_rows(describe(replace(MPI, mpi_launcher_version="Hydra 4.3.0"))))
+    assert rows["MPI library (mpi4py)"] == "MPICH 4.3.0 (/v/lib/libmpi.so.12)"
+    assert rows["MPI launcher"] == "/v/bin/mpiexec (Hydra 4.3.0)"
 
 
 def test_the_facts_read_here_are_this_venvs_packages() -> None:

@@ -155,6 +155,7 @@ def read_stack(environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any]) ->
         mpi4py=_installed("mpi4py"),
         mpi_library=f"{library['name']} ({library['path']})" if library else "",
         mpi_launcher=mpi.get("launcher") or "",
+        mpi_launcher_version=mpi.get("launcher_version") or mpi.get("flavour") or "",
         mpi_problem=mpi.get("problem") or "",
         ray=_installed("ray"),
         tfds=_installed("tensorflow-datasets"),
@@ -245,6 +246,8 @@ def _print_tables(info: dict[str, Any]) -> None:
         console.print(
             f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
         )
+    if info["mpi"].get("started_by"):
+        console.print(f"MPI: this process was started by {info['mpi']['started_by']}", highlight=False)
     if info["mpi"].get("mismatch"):
         console.print(f"[yellow]warning:[/] {info['mpi']['mismatch']}", highlight=False)
     if info["inside_slurm_allocation"]:
@@ -278,8 +281,15 @@ def stack_rows(stack: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("TF_USE_LEGACY_KERAS", found["legacy_keras"] or "(unset)"),
         ("Keras model.fit fix", stack["keras_fix"]),
         ("MPI library (mpi4py)", library if found["mpi4py"] else "none: mpi4py is not installed"),
-        ("MPI launcher", found["mpi_launcher"] or "none"),
+        ("MPI launcher", _launcher(found)),
     ]
+
+
+def _launcher(found: Mapping[str, Any]) -> str:
+    if not found["mpi_launcher"]:
+        return "none"
+    version = found["mpi_launcher_version"]
+    return f"{found['mpi_launcher']} ({version})" if version else found["mpi_launcher"]
 
 
 def extras_line(missing: Mapping[str, list[str]]) -> str | None:

@@ -33,6 +33,7 @@ class StackFacts:
     mpi4py: str | None = None
     mpi_library: str = ""  # "MPICH 4.3.0 (/venv/lib/libmpi.so.12)"
     mpi_launcher: str = ""
+    mpi_launcher_version: str = ""  # "Hydra 5.0.2", from the launcher's --version
     mpi_problem: str = ""  # why there is no library or launcher (tfdist.nodes.mpi.find_stack)
     ray: str | None = None
     tfds: str | None = None  # tensorflow-datasets
