@@ -1,5 +1,5 @@
-"""Flags with one meaning each: renamed flags keep their old spelling with a one-line note, and every
-duration and count says its unit in the help."""
+"""Flags with one meaning each: renamed flags keep their old spelling with a one-line note, a node range
+reads in either common form, and every duration and size says its unit in the help."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ K8S = ("k8s", "manifest", "--image", "img:1")
         (("--workers", "2"), ("--pods", "2")),
         (("--workers=2",), ("--pods", "2")),
         (("--pods", "2", "--gpus-per-worker", "4"), ("--pods", "2", "--gpus-per-pod", "4")),
+        (
+            ("--pods", "2", "--cpu", "4", "--memory=8Gi"),
+            ("--pods", "2", "--cpus-per-pod", "4", "--memory-per-pod", "8Gi"),
+        ),
     ],
 )
 def test_old_k8s_spellings_give_the_same_manifest_and_one_note_each(
@@ -28,7 +32,9 @@ def test_old_k8s_spellings_give_the_same_manifest_and_one_note_each(
     code, got, err = cli(capsys, *K8S, *old, *command)
     assert code == 0 and got == expected
     notes = err.splitlines()
-    assert len(notes) == sum(a.startswith(("--workers", "--gpus-per-worker")) for a in old)
+    assert len(notes) == sum(
+        a.startswith(("--workers", "--gpus-per-worker", "--cpu", "--memory")) for a in old
+    )
     assert all("is an old spelling: write --" in line for line in notes), err
 
 
@@ -55,8 +61,18 @@ def test_a_check_below_the_cli_names_the_flag_the_user_can_type(capsys: pytest.C
 def test_old_names_are_not_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "k8s", "manifest", "--help")
     assert code == 0
-    assert "--pods" in out and "--gpus-per-pod" in out
-    assert "--workers" not in out and "--gpus-per-worker" not in out
+    assert all(new in out for new in ("--pods", "--gpus-per-pod", "--cpus-per-pod", "--memory-per-pod"))
+    assert all(f"{old} " not in out for old in ("--workers", "--gpus-per-worker", "--cpu", "--memory"))
+
+
+@pytest.mark.parametrize("typed", ["2:3", "2-3"])
+def test_a_node_range_reads_in_either_form(typed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "slurm", "script", "--nodes", typed, "--", "python", "train.py")
+    assert code == 0 and "#SBATCH --nodes=2-3" in out, err
+    from tfdist.cli import build_parser
+
+    args = build_parser().parse_args(["launch", "--nnodes", typed, "--rdzv", "h:1", "train.py"])
+    assert args.nnodes == "2:3"
 
 
 @pytest.mark.parametrize(
@@ -69,6 +85,7 @@ def test_old_names_are_not_in_the_help(capsys: pytest.CaptureFixture[str]) -> No
         (("launch",), "--rdzv-last-call", "SECONDS"),
         (("bench",), "--run-timeout", "SECONDS"),
         (("slurm", "submit"), "--time", "MINUTES|HH:MM:SS"),
+        (("slurm", "submit"), "--mem", "SIZE"),
     ],
 )
 def test_every_duration_says_its_unit(

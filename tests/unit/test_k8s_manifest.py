@@ -29,7 +29,7 @@ BUILTIN_SCHEMAS = (
 IMAGE = "registry.example.com/ml/tfdist:2.21"
 COMMAND = ("python", "train.py", "--epochs", "30", "--checkpoint-dir", "/ckpt/run 1")
 FULL = (
-    "--gpus-per-pod", "4", "--cpu", "16", "--memory", "64Gi", "--pvc", "ckpt:/ckpt",
+    "--gpus-per-pod", "4", "--cpus-per-pod", "16", "--memory-per-pod", "64Gi", "--pvc", "ckpt:/ckpt",
     "--pvc", "imagenet.data:/data", "--env", "TF_ENABLE_ONEDNN_OPTS=0", "--namespace", "ml",
 )  # fmt: skip
 #: golden name -> flags of `tfdist k8s manifest` (before `-- COMMAND`).

@@ -13,8 +13,14 @@ from tfdist.cli.spellings import translate, with_old_spellings
 from tfdist.errors import ConfigError
 
 #: Old flag -> new flag. A "worker" elsewhere in tfdist is one training process; here it was a pod, and
-#: --gpus-per-worker a count of GPUs per pod where tfdist launch's means 1 or all per process.
-RENAMED = {"--workers": "--pods", "--gpus-per-worker": "--gpus-per-pod"}
+#: --gpus-per-worker a count of GPUs per pod where tfdist launch's means 1 or all per process; --cpu is a
+#: switch in tfdist launch (CPU workers) and was a CPU request here.
+RENAMED = {
+    "--workers": "--pods",
+    "--gpus-per-worker": "--gpus-per-pod",
+    "--cpu": "--cpus-per-pod",
+    "--memory": "--memory-per-pod",
+}
 
 
 def register(sub: Any) -> None:
@@ -53,8 +59,12 @@ def register(sub: Any) -> None:
             metavar="G",
             help="GPUs of each pod (nvidia.com/gpu; default 0: CPU); with --nproc-per-pod K, G is K",
         )
-        a.add_argument("--cpu", default=None, help="CPU request of each pod (e.g. 8 or 500m)")
-        a.add_argument("--memory", default=None, help="memory request of each pod (e.g. 32Gi)")
+        a.add_argument(
+            "--cpus-per-pod", default=None, metavar="CPUS", help="CPU request of each pod (e.g. 8 or 500m)"
+        )
+        a.add_argument(
+            "--memory-per-pod", default=None, metavar="SIZE", help="memory request of each pod (e.g. 32Gi)"
+        )
         a.add_argument(
             "--pvc",
             action="append",
@@ -121,8 +131,8 @@ def _spec(cls: Any, args: argparse.Namespace, command: list[str]) -> Any:
         namespace=args.namespace,
         kind=args.kind,
         gpus_per_worker=args.gpus_per_pod,
-        cpu=args.cpu,
-        memory=args.memory,
+        cpu=args.cpus_per_pod,
+        memory=args.memory_per_pod,
         pvcs=tuple(parse_pvc(text) for text in args.pvc),
         env=tuple(parse_env(text) for text in args.env),
         port=args.port,

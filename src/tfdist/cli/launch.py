@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from tfdist import nodes
-from tfdist.cli.argtypes import integer, seconds
+from tfdist.cli.argtypes import integer, node_range, seconds
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
@@ -71,6 +71,7 @@ def register(sub: Any) -> None:
     )
     nodes.add_argument(
         "--nnodes",
+        type=node_range(":"),
         default="1",
         metavar="N|MIN:MAX",
         help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",

@@ -9,17 +9,27 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import integer
+from tfdist.cli.argtypes import integer, node_range
 from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
 _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--nodes", {"metavar": "N|MIN-MAX", "help": "nodes; MIN-MAX: Slurm may start (or restart) with fewer"}),
+    (
+        "--nodes",
+        {
+            "type": node_range("-"),
+            "metavar": "N|MIN-MAX",
+            "help": "nodes; MIN-MAX (or MIN:MAX): Slurm may start (or restart) with fewer",
+        },
+    ),
     ("--ntasks-per-node", {"type": integer}),
     ("--gpus-per-node", {"type": integer}),
     ("--gpus-per-task", {"type": integer}),
     ("--cpus-per-task", {"type": integer}),
-    ("--mem", {}),
+    (
+        "--mem",
+        {"metavar": "SIZE", "help": "memory per node, as sbatch reads it: 64G, 500M (a bare number is MB)"},
+    ),
     (
         "--time",
         {"metavar": "MINUTES|HH:MM:SS", "help": "time limit, as sbatch reads it: a bare number is minutes"},
