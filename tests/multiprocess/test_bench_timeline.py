@@ -14,11 +14,11 @@ from helpers.cli import tfdist
 STEPS, WARMUP = 10, 2
 
 
-def traces(tmp_path: Path, backend: str) -> list[dict]:
+def traces(tmp_path: Path, backend: str, env: dict[str, str] | None = None) -> list[dict]:
     out = tmp_path / "out"
     grid = ("--workers", "2", "--backend", backend, "--compare", "none", "--repeats", "1")
     length = ("--steps", str(STEPS), "--warmup", str(WARMUP), "--workload", "regression", "--timeline")
-    proc = tfdist("bench", "--out", str(out), *grid, *length, timeout=280)
+    proc = tfdist("bench", "--out", str(out), *grid, *length, env=env, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folder = out / "runs" / f"{backend}-w2-r1-0" / "timeline"
     assert sorted(p.name for p in folder.iterdir()) == ["timeline-r0.json", "timeline-r1.json"]
@@ -40,13 +40,32 @@ def check(trace: dict, rank: int, inside: list[str]) -> None:
         assert parts and abs(sum(e["dur"] for e in parts) - step["dur"]) <= 1  # they tile the step (µs)
 
 
+def breakdown_of(tmp_path: Path) -> dict:
+    """The bench's breakdown of its one configuration, and its table in the report."""
+    (row,) = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert "## Where the time goes" in (tmp_path / "out" / "report.md").read_text()
+    return row["breakdown"]
+
+
 def test_tf_backend_timeline(tmp_path: Path) -> None:
     for rank, trace in enumerate(traces(tmp_path, "tf")):
-        assert trace["otherData"] == {"rank": rank, "synchroniser": "tf"}
+        assert trace["otherData"] == {"rank": rank, "synchroniser": "tf", "nodes": 1}
         check(trace, rank, ["forward + backward", "all-reduce + update"])
+    parts = breakdown_of(tmp_path)
+    inside = parts["forward + backward"] + parts["all-reduce + update"]
+    assert inside == pytest.approx(parts["step"], rel=0.25)  # medians of parts that tile each step
+    assert "mb_across_nodes" not in parts  # TensorFlow's collectives: bytes not counted
 
 
 @pytest.mark.slow
 def test_mpi_backend_timeline(tmp_path: Path) -> None:
-    for rank, trace in enumerate(traces(tmp_path, "mpi")):
+    """Without the shared-memory level each rank is a node of its own: every step's sum crosses "nodes", and
+    the trace counts its bytes: the regression model's gradient and the metric sums, each part padded to
+    64 bytes (tfdist.sync.reduce.layout)."""
+    for rank, trace in enumerate(traces(tmp_path, "mpi", env={"TFDIST_MPI_SHM": "0"})):
         check(trace, rank, ["forward + backward", "all-reduce", "update"])
+        assert trace["otherData"]["nodes"] == 2
+        counted = {e["args"]["bytes across nodes"] for e in trace["traceEvents"] if e["name"] == "step"}
+        assert len(counted) == 1 and counted.pop() > 0, counted  # the same sum every step
+    parts = breakdown_of(tmp_path)
+    assert parts["nodes"] == 2 and parts["mb_across_nodes"] > 0

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tfdist.bench.breakdown import bounds, breakdown, medians
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.diagnose import Diagnosis, Evidence, diagnose
 from tfdist.bench.plan import (
@@ -52,6 +53,8 @@ class Bench:
         self.out = Path(config.out)
         self._runs = 0
         self.links: list[dict[str, Any]] = []
+        #: Each configuration's step breakdowns (one per repeat), from its timeline (``--timeline``).
+        self.parts: dict[str, list[dict[str, float]]] = {}
         preflight(config, self.plan)
 
     def _command(self, spec: RunSpec, name: str, mode: str = "train", program: tuple[str, ...] = ()) -> Any:
@@ -104,7 +107,39 @@ class Bench:
                 )
                 sample = replace(self._sample(finished), load_1min=os.getloadavg()[0])
                 results[spec].append(sample)
+                self._read_timeline(spec, self.out / "runs" / f"{spec.name}-{repeat}" / "timeline")
         return results
+
+    def _read_timeline(self, spec: RunSpec, folder: Path) -> None:
+        """The run's step breakdown (:mod:`tfdist.bench.breakdown`), when it wrote traces."""
+        traces = [json.loads(p.read_text()) for p in sorted(folder.glob("timeline-r*.json"))]
+        parts = breakdown(traces, self.config.warmup) if traces else {}
+        if parts:
+            self.parts.setdefault(spec.name, []).append(parts)
+
+    def _breakdowns(self, rows: list[dict[str, Any]]) -> None:
+        """Each row's breakdown (medians over its repeats) and, across a measured link, its wire time and
+        bounds; the compute time is the unsynchronised copies' (``independent``) at the same size when they
+        ran, so a backward pass slowed by the sums shows as time above the bound."""
+        for row in rows:
+            if row["name"] in self.parts:
+                row["breakdown"] = {k: round(v, 3) for k, v in medians(self.parts[row["name"]]).items()}
+        for row in rows:
+            parts, link = row.get("breakdown"), row.get("link")
+            if not parts or not link:
+                continue
+            alone = next(
+                (
+                    r["breakdown"].get("forward + backward")
+                    for r in rows
+                    if r.get("backend") == "independent"
+                    and r.get("nodes") == row.get("nodes")
+                    and r.get("workers") == row.get("workers")
+                    and "breakdown" in r
+                ),
+                None,
+            )
+            row["bounds"] = bounds(parts, float(link["gbit_s"]), alone)
 
     def run_diagnosis(self, rows: list[dict[str, Any]]) -> Diagnosis:
         """Input alone, compute alone, one all-reduce per backend, and the grid's full steps."""
@@ -210,6 +245,7 @@ class Bench:
         for row in rows:
             row["link"] = link_of(self.links, self.config.hosts[: row["nodes"]])
             row["link_text"] = describe(row["link"])
+        self._breakdowns(rows)
         payload: dict[str, Any] = {
             "tool": "tfdist bench",
             "settings": {

@@ -108,6 +108,7 @@ def markdown(payload: dict[str, Any]) -> str:
         lines += ["", "Not run:", *[f"- {x}" for x in payload["skipped"]]]
     if payload["warnings"]:
         lines += ["", "Warnings:", *[f"- {x}" for x in payload["warnings"]]]
+    lines += _breakdown_lines(payload["runs"])
     link = payload.get("link")
     if link:
         lines += ["", "## Links between the nodes (one probe per pair, before the runs)", ""]
@@ -119,6 +120,44 @@ def markdown(payload: dict[str, Any]) -> str:
         lines += ["", f"Recommendation: {diagnosis['recommendation']}"]
     lines += ["", "![speed-up](scaling.png)", ""]
     return "\n".join(lines)
+
+
+def _ms(parts: dict[str, float], key: str) -> str:
+    return f"{parts[key]:.1f}" if key in parts else "-"
+
+
+def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The ``--timeline`` table: each configuration's step split into its parts (medians, ms), with the
+    wire time at the measured link rate and how close the step came to its bounds."""
+    timed = [r for r in rows if r.get("breakdown")]
+    if not timed:
+        return []
+    lines = [
+        "",
+        "## Where the time goes (from the timelines, medians of every rank's measured steps, ms)",
+        "",
+        "| configuration | step | forward + backward | all-reduce left after it | update | MB across nodes "
+        "| wire time | compute + wire bound | overlap bound |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in timed:
+        p, b = r["breakdown"], r.get("bounds", {})
+        reduce_ = _ms(p, "all-reduce") if "all-reduce" in p else _ms(p, "all-reduce + update") + " (+ update)"
+        serial = f"{b['serial_bound']:.1f} ({b['vs_serial_bound']:.2f}x)" if b else "-"
+        overlap = f"{b['overlap_bound']:.1f} ({b['vs_overlap_bound']:.2f}x)" if b else "-"
+        lines.append(
+            f"| {r['name']} | {_ms(p, 'step')} | {_ms(p, 'forward + backward')} | {reduce_} | "
+            f"{_ms(p, 'update')} | {p.get('mb_across_nodes', 0):.2f} | {_ms(b, 'wire')} | {serial} | "
+            f"{overlap} |"
+        )
+    lines += [
+        "",
+        "Wire time: the least an all-reduce of those bytes needs at the link's measured rate (2 (n - 1) / n "
+        "of them in and out of each node). Bounds: compute (the unsynchronised copies' forward + backward "
+        "pass when they ran) + wire + update for a sum after the backward pass, max(compute, wire) + update "
+        "for one that overlaps it; in brackets the bound over the step (1.00x: the wire's pace).",
+    ]
+    return lines
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:

@@ -406,6 +406,7 @@ class MPISync(ProcessLevel):
             with self._reducing:
                 summed = cross_sum_bits(self.reducer.cross, bits, compression, self.background)
                 self.reducer.wire = (arrays[0].dtype, int(bits.nbytes))
+                self.reducer.crossed += int(bits.nbytes)
         else:
             (total,) = self.packed_sum([decode(bits, compression)], 1, 1, compression, self.background)
             summed = encode(total, compression).view(np.uint16)

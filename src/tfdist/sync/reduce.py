@@ -114,6 +114,9 @@ class NodeReducer:
         self._windows: dict[int, tuple[Any, np.ndarray]] = {}
         #: What this rank's last sum across nodes put on the wire: (dtype, bytes); None before any.
         self.wire: tuple[Any, int] | None = None
+        #: Bytes of every sum across nodes so far (the buffers' size, 16-bit ones at 2 bytes a value): the
+        #: timeline divides them by its steps, and a link's rate turns them into the all-reduce's wire time.
+        self.crossed = 0
 
     def describe(self) -> str:
         """The two levels as they run, e.g. ``4 ranks on 2 nodes (2 per node): shared memory within a
@@ -180,10 +183,12 @@ class NodeReducer:
             split = hi if compression == "none" or exact_from is None else max(lo, min(hi, exact_from))
             if split > lo and compression != "none":
                 self.wire = cross_sum_16(self.cross, result[lo:split], compression, waiter)
+                self.crossed += self.wire[1]
                 lo = split
             else:
                 self.wire = (np.dtype(np.float32), 4 * (hi - lo))
             if hi > lo:
+                self.crossed += 4 * (hi - lo)
                 waiter.wait(self.cross.Iallreduce(self.mpi.IN_PLACE, result[lo:hi], op=self.mpi.SUM))
         if self.local_size > 1:
             self._node_barrier(window, waiter)

@@ -62,14 +62,22 @@ class Timeline:
         self.spans: list[tuple[str, float, float]] = []  # (name, start, end): wall seconds
         self.marks: list[tuple[str, float]] = []  # (name, wall seconds), stamped by the step's graph
         self._lock = threading.Lock()  # graph markers run on TensorFlow's threads
+        #: Bytes each step summed across nodes (the MPI backend's reducer counts them), by step span index.
+        self.crossed: dict[int, int] = {}
+        self._reducer: Any = None
+        self.nodes = 1  # the cross-node group's size (a sum moves 2 (nodes - 1) / nodes of its bytes)
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
         """Record the wall time the block takes as one span named ``name``."""
         start = time.time()
+        counted = self._reducer is not None and name == "step"
+        before = self._reducer.crossed if counted else 0
         try:
             yield
         finally:
+            if counted:  # on CPU the step has run when its call returns
+                self.crossed[len(self.spans)] = self._reducer.crossed - before
             self.spans.append((name, start, time.time()))
 
     def mark(self, name: str) -> None:
@@ -81,11 +89,16 @@ class Timeline:
         """``sync`` with markers around its gradient exchange (not under XLA: ``markers=False``, where a
         Python stamp cannot be compiled, keeps the host spans only)."""
         self.synchroniser = str(getattr(sync, "name", type(sync).__name__))
+        reducer = getattr(sync, "reducer", None)
+        if reducer is not None and hasattr(reducer, "crossed"):
+            self._reducer, self.nodes = reducer, int(reducer.cross.Get_size())
         return MarkedSync(sync, self) if markers else sync
 
     def events(self) -> list[dict[str, Any]]:
         """The Chrome trace events: every host span, and each step split at its graph markers."""
         out = [_event(name, start, end, self.rank) for name, start, end in self.spans]
+        for index, crossed in self.crossed.items():
+            out[index]["args"] = {"bytes across nodes": crossed}
         marks = sorted(self.marks, key=lambda m: m[1])
         for name, start, end in self.spans:
             if name == "step":
@@ -113,7 +126,7 @@ class Timeline:
     def write(self) -> None:
         """Write this rank's trace (atomically)."""
         payload: dict[str, Any] = {"traceEvents": self.events(), "displayTimeUnit": "ms"}
-        payload["otherData"] = {"rank": self.rank, "synchroniser": self.synchroniser}
+        payload["otherData"] = {"rank": self.rank, "synchroniser": self.synchroniser, "nodes": self.nodes}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         files.write_text(self.path, json.dumps(payload))
 

@@ -1,0 +1,112 @@
+"""Where a step's time goes, from ``tfdist.fit(timeline=...)`` traces: pure arithmetic, no TensorFlow.
+
+Per measured step of each rank (after the warm-up): the step, its forward + backward pass, the all-reduce
+left after it (what the backward pass did not hide), the update, when each gradient bucket was sent and
+summed, and the bytes the step summed across nodes. With the link's measured rate, the bytes give the
+all-reduce's *wire time*: an all-reduce over ``n`` nodes must move at least ``2 (n - 1) / n`` of its buffer
+in and out of each node (a ring's reduce-scatter then all-gather), so at ``rate`` bits per second it needs
+``bytes * 2 (n - 1) / n * 8 / rate`` seconds whatever the software. Two bounds follow: a step that sums
+after its backward pass cannot beat ``compute + wire + update``; one that overlaps, ``max(compute, wire) +
+update``. ``vs bound`` is the bound over the measured step: 1.0 is the wire's pace.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+SPANS = ("forward + backward", "all-reduce", "update", "all-reduce + update")
+BYTES = "bytes across nodes"
+
+
+def step_parts(events: Sequence[Mapping[str, Any]], skip: int) -> list[dict[str, float]]:
+    """One dict per step after the first ``skip``: span lengths and instants (ms from the step's start),
+    and the step's bytes across nodes when the trace counted them.
+
+    Input: a step span of 100 ms whose ``forward + backward`` took 60 ms, ``skip=0``.
+    Output: ``[{"step": 100.0, "forward + backward": 60.0}]``
+    """
+    steps = [e for e in events if e.get("name") == "step" and e.get("ph") == "X"]
+    inner = sorted((e for e in events if e.get("tid") == 1), key=lambda e: e["ts"])
+    rows = []
+    at = 0
+    for step in steps[skip:]:
+        start, end = step["ts"], step["ts"] + step["dur"]
+        row = {"step": step["dur"] / 1e3}
+        if BYTES in step.get("args", {}):
+            row["bytes"] = float(step["args"][BYTES])
+        while at < len(inner) and inner[at]["ts"] < start:  # inner events are ordered: one pass in all
+            at += 1
+        for e in inner[at:]:
+            if e["ts"] > end:
+                break
+            if e.get("ph") == "X" and e["name"] in SPANS:
+                row[e["name"]] = e["dur"] / 1e3
+            elif e.get("ph") == "i":
+                row[e["name"]] = (e["ts"] - start) / 1e3
+        rows.append(row)
+    return rows
+
+
+def medians(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The median of each key over the rows that have it."""
+    rows = list(rows)
+    keys = dict.fromkeys(k for row in rows for k in row)
+    return {k: statistics.median(r[k] for r in rows if k in r) for k in keys}
+
+
+def wire_ms(nbytes: float, nodes: int, gbit_s: float) -> float:
+    """The least time an all-reduce of ``nbytes`` over ``nodes`` nodes needs on links of ``gbit_s``.
+
+    Input/Output: ``wire_ms(4.8e6, 2, 1.0)`` -> ``38.4`` (4.8 MB at 1 Gbit/s: 38.4 ms each way)
+    """
+    if nodes < 2 or gbit_s <= 0:
+        return 0.0
+    return nbytes * 2 * (nodes - 1) / nodes * 8 / (gbit_s * 1e9) * 1e3
+
+
+def breakdown(traces: Sequence[Mapping[str, Any]], skip: int) -> dict[str, float]:
+    """The medians of every rank's measured steps together (``traces``: the ranks' Chrome trace payloads
+    of one run), in ms: ``step``, ``forward + backward``, ``all-reduce``, ``update`` (or ``all-reduce +
+    update`` for TensorFlow's collectives, which sum inside the update), the bucket instants, and
+    ``mb_across_nodes`` (per step) with ``nodes`` when the steps crossed nodes."""
+    rows = [row for t in traces for row in step_parts(t["traceEvents"], skip)]
+    if not rows:
+        return {}
+    out = medians(rows)
+    nbytes = out.pop("bytes", 0.0)
+    if nbytes:
+        out["mb_across_nodes"] = nbytes / 1e6
+        out["nodes"] = max(int(t.get("otherData", {}).get("nodes", 1)) for t in traces)
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def bounds(parts: Mapping[str, float], gbit_s: float, compute_ms: float | None = None) -> dict[str, float]:
+    """The wire time of a :func:`breakdown` at ``gbit_s``, the two bounds and how close the step came.
+
+    ``compute_ms``: the step's compute undisturbed (an unsynchronised copy's forward + backward pass, when
+    one ran beside it); default the step's own, which a sum polled during the backward pass may stretch.
+    Keys: ``wire``, ``serial_bound`` (compute + wire + update), ``overlap_bound`` (max(compute, wire) +
+    update), ``vs_serial_bound`` and ``vs_overlap_bound`` (bound / step: 1.0 is the wire's pace); ``{}``
+    without bytes across nodes or a compute time.
+
+    Input/Output: ``bounds({"step": 100, "forward + backward": 55, "update": 2, "mb_across_nodes": 4.8,
+    "nodes": 2}, 1.0)`` -> wire 38.4, serial bound 95.4 (0.954 of the step), overlap bound 57.0
+    """
+    compute = compute_ms if compute_ms is not None else parts.get("forward + backward")
+    mb = parts.get("mb_across_nodes", 0.0)
+    if not mb or compute is None or gbit_s <= 0:
+        return {}
+    wire = wire_ms(mb * 1e6, int(parts.get("nodes", 2)), gbit_s)
+    update = parts.get("update", 0.0)
+    serial, overlap = compute + wire + update, max(compute, wire) + update
+    out = {
+        "compute": compute,
+        "wire": wire,
+        "serial_bound": serial,
+        "overlap_bound": overlap,
+        "vs_serial_bound": serial / parts["step"],
+        "vs_overlap_bound": overlap / parts["step"],
+    }
+    return {k: round(v, 3) for k, v in out.items()}
