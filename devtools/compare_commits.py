@@ -1,13 +1,25 @@
-"""Two commits of tfdist side by side in one run: fit overhead and weak scaling, alternated per repeat.
+"""Two commits of tfdist side by side in one run, on one host and across two test hosts: regressions seen,
+not guessed.
 
-A refactor must not cost speed; this machine's speed moves from hour to hour, so the old and the new code
-are measured in turns within one run (the old commit is exported to a temporary directory and put first on
-PYTHONPATH). Each repeat runs, for each commit: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit,
-a hand-written loop and Keras fit, one device) and ``tfdist bench --workers 1,2 --backend tf,mpi
---repeats 1`` (mnist-cnn, batch 64 per worker, one thread per worker).
-    python devtools/compare_commits.py --base 56da971 --repeats 3
-        --out benchmarks/results/compare_commits.json
-    python devtools/compare_commits.py --base 29eb2b0 --no-fit --backend mpi  # the bench grid only
+This machine's speed moves from hour to hour, so the old and the new code are measured in turns within one
+run (each commit is exported to a temporary directory and put first on PYTHONPATH; the new one as committed,
+so edits made while it runs do not enter the figures). Each repeat runs, for each commit:
+
+- one host: ``tfdist bench --workers 2 --backend tf,mpi --compare all`` (mnist-cnn on synthetic data, batch
+  64 per worker, one thread per worker): the backends beside 2 unsynchronised copies (the machine's limit),
+  TensorFlow's tutorial loop and ``model.fit``;
+- unless ``--links ''``: for each link rate (``--links 1gbit,uncapped``), two test hosts (network namespaces
+  of this machine, prefix ``tfdc``), one worker each: ``tfdist bench --nodes 2 --backend mpi --compare
+  independent,raw-tf``;
+- with ``--fit``: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit, a hand-written loop and Keras fit on
+  one device).
+
+The JSON has every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
+the date, and the day's single-step time (one unsynchronised copy's step on one host, from the new commit's
+runs), so a reader sees how fast the day was. Needs root for the test hosts.
+
+    python devtools/compare_commits.py                      # the newest tag against HEAD
+    python devtools/compare_commits.py --base HEAD~5 --repeats 3 --out benchmarks/results/compare_commits.json
 """
 
 from __future__ import annotations
@@ -15,18 +27,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # the benchmarks' _common.py
-from _common import ROOT, alternate, by_key, export, medians, write_json
+from _common import ROOT, alternate, by_key, export, medians, ratio_each, write_json
+
+HOSTS = str(ROOT / "scripts" / "testhosts.sh")
+HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": "tfdc", "TFDIST_HOSTS_SUBNET": "10.94.0"}
+ON_HOST = f"{HOSTS} exec {{host}} --"
 
 
 def run(cmd: list[str], src: Path, timeout: float) -> None:
-    env = {**os.environ, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, **HOSTS_ENV, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(
@@ -34,68 +52,128 @@ def run(cmd: list[str], src: Path, timeout: float) -> None:
         )
 
 
+def hosts(*args: str) -> None:
+    """``scripts/testhosts.sh ARGS`` on this tool's hosts."""
+    subprocess.run(
+        [HOSTS, *args], env={**os.environ, **HOSTS_ENV}, check=True, capture_output=True, timeout=120
+    )
+
+
 def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
     out = tmp / "fit_overhead.json"
     script = ROOT / "benchmarks" / "fit_overhead.py"
     run([sys.executable, str(script), "--repeats", "1", "--steps", str(steps), "--out", str(out)], src, 900)
     figures: dict[str, float] = json.loads(out.read_text())["median_examples_per_sec"]
+    return {f"fit_overhead/{k}": v for k, v in figures.items()}
+
+
+def bench(src: Path, out: Path, steps: int, prefix: str, *grid: str) -> dict[str, float]:
+    """One ``tfdist bench`` of the commit at ``src``: examples/s and step time (ms) of each configuration,
+    named ``PREFIX/CONFIG`` and ``PREFIX/CONFIG/step_ms``."""
+    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
+    cmd += ["--steps", str(steps), "--warmup", "10", "--repeats", "1", "--threads", "1"]
+    cmd += ["--batch-size-per-replica", "64", "--out", str(out), *grid]
+    run(cmd, src, 3600)
+    figures: dict[str, float] = {}
+    for r in json.loads((out / "results.json").read_text())["runs"]:
+        figures[f"{prefix}/{r['backend']}"] = float(r["examples_per_sec"])
+        figures[f"{prefix}/{r['backend']}/step_ms"] = float(r["step_time_median_s"]) * 1e3
     return figures
 
 
-def scaling(src: Path, tmp: Path, steps: int, backends: str = "tf,mpi") -> dict[str, float]:
-    out = tmp / "bench"
-    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += ["--workers", "1,2", "--backend", backends, "--steps", str(steps), "--warmup", "10"]
-    cmd += ["--repeats", "1", "--batch-size-per-replica", "64", "--threads", "1", "--out", str(out)]
-    run(cmd, src, 1800)
-    payload = json.loads((out / "results.json").read_text())
-    return {f"{r['backend']}-w{r['workers']}": float(r["examples_per_sec"]) for r in payload["runs"]}
+def newest_tag() -> str:
+    """The newest tag reachable from HEAD; SystemExit with one line when there is none."""
+    found = subprocess.run(
+        ["git", "describe", "--tags", "--abbrev=0"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    if found.returncode != 0:
+        raise SystemExit(
+            "no tag reachable from HEAD to compare with. Hint: pass --base COMMIT (e.g. HEAD~5)."
+        )
+    return found.stdout.strip()
+
+
+def short(rev: str) -> str:
+    found = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True)
+    if found.returncode != 0:
+        raise SystemExit(f"--base {rev}: not a commit of this repository. Hint: git log --oneline.")
+    return found.stdout.strip()
 
 
 def progress(repeat: int, which: str, numbers: dict[str, float]) -> str:
     """The line shown after each commit's turn."""
-    return f"repeat {repeat + 1} {which}: " + ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items())
+    shown = ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items() if not k.endswith("step_ms"))
+    return f"repeat {repeat + 1} {which}: {shown}"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--base", required=True, help="the commit to compare with (e.g. the last release)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base", help="the commit to compare with (default: the newest tag)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
+    parser.add_argument("--fit", action="store_true", help="also benchmarks/fit_overhead.py (one device)")
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
-    parser.add_argument("--backend", default="tf,mpi", help="the bench grid's backends")
-    parser.add_argument("--no-fit", action="store_true", help="the bench grid only (no fit_overhead.py)")
     args = parser.parse_args()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    base = subprocess.run(
-        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True
-    )
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        # HEAD as committed (not the working tree): edits made while it runs do not enter the figures.
-        trees = {"base": export(args.base, tmp / "base"), "head": export("HEAD", tmp / "head")}
+    base_rev = args.base or newest_tag()
+    base, head = short(base_rev), short("HEAD")
+    links = [link for link in args.links.split(",") if link]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    if links:
+        hosts("up", "2")
+    try:
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            trees = {"base": export(base_rev, tmp / "base"), "head": export("HEAD", tmp / "head")}
 
-        def measure(which: str, repeat: int) -> dict[str, float]:
-            work = tmp / f"{which}-{repeat}"
-            work.mkdir()
-            return {
-                **({} if args.no_fit else fit_overhead(trees[which], work, args.steps)),
-                **scaling(trees[which], work, args.steps, args.backend),
-            }
+            def measure(which: str, repeat: int) -> dict[str, float]:
+                work = tmp / f"{which}-{repeat}"
+                work.mkdir()
+                src = trees[which]
+                figures = fit_overhead(src, work, args.steps) if args.fit else {}
+                grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
+                figures.update(bench(src, work / "one-host", args.steps, "one host", *grid))
+                for link in links:
+                    for name in ("node1", "node2"):
+                        hosts("cap", name, "off" if link == "uncapped" else link)
+                    across = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST)
+                    across += ("--backend", "mpi", "--compare", "independent,raw-tf")
+                    figures.update(
+                        bench(src, work / f"two-hosts-{link}", args.steps, f"2 hosts {link}", *across)
+                    )
+                return figures
 
-        runs = alternate(("base", "head"), args.repeats, measure, show=progress)
+            runs = alternate(("base", "head"), args.repeats, measure, show=progress)
+    finally:
+        if links:
+            hosts("down")
     samples = {which: by_key(rows) for which, rows in runs.items()}
     median = {which: medians(figures) for which, figures in samples.items()}
+    rates = [k for k in samples["head"] if not k.endswith("step_ms")]
     report: dict[str, Any] = {
         "benchmark": "compare_commits",
-        "base": base.stdout.strip(),
-        "head": head.stdout.strip(),
+        "date": started,
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "load_1min_end": os.getloadavg()[0],
+        },
+        # How fast the day was: one unsynchronised copy's step (one host, the new commit's runs).
+        "single_step_ms": median["head"].get("one host/independent/step_ms"),
+        "base": base,
+        "head": head,
+        "repeats": args.repeats,
         "examples_per_sec": samples,
         "median_examples_per_sec": median,
-        "head_vs_base": {k: median["head"][k] / median["base"][k] for k in median["head"]},
+        # Repeat by repeat (the two commits ran close in time), then the median of those ratios.
+        "head_vs_base": {
+            k: statistics.median(ratio_each(samples["head"][k], samples["base"][k])) for k in rates
+        },
     }
     write_json(args.out, report)
-    print(json.dumps({k: report[k] for k in ("base", "head", "head_vs_base")}, indent=2))
+    print(json.dumps({k: report[k] for k in ("base", "head", "single_step_ms", "head_vs_base")}, indent=2))
     return 0
 
 
