@@ -38,9 +38,19 @@ def register(sub: Any) -> None:
         "limit), raw-tf (the hand-written MultiWorkerMirroredStrategy loop), keras-fit (unmodified "
         "model.fit); a comma-separated list, all or none",
     )
-    p.add_argument("--steps", type=integer, default=50, help="measured steps per run")
-    p.add_argument("--warmup", type=integer, default=10, help="steps run before measuring (tracing, caches)")
-    p.add_argument("--repeats", type=integer, default=3, help="runs of every configuration, alternating")
+    p.add_argument(
+        "--steps", type=integer, default=50, metavar="N", help="measured steps per run (default 50)"
+    )
+    p.add_argument(
+        "--warmup", type=integer, default=10, metavar="STEPS", help="steps run before measuring (default 10)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=integer,
+        default=3,
+        metavar="N",
+        help="runs of every configuration, alternated (default 3)",
+    )
     p.add_argument("--batch-size-per-replica", type=integer, default=64)
     p.add_argument(
         "--threads",
@@ -57,6 +67,7 @@ def register(sub: Any) -> None:
         "--input-delay-ms",
         type=number,
         default=0.0,
+        metavar="MS",
         help="add this much time to every input batch (to see an input-bound job)",
     )
     p.add_argument(

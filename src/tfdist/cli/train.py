@@ -31,13 +31,26 @@ def register(sub: Any) -> None:
         default=None,
         help="where tfds:NAME was prepared (default $TFDS_DATA_DIR or ~/tensorflow_datasets)",
     )
-    p.add_argument("--image-size", type=integer, default=64, help="folder: images are resized to SIZE x SIZE")
-    p.add_argument("--epochs", type=integer, default=5)
-    p.add_argument("--batch-size-per-replica", type=integer, default=None, help="default 32")
+    p.add_argument(
+        "--image-size",
+        type=integer,
+        default=64,
+        metavar="SIZE",
+        help="folder: images are resized to SIZE x SIZE",
+    )
+    p.add_argument("--epochs", type=integer, default=5, metavar="N", help="default 5")
+    p.add_argument(
+        "--batch-size-per-replica",
+        type=integer,
+        default=None,
+        metavar="N",
+        help="examples per replica per step (default 32)",
+    )
     p.add_argument(
         "--global-batch-size",
         type=integer,
         default=None,
+        metavar="N",
         help="the job's batch whatever the replica count (each replica gets its share): the same "
         "training on 1 process or 4 nodes",
     )
@@ -46,11 +59,27 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--lr-scaling", default="none", help="linear | sqrt | none: scale the LR with the replicas"
     )
-    p.add_argument("--warmup-epochs", type=number, default=0.0)
-    p.add_argument("--output-dir", default=None, help="run directory (default ./tfdist-runs/<run-id>)")
+    p.add_argument(
+        "--warmup-epochs",
+        type=number,
+        default=0.0,
+        metavar="EPOCHS",
+        help="epochs of linear LR warm-up (default 0)",
+    )
+    p.add_argument(
+        "--output-dir", default=None, metavar="DIR", help="run directory (default ./tfdist-runs/<run-id>)"
+    )
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --output-dir")
-    p.add_argument("--checkpoint-every", type=integer, default=None, help="also checkpoint every N steps")
-    p.add_argument("--steps-per-epoch", type=integer, default=None)
+    p.add_argument(
+        "--checkpoint-every",
+        type=integer,
+        default=None,
+        metavar="STEPS",
+        help="also checkpoint every STEPS steps",
+    )
+    p.add_argument(
+        "--steps-per-epoch", type=integer, default=None, metavar="STEPS", help="default: the whole dataset"
+    )
     p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
     p.add_argument("--mixed-precision", default=None, help="bf16 | fp16")
@@ -58,14 +87,26 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--on-nan", default="stop", help="stop (default: end the run at a NaN/inf loss) | continue"
     )
-    p.add_argument("--workers", type=integer, default=None, help="start N local workers through the launcher")
+    p.add_argument(
+        "--workers",
+        type=integer,
+        default=None,
+        metavar="N",
+        help="start N workers on this machine (default: the job this process is part of, e.g. a Slurm step)",
+    )
     p.add_argument(
         "--backend",
         default=None,
         help="with --workers: tf | mpi (one packed all-reduce per step); default: mpi on CPU when mpi4py and "
         "an MPI launcher are installed, tf otherwise",
     )
-    p.add_argument("--max-restarts", type=integer, default=0, help="with --workers: restarts after a failure")
+    p.add_argument(
+        "--max-restarts",
+        type=integer,
+        default=0,
+        metavar="K",
+        help="with --workers: restarts after a failure (default 0)",
+    )
     p.add_argument(
         "--compression",
         default=None,
