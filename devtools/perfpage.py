@@ -295,7 +295,7 @@ RESULTS: tuple[Result, ...] = (
         "tfdist) and `tfdist.fit`, mnist-cnn on synthetic data, batch 64 per rank, one rank per host, "
         "40 steps, 3 repeats",
         machine=TWO_HOSTS,
-        command="python benchmarks/horovod_nodes.py --links 1gbit,uncapped --repeats 3  # test hosts: root",
+        command="python benchmarks/horovod_nodes.py --links 1gbit,uncapped --repeats 3  # needs root",
         table=horovod_link,
         reading="A Horovod script runs as fast as `tfdist.fit` on the same link: both use the same "
         "buckets and wire.",
