@@ -71,19 +71,26 @@ def proxy_argv(mpiexec: str, hosts: Sequence[str], ppn: int, proxy_id: int, cont
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
-    output = b""
+    output = bytearray()
+    end = _END.encode()
     deadline = time.monotonic() + DRY_RUN_TIMEOUT_S
     try:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()  # raw reads: a buffered reader would hide lines from select()
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
-            while _END.encode() not in output and time.monotonic() < deadline:
+            ended = False
+            while not ended and time.monotonic() < deadline:
                 if selector.select(timeout=max(0.0, deadline - time.monotonic())):
                     chunk = os.read(fd, 65536)
                     if not chunk:
                         break
+                    # Only the new bytes (and the end marker's length before them) are searched: with
+                    # 1,024 hosts the dry run prints a line per proxy, and a search of everything read so
+                    # far after each read would grow with the square of the hosts.
+                    seen = max(0, len(output) - len(end) + 1)
                     output += chunk
+                    ended = output.find(end, seen) >= 0
     finally:
         proc.kill()  # it waits for proxies that this dry run never starts
         proc.wait(timeout=10)

@@ -1,14 +1,22 @@
-"""Per-process output: a file per process and attempt, and prefixed lines on the launcher's console."""
+"""Per-process output: a file per process and attempt, and prefixed lines on the launcher's console.
+
+Local processes' pipes are all read by one thread (:class:`PipePump`, a selector), so a launch of many
+workers holds one pumping thread rather than one per worker; a stream that only offers ``readline`` (a Ray
+worker's, read through its actor) gets a thread of its own (:class:`LogPump`). Either way each process's
+lines go through one :class:`LogSink`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import selectors
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import IO, Any, TextIO
 
@@ -17,14 +25,103 @@ from tfdist.worker.contract import AttemptFiles
 
 #: Lines kept in memory per process for the failure report.
 TAIL_LINES = 20
+#: A line longer than this without a newline is written out in pieces of this size: a process printing
+#: without newlines must not grow the launcher's memory without bound.
+MAX_LINE_BYTES = 1 << 20
+#: Rank files the MPI launcher's pump keeps open at once (:class:`RankFiles`).
+MAX_OPEN_RANK_FILES = 64
+#: Bytes read from a pipe at a time (a pipe holds 64 KiB by default on Linux).
+READ_BYTES = 1 << 16
 _CONSOLE_LOCK = threading.Lock()
 
 
-class LogPump(threading.Thread):
-    """Copies one process's merged stdout/stderr to its log file and (optionally) the console.
+class LogSink:
+    """Where one process's merged stdout/stderr goes: its log file, the console (optionally, prefixed),
+    the last lines kept for the failure report, and the time of the last line, which the watchdog reads as
+    a sign of progress. Fed line by line by whatever reads the process's output."""
 
-    Records when the last line arrived, which the watchdog reads as a sign of progress.
-    """
+    def __init__(
+        self,
+        name: str,
+        log_path: str,
+        console: TextIO | None,
+        prefix: bool,
+        console_rank: str | None = None,
+    ) -> None:
+        #: For the MPI launcher's pipe: show only this rank's lines (untagged) on the console.
+        self.console_rank = console_rank
+        self.label = name
+        self.log_path = log_path
+        self.console = console
+        self.prefix = f"[{name}]: " if prefix else ""
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.last_line_at = time.monotonic()
+        self.finished = threading.Event()
+        self._log: IO[str] | None = None
+        self._ranks: RankFiles | None = None
+
+    def open(self) -> None:
+        """Open the log file (and, for the MPI launcher, the per-rank files)."""
+        self._log = open(self.log_path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
+        if self.label == "mpi":
+            self._ranks = RankFiles(AttemptFiles(os.path.dirname(self.log_path)))
+
+    def line(self, raw: bytes) -> None:
+        """One line of the process's output (with or without its newline).
+
+        A file that cannot be written (a full disk) or a console that went away is reported once and then
+        left out: the output is still read, since a worker blocked on a full pipe would stop every other
+        worker at their next collective.
+        """
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        self.last_line_at = time.monotonic()
+        self.tail.append(line)
+        if self._log is not None:
+            try:
+                self._log.write(line + "\n")
+                if self._ranks is not None:
+                    self._ranks.write(line)
+            except OSError as exc:
+                self._close_files()
+                console_print(f"tfdist: {self.label}'s output no longer reaches {self.log_path}: {exc}")
+        if self.console is not None:
+            shown: str | None = line
+            if self.console_rank is not None:
+                rank, text = RankFiles.split(line)
+                shown = text if rank == self.console_rank else None
+            if shown is not None:
+                try:
+                    with _CONSOLE_LOCK:
+                        self.console.write(f"{self.prefix}{shown}\n")
+                        self.console.flush()
+                except (OSError, ValueError):  # the console's reader left (a closed pipe)
+                    self.console = None
+
+    def close(self) -> None:
+        """The process closed its output: close the files and wake whoever waits in :meth:`join`."""
+        try:
+            self._close_files()
+        finally:
+            self.finished.set()
+
+    def _close_files(self) -> None:
+        ranks, log, self._ranks, self._log = self._ranks, self._log, None, None
+        # A file that could not be written was reported already; closing it may fail the same way.
+        with contextlib.suppress(OSError):
+            if ranks is not None:
+                ranks.close()
+        with contextlib.suppress(OSError):
+            if log is not None:
+                log.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the process's output ended and every line was written (or ``timeout`` seconds)."""
+        self.finished.wait(timeout)
+
+
+class LogPump(LogSink):
+    """A sink fed by a thread of its own that reads ``stream.readline`` until it returns ``b""``: for a
+    stream no selector can watch (a Ray worker's output, read through its actor)."""
 
     def __init__(
         self,
@@ -35,40 +132,101 @@ class LogPump(threading.Thread):
         prefix: bool,
         console_rank: str | None = None,
     ) -> None:
-        super().__init__(name=f"tfdist-log-{name}", daemon=True)
-        #: For the MPI launcher's pipe: show only this rank's lines (untagged) on the console.
-        self.console_rank = console_rank
-        self.label = name
+        super().__init__(name, log_path, console, prefix, console_rank)
         self.stream = stream
-        self.log_path = log_path
-        self.console = console
-        self.prefix = f"[{name}]: " if prefix else ""
-        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self.last_line_at = time.monotonic()
+        self.thread = threading.Thread(target=self.run, name=f"tfdist-log-{name}", daemon=True)
+
+    def start(self) -> None:
+        """Start pumping."""
+        self.thread.start()
 
     def run(self) -> None:
         """Pump until the process closes its output."""
-        ranks = RankFiles(AttemptFiles(os.path.dirname(self.log_path))) if self.label == "mpi" else None
-        with open(self.log_path, "w", encoding="utf-8", buffering=1) as log:
+        try:
+            self.open()
             for raw in iter(self.stream.readline, b""):
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.last_line_at = time.monotonic()
-                self.tail.append(line)
-                log.write(line + "\n")
-                if ranks is not None:
-                    ranks.write(line)
-                if self.console is not None:
-                    shown: str | None = line
-                    if self.console_rank is not None:
-                        rank, text = RankFiles.split(line)
-                        shown = text if rank == self.console_rank else None
-                    if shown is not None:
-                        with _CONSOLE_LOCK:
-                            self.console.write(f"{self.prefix}{shown}\n")
-                            self.console.flush()
-        if ranks is not None:
-            ranks.close()
-        self.stream.close()
+                self.line(raw)
+        finally:
+            self.close()
+            self.stream.close()
+
+
+class PipePump:
+    """Every local process's output pipe, read by ONE thread through a selector.
+
+    A thread per pipe would cost a launch of N workers N threads (and their stacks) that mostly sleep;
+    the launcher's console and its GIL serialise the writing anyway. The thread starts with the first pipe
+    and ends once every pipe it was given has reached its end; a pipe added while it waits in the
+    selector wakes it through a pipe of its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[LogSink, IO[bytes]]] = []
+        self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None
+
+    def add(self, sink: LogSink, stream: IO[bytes]) -> None:
+        """Pump ``stream`` (a process's stdout pipe) into ``sink`` (opened) until the stream's end."""
+        with self._lock:
+            self._pending.append((sink, stream))
+            if self._thread is None:
+                self._wake = os.pipe()
+                os.set_blocking(self._wake[1], False)
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._wake[0],), name="tfdist-log-pump", daemon=True
+                )
+                self._thread.start()
+            else:
+                assert self._wake is not None
+                with contextlib.suppress(BlockingIOError):  # full: the thread has a wake-up to read already
+                    os.write(self._wake[1], b"+")
+
+    def _take_pending(self, selector: selectors.BaseSelector) -> bool:
+        """Register what was added; False (and the thread's end recorded) when nothing is left to pump."""
+        with self._lock:
+            for sink, stream in self._pending:
+                selector.register(stream.fileno(), selectors.EVENT_READ, (sink, stream, bytearray()))
+            self._pending.clear()
+            if len(selector.get_map()) > 1:  # the wake-up pipe is always registered
+                return True
+            assert self._wake is not None
+            for fd in self._wake:
+                os.close(fd)
+            self._thread, self._wake = None, None
+            return False
+
+    def _run(self, wake: int) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(wake, selectors.EVENT_READ, None)
+            while self._take_pending(selector):
+                for key, _ in selector.select():
+                    if key.data is None:
+                        os.read(wake, 4096)
+                        continue
+                    sink, stream, buffer = key.data
+                    chunk = os.read(key.fd, READ_BYTES)
+                    buffer += chunk
+                    _feed(sink, buffer, final=not chunk)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        sink.close()
+                        stream.close()
+
+
+def _feed(sink: LogSink, buffer: bytearray, final: bool) -> None:
+    """Hand ``sink`` the complete lines at the start of ``buffer`` (and what is left at the end)."""
+    start = 0
+    while (end := buffer.find(b"\n", start)) >= 0:
+        sink.line(bytes(buffer[start : end + 1]))
+        start = end + 1
+    while len(buffer) - start >= MAX_LINE_BYTES:
+        sink.line(bytes(buffer[start : start + MAX_LINE_BYTES]))
+        start += MAX_LINE_BYTES
+    if final and start < len(buffer):
+        sink.line(bytes(buffer[start:]))
+        start = len(buffer)
+    del buffer[:start]
 
 
 class RankFiles:
@@ -76,13 +234,21 @@ class RankFiles:
 
     Every rank shares the launcher's one pipe; its tags (``-prepend-rank``, ``--tag-output``) tell
     the lines apart. Untagged lines (the launcher's own) stay in ``mpi.log`` only.
+
+    The first node's launcher carries every rank of the job (1,024 nodes x 8 is 8,192 ranks), more files
+    than a process may hold open (1,024 by default): at most ``max_open`` stay open, the least recently
+    written closed first and opened again to append.
     """
 
     _TAG = re.compile(r"^\[(\d+)\] ?|^\[\d+,(\d+)\]<\w+>: ?")  # MPICH "[1] ", Open MPI "[1,1]<stdout>: "
 
-    def __init__(self, attempt: AttemptFiles | str) -> None:
+    def __init__(self, attempt: AttemptFiles | str, max_open: int = MAX_OPEN_RANK_FILES) -> None:
         self.attempt = attempt if isinstance(attempt, AttemptFiles) else AttemptFiles(attempt)
-        self.files: dict[str, IO[str]] = {}
+        self.max_open = max(1, max_open)
+        #: Open files, the most recently written last.
+        self.files: OrderedDict[str, IO[str]] = OrderedDict()
+        #: Every rank that has a file (truncated at its first line, appended to after).
+        self.started: set[str] = set()
 
     @classmethod
     def split(cls, line: str) -> tuple[str | None, str]:
@@ -97,16 +263,22 @@ class RankFiles:
         rank, text = self.split(line)
         if rank is None:
             return
-        if rank not in self.files:
-            self.files[rank] = open(  # noqa: SIM115 - open for the life of the pump, closed in close()
-                self.attempt.rank_log(rank), "w", encoding="utf-8", buffering=1
-            )
-        self.files[rank].write(text + "\n")
+        handle = self.files.get(rank)
+        if handle is None:
+            if len(self.files) >= self.max_open:
+                self.files.popitem(last=False)[1].close()
+            mode = "a" if rank in self.started else "w"
+            handle = open(self.attempt.rank_log(rank), mode, encoding="utf-8", buffering=1)  # noqa: SIM115
+            self.files[rank] = handle  # closed when evicted or in close()
+            self.started.add(rank)
+        else:
+            self.files.move_to_end(rank)
+        handle.write(text + "\n")
 
     def close(self) -> None:
         """Close every rank's file."""
-        for handle in self.files.values():
-            handle.close()
+        while self.files:
+            self.files.popitem()[1].close()
 
 
 def console_print(message: str, stream: TextIO | None = None) -> None:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from tfdist import variables
-from tfdist.launch.logs import LogPump
+from tfdist.launch.logs import LogSink, PipePump
 from tfdist.launch.plan import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -47,11 +47,11 @@ def _child_setup(cpus: tuple[int, ...]) -> None:
 
 @dataclass
 class Worker:
-    """One started process with its log pump."""
+    """One started process with where its output goes."""
 
     spec: ProcessSpec
     popen: subprocess.Popen[bytes]
-    pump: LogPump
+    pump: LogSink
 
     @property
     def name(self) -> str:
@@ -89,41 +89,48 @@ class WorkerGroup:
         self.prefix = prefix
         self.console_names = console_names  # None = every process on the console
         self.workers: list[Worker] = []
+        self.pumps = PipePump()
 
     def start(self) -> None:
-        """Start every process; their output is pumped to files and the console."""
+        """Start every process; their output is pumped to files and the console, every pipe by one thread
+        (:class:`PipePump`): a group of N processes holds one pumping thread and, per process, its pipe
+        and its log file."""
         for spec in self.specs:
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
-            popen = subprocess.Popen(
-                list(spec.argv),
-                env=spec.env,
-                stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=functools.partial(_child_setup, spec.cpus)
-                if sys.platform.startswith("linux")
-                else None,
-            )
             shown = self.console_names is None or spec.name in self.console_names
             # Quiet workers under an MPI launcher: its one pipe carries every rank; rank 0 is shown.
             quiet_mpi = self.console_names is not None and spec.name == "mpi"
-            assert popen.stdout is not None
-            pump = LogPump(
+            sink = LogSink(
                 spec.name,
-                popen.stdout,
                 spec.log_path,
                 sys.stdout if shown or quiet_mpi else None,
                 self.prefix,
                 console_rank="0" if quiet_mpi else None,
             )
             if spec.console_prefix is not None:
-                pump.prefix = spec.console_prefix
-            pump.start()
+                sink.prefix = spec.console_prefix
+            sink.open()  # before the process: a log that cannot be written starts nothing
+            try:
+                popen = subprocess.Popen(
+                    list(spec.argv),
+                    env=spec.env,
+                    stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=functools.partial(_child_setup, spec.cpus)
+                    if sys.platform.startswith("linux")
+                    else None,
+                )
+            except BaseException:
+                sink.close()
+                raise
+            assert popen.stdout is not None
+            self.pumps.add(sink, popen.stdout)
             if spec.stdin is not None and popen.stdin is not None:
                 popen.stdin.write(spec.stdin)
                 popen.stdin.flush()  # the pipe stays open: closing it is how such a process is told to stop
-            self.workers.append(Worker(spec, popen, pump))
+            self.workers.append(Worker(spec, popen, sink))
 
     def wait(self, deadline: float | None) -> tuple[Worker, int | None] | None:
         """Until every process exited 0 (None), one exited otherwise (it and its code: the first failure,

@@ -84,9 +84,10 @@ def _expand_host(pattern: str, source: str, whole: str) -> list[str]:
         close_at = rest.find("]", open_at)
         prefix, body = rest[:open_at], rest[open_at + 1 : close_at]
         expanded = _expand_ranges(body, source, whole)
-        hosts = [h + prefix + v for h in hosts for v in expanded]
-        if len(hosts) > MAX_HOSTS:
+        # Checked before the product is built: a[1-99999]b[1-99999] would otherwise fill the memory first.
+        if len(hosts) * len(expanded) > MAX_HOSTS:
             raise ConfigError(f"{source}={whole!r} names more than {MAX_HOSTS} hosts.")
+        hosts = [h + prefix + v for h in hosts for v in expanded]
         rest = rest[close_at + 1 :]
     return hosts
 
@@ -108,6 +109,8 @@ def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]
         if any(c.isspace() for c in part):
             raise ConfigError(f"{source}={text!r} contains white space inside a host name.")
         hosts.extend(_expand_host(part, source, text))
+        if len(hosts) > MAX_HOSTS:
+            raise ConfigError(f"{source}={text!r} names more than {MAX_HOSTS} hosts.")
     return hosts
 
 
@@ -127,6 +130,8 @@ def expand_tasks_per_node(text: str, source: str = "SLURM_STEP_TASKS_PER_NODE") 
         if repeat > MAX_HOSTS:
             raise ConfigError(f"{source}={text!r}: repeat {repeat} exceeds {MAX_HOSTS} nodes.")
         counts.extend([count] * repeat)
+        if len(counts) > MAX_HOSTS:
+            raise ConfigError(f"{source}={text!r} counts more than {MAX_HOSTS} nodes.")
     return counts
 
 
@@ -246,10 +251,13 @@ def parse_host_slots(text: str) -> tuple[HostSlots, ...]:
         if count < 1:
             raise ConfigError(f"-H {text!r}: {name} has {count} slots; give at least 1.")
         hosts.append(HostSlots(name, count))
-    names = [h.name for h in hosts]
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"-H {text!r}: host {twice} is listed twice. Hint: one entry per host, HOST:SLOTS.")
+    seen: set[str] = set()
+    for host in hosts:  # one pass: -H may name a thousand hosts
+        if host.name in seen:
+            raise ConfigError(
+                f"-H {text!r}: host {host.name} is listed twice. Hint: one entry per host, HOST:SLOTS."
+            )
+        seen.add(host.name)
     if len({h.slots for h in hosts}) > 1:
         raise ConfigError(
             f"-H {text!r}: every host must run the same number of workers (tfdist runs -n per node); got "
