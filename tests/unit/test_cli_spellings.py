@@ -93,3 +93,34 @@ def test_every_duration_says_its_unit(
 ) -> None:
     _, out, _ = cli(capsys, *command, "--help")
     assert f"{flag} {unit}" in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (("slurm", "submit", "python", "train.py", "--nodes", "2"), "--nodes"),
+        (("slurm", "script", "--time", "10", "python", "train.py", "--partition=gpu"), "--partition"),
+        (("k8s", "manifest", "python", "train.py", "--pods", "2", "--image", "img:1"), "--pods"),
+    ],
+)
+def test_a_flag_typed_after_the_command_is_one_line_not_a_silent_argument(
+    argv: tuple[str, ...], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{flag} comes after the command" in err and " -- python train.py" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("slurm", "script", "--nodes", "2", "--", "python", "train.py", "--nodes", "3"),
+        ("slurm", "script", "--nodes", "2", "python", "train.py", "--epochs", "3"),
+        ("slurm", "script", "--job-name", "python", "--", "python", "train.py"),
+    ],
+)
+def test_the_command_keeps_its_own_flags(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, *argv)
+    assert code == 0 and err == "", err
+    assert "#SBATCH --nodes=2" in out or "--job-name=python" in out
+    assert "-- python train.py" in out

@@ -9,7 +9,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer
-from tfdist.cli.spellings import translate, with_old_spellings
+from tfdist.cli.spellings import translate, with_command_guard, with_old_spellings
 from tfdist.errors import ConfigError
 
 #: Old flag -> new flag. A "worker" elsewhere in tfdist is one training process; here it was a pod, and
@@ -94,6 +94,7 @@ def register(sub: Any) -> None:
             a.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run in every pod")
         a.set_defaults(run=run_manifest if name == "manifest" else run_submit)
+        with_command_guard(a, f"tfdist k8s {name} --pods 2 --image IMAGE -- python train.py")
         with_old_spellings(a, RENAMED)
     for name, helptext in (
         ("status", "show a job's state and its pods"),

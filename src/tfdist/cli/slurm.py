@@ -10,6 +10,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer, node_range
+from tfdist.cli.spellings import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
@@ -99,6 +100,7 @@ def register(sub: Any) -> None:
             )
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run by every task")
         a.set_defaults(run=run_script if name == "script" else run_submit)
+        with_command_guard(a, f"tfdist slurm {name} --nodes 2 -- python train.py")
     for name, helptext in (
         ("status", "show a job's state"),
         ("cancel", "cancel a job"),
