@@ -55,6 +55,8 @@ def _default(action: argparse.Action) -> str:
     default = action.default
     if action.nargs == 0 or default in (None, argparse.SUPPRESS) or default == [] or default == ():
         return ""
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)  # seconds read as 300, not 300.0
     return f"`{default}`"
 
 
