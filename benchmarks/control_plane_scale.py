@@ -11,8 +11,8 @@ node list expanded (several prefixes, several ranges) with its task counts; one 
 of N nodes, 4 workers' TF_CONFIG); the MPI launcher's plan (Hydra's ``-hosts``) and the proxy command read
 from a dry run of N lines, and MPICH's own dry run when ``mpiexec`` is installed; a host file and ``-H``;
 the Kubernetes manifests (Job, JobSet, TFJob) and a pod's environment, one process and 4 per pod. Each
-figure is the median of the repeats (taken in turns across sizes) in milliseconds, and ``growth`` is the
-exponent between the two largest sizes (1: linear, 2: quadratic). Writes
+figure is the median of the repeats (taken in turns across sizes) in milliseconds of CPU time, and
+``growth`` is the exponent between the two largest sizes (1: linear, 2: quadratic). Writes
 benchmarks/results/control_plane_scale.json and .png.
 
 ``launcher`` runs ``tfdist launch -n W --cpu`` of a small script that prints lines (no TensorFlow) and
@@ -177,20 +177,23 @@ def steps(nodes: int, scratch: str) -> dict[str, Callable[[], object]]:
 
 
 def timed(call: Callable[[], object], inner: int) -> float:
-    """Milliseconds per call, the best of ``inner`` calls after a collection (a collection landing in one
-    call is the garbage of another)."""
+    """Milliseconds of this thread's CPU time per call, the best of ``inner`` calls after a collection (a
+    collection landing in one call is the garbage of another). CPU time, not wall time: on a shared machine
+    a call longer than the scheduler's time slice waits behind every other runnable process, which made
+    wall times jump ten-fold between 512 and 1,024 nodes here while the CPU time doubled."""
     best = math.inf
     for _ in range(inner):
         gc.collect()
-        start = time.perf_counter()
+        start = time.thread_time()
         call()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best * 1000
 
 
 def mpich_dry_run(nodes: int) -> float | None:
-    """Milliseconds of MPICH's own dry run for ``nodes`` hosts (what every node of a ``--backend mpi`` job
-    runs to learn its proxy's command), or None without MPICH's ``mpiexec``."""
+    """Milliseconds (wall: the work is in the child) of MPICH's own dry run for ``nodes`` hosts (what
+    every node of a ``--backend mpi`` job runs to learn its proxy's command), or None without MPICH's
+    ``mpiexec``."""
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     if mpiexec is None:
         return None
@@ -236,7 +239,8 @@ def run_plan(args: argparse.Namespace) -> None:
     growths = {s: round(growth((small["nodes"], small[s]), (large["nodes"], large[s])), 2) for s in names}
     report = {
         "benchmark": "control_plane_scale",
-        "what": f"one call of each step for N nodes x {TASKS} tasks, milliseconds, median of the repeats "
+        "what": f"one call of each step for N nodes x {TASKS} tasks, milliseconds of the thread's CPU time "
+        "(mpich_dry_run: wall time, its work is in mpiexec), median of the repeats "
         f"(each the best of {args.inner} calls); growth: the exponent between the two largest sizes (1 "
         "linear, 2 quadratic)",
         "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
@@ -263,7 +267,12 @@ def plot_plan(rows: list[dict[str, Any]], names: list[str], path: Path) -> None:
         axis.plot(nodes, [row[name] for row in rows], "o-", markersize=3, label=name)
     linear = [rows[0]["launch_plan_node"] * n / nodes[0] for n in nodes]
     axis.plot(nodes, linear, "k:", label="linear (from launch_plan_node)")
-    axis.set(xscale="log", yscale="log", xlabel=f"nodes ({TASKS} tasks each)", ylabel="milliseconds per call")
+    axis.set(
+        xscale="log",
+        yscale="log",
+        xlabel=f"nodes ({TASKS} tasks each)",
+        ylabel="milliseconds of CPU per call",
+    )
     axis.set_title("control plane against the job's size")
     axis.set_xticks(nodes, [str(n) for n in nodes])
     axis.legend(fontsize=7, ncol=2)

@@ -19,11 +19,13 @@ import subprocess
 import time
 from collections.abc import Sequence
 
-from tfdist.errors import SetupError
+from tfdist.errors import ConfigError, SetupError
 
 _LAUNCH = "HYDRA_LAUNCH: "
 _END = "HYDRA_LAUNCH_END"
 DRY_RUN_TIMEOUT_S = 20.0
+#: The longest single argument Linux passes to a program (MAX_ARG_STRLEN: 32 pages, its NUL included).
+MAX_ARG_BYTES = 32 * 4096 - 1
 #: How long a node's proxy keeps trying to reach the first node's mpiexec (nodes start in any order).
 CONNECT_TIMEOUT_S = 300.0
 
@@ -34,7 +36,16 @@ def manual_args(hosts: Sequence[str], ppn: int) -> tuple[str, ...]:
     >>> manual_args(["10.0.0.1", "10.0.0.2"], 2)
     ('-launcher', 'manual', '-hosts', '10.0.0.1,10.0.0.2', '-ppn', '2')
     """
-    return ("-launcher", "manual", "-hosts", ",".join(hosts), "-ppn", str(ppn))
+    listed = ",".join(hosts)
+    size = len(listed.encode())
+    if size > MAX_ARG_BYTES:
+        # exec would fail with "Argument list too long", naming neither the list nor the fix.
+        raise ConfigError(
+            f"the MPI launcher's -hosts list of {len(hosts)} nodes is {size} bytes, over the {MAX_ARG_BYTES} "
+            f"one argument of a program may hold (the longest name: {max(hosts, key=len)!r}). Hint: give the "
+            "nodes by address (--hosts 10.0.0.1,...) or by shorter names."
+        )
+    return ("-launcher", "manual", "-hosts", listed, "-ppn", str(ppn))
 
 
 def control_env(port: int) -> dict[str, str]:
