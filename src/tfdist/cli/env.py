@@ -247,7 +247,7 @@ def _print_tables(info: dict[str, Any]) -> None:
             f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
         )
     if info["mpi"].get("started_by"):
-        console.print(f"MPI: this process was started by {info['mpi']['started_by']}", highlight=False)
+        console.print(f"MPI: this process was started by {info['mpi']['started_by']}", markup=False)
     if info["mpi"].get("mismatch"):
         console.print(f"[yellow]warning:[/] {info['mpi']['mismatch']}", highlight=False)
     if info["inside_slurm_allocation"]:
