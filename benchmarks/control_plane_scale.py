@@ -263,8 +263,11 @@ def plot_plan(rows: list[dict[str, Any]], names: list[str], path: Path) -> None:
 
     nodes = [row["nodes"] for row in rows]
     fig, axis = plt.subplots(figsize=(9, 5.5))
-    for name in names:
-        axis.plot(nodes, [row[name] for row in rows], "o-", markersize=3, label=name)
+    colours = plt.get_cmap("tab20").colors  # one colour per step: more steps than the default cycle has
+    for i, name in enumerate(names):
+        label = f"{name} (wall)" if name == "mpich_dry_run" else name
+        style = "s--" if name.startswith(("k8s", "sbatch")) else "o-"
+        axis.plot(nodes, [row[name] for row in rows], style, markersize=3, color=colours[i], label=label)
     linear = [rows[0]["launch_plan_node"] * n / nodes[0] for n in nodes]
     axis.plot(nodes, linear, "k:", label="linear (from launch_plan_node)")
     axis.set(
