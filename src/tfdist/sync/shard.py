@@ -193,8 +193,6 @@ class ShardedOptimizer:
         # Kept beside the optimizer, not on it: an attribute would make the shard one of its variables.
         _SHARDS[id(self.optimizer)] = (weakref.ref(self.optimizer), key, self.variable)
 
-    _reused: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
     @property
     def variables(self) -> list[Any]:
         """What the optimizer is built over: the one flat shard."""
@@ -234,32 +232,19 @@ class ShardedOptimizer:
         parts = [tf.reshape(self.targets[i], [-1])[a:b] for i, a, b in self.layout.pieces]
         return tf.concat([*parts, tf.zeros([self.layout.padding], tf.float32)], 0)
 
-    def _buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(flat gradients, this rank's summed shard, gathered weights): made once and reused, as fresh
-        buffers of this size cost their page faults on every step (a 400 MB reduce-scatter took 3.3 s into
-        a new buffer and 0.7 s into a used one, 2 ranks here)."""
-        if self._reused is None:
-            layout = self.layout
-            self._reused = (
-                np.zeros(layout.padded, np.float32),  # the padding stays zero
-                np.empty(layout.shard, np.float32),
-                np.empty(layout.padded, np.float32),
-            )
-        return self._reused
-
     def _reduce_scatter(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """The gradients (packed here, not by a concat in the graph: no second P-sized tensor) summed and
-        scattered, the metric sums all-reduced beside them. The shard returned is a view that the next
-        step overwrites; the step consumes it in ``apply_gradients`` first."""
+        """The gradients summed and scattered (packed here into one send buffer, not by a concat in the
+        graph), the metric sums all-reduced beside them."""
         sync, mpi = self.sync, self.sync.mpi
         *grads, sums = arrays
-        flat, mine, _ = self._buffers()
-        for grad, start, n in zip(grads, self.layout.offsets, self.layout.sizes, strict=True):
+        layout = self.layout
+        flat = np.empty(layout.padded, np.float32)
+        for grad, start, n in zip(grads, layout.offsets, layout.sizes, strict=True):
             flat[start : start + n] = grad.reshape(-1)
+        flat[layout.total :] = 0.0
         if sync.size == 1:
-            mine[:] = flat
-            return [mine, sums.copy()]
-        summed = np.empty_like(sums)
+            return [flat, sums.copy()]
+        mine, summed = np.empty(layout.shard, np.float32), np.empty_like(sums)
         sync.watch.begin("the sharded optimizer's gradient reduce-scatter")
         scatter = sync.comm.Ireduce_scatter_block(flat, mine, op=mpi.SUM)
         metrics = sync.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
@@ -268,12 +253,11 @@ class ShardedOptimizer:
         return [mine, summed]
 
     def _allgather(self, mine: np.ndarray) -> np.ndarray:
-        """Every rank's updated shard, in rank order (a reused buffer: assigned before the next step)."""
+        """Every rank's updated shard, in rank order."""
         sync = self.sync
-        full = self._buffers()[2]
         if sync.size == 1:
-            full[:] = mine
-            return full
+            return np.array(mine, np.float32)
+        full = np.empty(self.layout.padded, np.float32)
         sync.watch.begin("the sharded optimizer's all-gather of the updated weights")
         sync.reducer.waiter.wait(sync.comm.Iallgather(np.ascontiguousarray(mine, np.float32), full))
         return full
