@@ -205,9 +205,13 @@ class PipePump:
                         os.read(wake, 4096)
                         continue
                     sink, stream, buffer = key.data
-                    chunk = os.read(key.fd, READ_BYTES)
-                    buffer += chunk
-                    _feed(sink, buffer, final=not chunk)
+                    try:
+                        chunk = os.read(key.fd, READ_BYTES)
+                        buffer += chunk
+                        _feed(sink, buffer, final=not chunk)
+                    except Exception as exc:  # one stream's failure must not stop the others' pumping
+                        console_print(f"tfdist: {sink.label}'s output is no longer read: {exc!r}")
+                        chunk = b""
                     if not chunk:
                         selector.unregister(key.fd)
                         sink.close()
