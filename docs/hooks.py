@@ -79,7 +79,7 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
         first = "Argument" if all(not a.option_strings for a in actions) else "Option"
         rows += [f"| {first} | Default | Meaning |", "|---|---|---|"]
         for action in actions:
-            meaning = action.help or ""
+            meaning = (action.help or "").replace("%%", "%")  # argparse %-formats help: %% is one %
             if action.choices and action.option_strings and action.nargs != 0:
                 meaning += f" (one of: {', '.join(str(c) for c in action.choices)})"
             rows.append(f"| {_flag(action)} | {_default(action)} | {_cell(meaning)} |")

@@ -43,7 +43,7 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--account", {"metavar": "NAME", "help": "sbatch's, as is"}),
     ("--qos", {"metavar": "NAME", "help": "sbatch's, as is"}),
     ("--job-name", {"metavar": "NAME", "help": "sbatch's, as is"}),
-    ("--output", {"metavar": "PATTERN", "help": "the job's output file, sbatch's pattern (%j: the job id)"}),
+    ("--output", {"metavar": "PATTERN", "help": "the job's output file, sbatch's pattern (%%j: the job id)"}),
     ("--error", {"metavar": "PATTERN", "help": "the job's error file (default: with the output)"}),
     ("--signal", {"help": "preemption signal (default USR2@90: NCCL may trap USR1)"}),
     ("--container", {"help": "Apptainer image (.sif); tasks run under `apptainer exec`"}),
