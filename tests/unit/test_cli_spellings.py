@@ -124,3 +124,19 @@ def test_the_command_keeps_its_own_flags(argv: tuple[str, ...], capsys: pytest.C
     assert code == 0 and err == "", err
     assert "#SBATCH --nodes=2" in out or "--job-name=python" in out
     assert "-- python train.py" in out
+
+
+def test_every_command_prints_its_help() -> None:
+    """argparse %-formats every help text when --help runs: a stray % is a traceback for the user."""
+    import argparse
+
+    from tfdist.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return [parser, *(p for s in subs for child in s.choices.values() for p in walk(child))]
+
+    parsers = walk(build_parser())
+    assert len(parsers) > 15
+    for parser in parsers:
+        assert parser.format_help().startswith("usage: ")
