@@ -9,6 +9,7 @@ grow with the workers, by what each one needs: the read end of its pipe and its 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -85,3 +86,46 @@ def test_a_line_longer_than_a_pipe_arrives_whole(tmp_path: Path, lines: int) -> 
         log = (tmp_path / "run" / "attempt-0" / f"worker{rank}.log").read_text().splitlines()
         assert log == [str(i) * 200_000 for i in range(lines)]
     assert proc.stdout.count("[w1]: " + "0" * 200_000 + "\n") == 1
+
+
+GROUP = """import resource, sys
+from tfdist.launch.plan import ProcessSpec, TaskSlot
+from tfdist.launch.workers import WorkerGroup
+
+soft, hard = {limits}
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+env = {{"PATH": "/usr/bin:/bin"}}
+alive = ("sh", "-c", "echo worker $0; sleep 1")  # every process still holds its pipe when the last starts
+specs = [
+    ProcessSpec(TaskSlot("worker", i, 0, i), (*alive, str(i)), env, f"{{sys.argv[1]}}/w{{i}}.log")
+    for i in range({count})
+]
+group = WorkerGroup(specs, prefix=True, console_names=set())
+group.start()
+assert group.wait(deadline=None) is None
+group.close(grace=5)
+print("limit", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def run_group(tmp_path: Path, count: int, soft: int, hard: int) -> subprocess.CompletedProcess[str]:
+    code = GROUP.format(limits=(soft, hard), count=count)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_group_past_the_soft_file_limit_raises_it_and_runs(tmp_path: Path) -> None:
+    """60 processes alive together hold about 120 files in the launcher; with a soft limit of 64 it raises
+    its own."""
+    proc = run_group(tmp_path, 60, 64, 4096)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) > 64
+    assert all((tmp_path / f"w{i}.log").read_text() == f"worker {i}\n" for i in range(60))
+
+
+def test_a_group_past_the_hard_file_limit_is_refused_before_it_starts(tmp_path: Path) -> None:
+    proc = run_group(tmp_path, 60, 64, 64)
+    assert proc.returncode != 0
+    assert "60 processes need about 244 open files in the launcher, but it may hold at most 64" in proc.stderr
+    assert not list(tmp_path.glob("w*.log"))  # nothing started

@@ -19,10 +19,17 @@ import time
 from dataclasses import dataclass
 
 from tfdist import variables
+from tfdist.errors import SetupError
 from tfdist.launch.logs import LogSink, PipePump
 from tfdist.launch.plan import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
+#: Files the launcher holds for each process it starts: the read end of its output pipe, its log file, and
+#: for a process given input, that pipe's write end.
+FILES_PER_PROCESS = 3
+#: Files the launcher holds besides (its standard streams, the pump's selector and wake-up pipe, the pipes
+#: of a process being started, a rendezvous connection, Python's own).
+FILES_BESIDES = 64
 #: Seconds between polls in :meth:`WorkerGroup.wait`.
 WAIT_POLL_S = 0.1
 
@@ -81,6 +88,25 @@ def _descendants(pid: int) -> list[int]:
         return []
 
 
+def ensure_file_limit(processes: int) -> None:
+    """Raise this process's soft limit on open files, up to its hard limit, when ``processes`` started side
+    by side need more: Linux's default soft limit, 1,024, is passed by ``-H`` with about 320 hosts. A hard
+    limit too low is a SetupError before anything starts, rather than "Too many open files" halfway."""
+    import resource
+
+    needed = FILES_PER_PROCESS * processes + FILES_BESIDES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        raise SetupError(
+            f"{processes} processes need about {needed} open files in the launcher, but it may hold at most "
+            f"{hard} (ulimit -Hn). Hint: raise the limit (limits.conf, or ulimit -n {needed} where allowed), "
+            "or start fewer processes from one launcher."
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 class WorkerGroup:
     """The processes of one attempt. Each runs in its own session so a signal reaches its whole tree."""
 
@@ -95,6 +121,7 @@ class WorkerGroup:
         """Start every process; their output is pumped to files and the console, every pipe by one thread
         (:class:`PipePump`): a group of N processes holds one pumping thread and, per process, its pipe
         and its log file."""
+        ensure_file_limit(len(self.specs))
         for spec in self.specs:
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
             shown = self.console_names is None or spec.name in self.console_names
