@@ -33,7 +33,7 @@ GOOD = ("--pods", "2", "--image", "img:1")
         ((*GOOD, "--pvc", "ckpt:data"), "must be an absolute path"),
         ((*GOOD, "--pvc", "Ckpt:/ckpt"), "is not a PersistentVolumeClaim name"),
         ((*GOOD, "--namespace", "ML"), "--namespace 'ML' is not a DNS-1123 label"),
-        ((*GOOD, "--memory-per-pod", "16GB"), "--memory-per-pod '16GB' is not a positive Kubernetes quantity"),
+        ((*GOOD, "--memory-per-pod", "16GB"), "--memory-per-pod '16GB' is not a positive Kubernetes"),
         ((*GOOD, "--cpus-per-pod", "0"), "--cpus-per-pod '0' is not a positive Kubernetes quantity"),
         ((*GOOD, "--port", "70000"), "--port 70000 is not a port"),
         ((*GOOD, "--max-restarts", "-1"), "--max-restarts -1 is negative"),
