@@ -21,7 +21,7 @@ from install.userstack import ROOT, UserVenv, find_python, user_venv
 PACKAGE = ROOT / "src" / "tfdist"
 KERAS_FIT = ROOT / "tests" / "helpers" / "keras_fit.py"
 #: The Pythons requires-python admits (">=3.10"), each with a TensorFlow 2.21 wheel in the registry.
-PYTHONS = ("3.10", "3.11", "3.12")
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 
 def _metadata(zf: zipfile.ZipFile) -> dict[str, list[str]]:
@@ -44,6 +44,8 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
         scripts = zf.read(entry_points).decode()
         meta = _metadata(zf)
     assert not tree - names, f"missing from {wheel.name}: {sorted(tree - names)}"
+    stray = {n for n in names - tree if not n.split("/")[0].endswith(".dist-info")}
+    assert not stray, f"in {wheel.name} but not in src/: {sorted(stray)}"
     assert {"tfdist/py.typed", "tfdist/worker/boot/sitecustomize.py"} <= names
     assert "tfdist = tfdist.cli:main" in scripts
     assert meta["Requires-Python"] == [">=3.10"]
@@ -143,8 +145,7 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
                 strict=True, reason="tfdist/cli/slurm.py imports tomllib (3.11+); tomli is its 3.10 backport"
             ),
         ),
-        "3.11",
-        "3.12",
+        *PYTHONS[1:],
     ],
 )
 def test_a_slurm_config_file_is_read_on_every_python(wheel: Path, tmp_path: Path, version: str) -> None:

@@ -28,10 +28,27 @@ USER_TF = "tensorflow-cpu==2.21.*"
 DROPPED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP")
 
 
+#: What the build reads: the project's metadata, its readme and the package sources.
+BUILD_INPUTS = ("pyproject.toml", "README.md", "src")
+
+
 def build_wheel(out: Path, timeout: float = 240) -> Path:
-    """``pip wheel --no-deps`` of this checkout into ``out``; the wheel's path."""
+    """``pip wheel --no-deps`` of this checkout's sources into ``out``; the wheel's path.
+
+    Built from a copy: setuptools builds in the source tree and keeps ``build/lib`` between builds, so a
+    module removed from ``src/`` would still ship, and two builds at once would share that directory.
+    """
+    source = out / "source"
+    for name in BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(
+                ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
+        else:
+            source.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=timeout,
