@@ -127,7 +127,8 @@ def test_sharding_divides_the_slots_by_the_replicas() -> None:
     }
     assert slots == {False: 800_000_016, True: 200_000_016}
     assert plain.sharded_total == sharded.total and sharded.unsharded_total == plain.total
-    assert plain.total - sharded.total > 0  # Adam on 4: 600 MB of slots less, one buffer more
+    saved = plain.total - sharded.total  # Adam on 4: 3/4 of the slots, and their share of the margin
+    assert 600_000_000 <= saved <= 600_000_000 * 1.11
     assert "sharded over 4 replicas" in plain.notes[0]
 
 
