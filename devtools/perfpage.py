@@ -21,12 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "performance.md"
 
+#: The software every result ran on.
+SOFTWARE = "TensorFlow 2.21, Keras 3, Python 3.11"
 #: The machine most results were measured on, in words.
-SMALL_VM = "a 2-core virtual machine without a GPU (TensorFlow 2.21, Keras 3, Python 3.11)"
+SMALL_VM = f"a 2-core virtual machine without a GPU ({SOFTWARE})"
 #: Two hosts emulated on that machine: what "across a link" means below.
 TWO_HOSTS = (
-    "two hosts emulated on " + SMALL_VM + " (a network namespace each, one core each, joined by a virtual "
-    "link left uncapped or capped at 1 Gbit/s)"
+    "two hosts emulated on one 2-core virtual machine without a GPU, a network namespace and a core each, "
+    f"joined by a virtual link left uncapped or capped at 1 Gbit/s ({SOFTWARE})"
 )
 
 Table = list[list[str]]
