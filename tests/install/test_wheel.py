@@ -27,7 +27,10 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 def _metadata(zf: zipfile.ZipFile) -> dict[str, list[str]]:
     (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
     message = Parser().parsestr(zf.read(name).decode())
-    return {key: message.get_all(key) or [] for key in ("Requires-Python", "Provides-Extra", "Requires-Dist")}
+    return {
+        key: message.get_all(key) or []
+        for key in ("Requires-Python", "Provides-Extra", "Requires-Dist", "Classifier")
+    }
 
 
 def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
@@ -49,6 +52,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     assert {"tfdist/py.typed", "tfdist/worker/boot/sitecustomize.py"} <= names
     assert "tfdist = tfdist.cli:main" in scripts
     assert meta["Requires-Python"] == [">=3.10"]
+    assert [c.rsplit(" ", 1)[-1] for c in meta["Classifier"] if "Python :: 3." in c] == list(PYTHONS)
     assert {"cpu", "gpu", "mpi", "ray", "k8s", "data"} <= set(meta["Provides-Extra"])
     assert any(r.startswith("tensorflow-cpu") and "extra == " in r for r in meta["Requires-Dist"])
 
