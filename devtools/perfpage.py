@@ -308,7 +308,7 @@ RESULTS: tuple[Result, ...] = (
         setup="`tfdist train`, mnist-cnn on the embedded digits data, 5 epochs, global batch 64, 2 workers "
         "on the MPI backend, each as its own node (so the gradients cross the wire)",
         machine=SMALL_VM,
-        command="tfdist train --workers 2 --backend mpi --epochs 5 --global-batch-size 64 --compression fp16",
+        command="python devtools/compression_digits.py  # the four wires, one after another",
         table=wire_accuracy,
         date="2026-11-25",
         reading="Buckets change when a sum starts, not what is summed: the bucketed run's weights are "
