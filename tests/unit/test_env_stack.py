@@ -25,6 +25,7 @@ CPU = StackFacts(
     tensorflow_dist="tensorflow-cpu",
     keras="3.15.1",
     keras_row=">=3.11,<3.16",
+    keras_table=adapters.supported_spec(),
     keras_hint="pip install 'keras>=3.12,<3.16'",
     cuda_build=False,
 )

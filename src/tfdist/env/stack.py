@@ -25,8 +25,10 @@ class StackFacts:
     tensorflow_dist: str = ""  # the distribution that provides it: tensorflow-cpu, tensorflow, ...
     keras: str | None = None  # the ``keras`` package: Keras 3, or Keras 2 beside TensorFlow 2.15 and older
     keras_row: str = ""  # the adapter-table row that covers ``keras`` ("" outside the table)
-    keras_table: str = ">=3.3,<3.16"  # the table's whole range
-    keras_hint: str = "pip install 'keras>=3.3,<3.16'"  # a Keras the table covers, beside this TensorFlow
+    keras_table: str = ""  # the table's whole range: ">=3.3,<3.16"
+    keras_hint: str = (
+        ""  # a Keras the table covers, beside this TensorFlow: "pip install 'keras>=3.12,<3.16'"
+    )
     tf_keras: str | None = None  # the ``tf-keras`` package (Keras 2 for TensorFlow 2.16 and later)
     legacy_keras: str = ""  # TF_USE_LEGACY_KERAS as set ("" when unset)
     keras_patch: bool = True  # TFDIST_KERAS_PATCH
