@@ -133,7 +133,8 @@ def test_the_mpi_backend_and_horovod_api_need_mpi4py_and_its_launcher(
 @pytest.mark.parametrize(
     ("facts", "works", "detail", "extra"),
     [
-        (CPU, False, "tensorflow-cpu 2.21.0 is built without CUDA", "gpu"),
+        (CPU, False, "tensorflow-cpu 2.21.0 is built without CUDA", ""),  # another venv, not an extra here
+        (StackFacts(), False, "TensorFlow is not installed", ""),  # the extras line names cpu for it
         (replace(CPU, tensorflow_dist="tensorflow", cuda_build=True), False, "TensorFlow sees no GPU", ""),
         (replace(CPU, tensorflow_dist="tensorflow", cuda_build=True, gpus=4), True, "4 GPU(s)", ""),
     ],
@@ -151,12 +152,12 @@ def test_the_missing_extras_name_the_features_they_add() -> None:
     assert missing == {
         "mpi": ["MPI backend (--backend mpi)", "Horovod API (tfdist.horovod, --backend horovod)"],
         "ray": ["Ray (tfdist launch --ray)"],
-        "gpu": ["GPU"],
         "data": ["TensorFlow Datasets (--dataset tfds:NAME)"],
         "k8s": ["Kubernetes (tfdist k8s submit)"],
     }
     line = extras_line(missing)
-    assert line is not None and line.startswith("pip install 'tfdist[mpi,ray,gpu,data,k8s]' adds: mpi (MPI")
+    assert line is not None and line.startswith("pip install 'tfdist[mpi,ray,data,k8s]' adds: mpi for MPI")
+    assert set(missing_extras(plan_features(StackFacts()))) == {"cpu", "ray", "data", "k8s"}
     full = replace(MPI, ray="2.60.0", tfds="4.9.10", kubernetes="37.0.2", sbatch="/usr/bin/sbatch", gpus=1)
     assert extras_line(missing_extras(plan_features(full))) is None
     assert all(f.works for f in plan_features(full))

@@ -296,11 +296,11 @@ def extras_line(missing: Mapping[str, list[str]]) -> str | None:
     """One line naming the extras that would add the missing features (None when nothing is missing).
 
     Input/Output: ``{"mpi": ["MPI backend"], "ray": ["Ray"]}`` -> ``"pip install 'tfdist[mpi,ray]' adds:
-    mpi (MPI backend); ray (Ray)"``.
+    mpi for MPI backend; ray for Ray"``.
     """
     if not missing:
         return None
-    what = "; ".join(f"{extra} ({', '.join(names)})" for extra, names in missing.items())
+    what = "; ".join(f"{extra} for {', '.join(names)}" for extra, names in missing.items())
     return f"pip install 'tfdist[{','.join(missing)}]' adds: {what}"
 
 

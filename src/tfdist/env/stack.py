@@ -65,7 +65,9 @@ class Feature:
     works: bool
     detail: str  # works: what it runs on; else: why not
     fix: str = ""  # "" when it works
-    extra: str = ""  # the extra of pyproject.toml that the fix installs, when one does
+    #: The extra of pyproject.toml that adds the feature to THIS venv ("" when none can: a GPU build of
+    #: TensorFlow goes into a venv of its own, not over tensorflow-cpu).
+    extra: str = ""
 
 
 def tf_keras_line(facts: StackFacts) -> str:
@@ -143,13 +145,16 @@ def _mpi(facts: StackFacts, name: str, uses: str) -> Feature:
 def _gpu(facts: StackFacts) -> Feature:
     name = "GPU"
     if facts.tensorflow is None:
-        return Feature(name, False, "TensorFlow is not installed", "pip install 'tfdist[gpu]'", "gpu")
+        # Not in the extras line: it already names cpu, and a venv holds one TensorFlow flavour.
+        fix = "pip install 'tfdist[gpu]' instead of [cpu], on an NVIDIA GPU machine"
+        return Feature(name, False, "TensorFlow is not installed", fix)
     if facts.gpus:
         return Feature(name, True, f"{facts.gpus} GPU(s) visible to TensorFlow")
     if facts.cuda_build is False or facts.tensorflow_dist == "tensorflow-cpu":
         why = f"{facts.tensorflow_dist or 'TensorFlow'} {facts.tensorflow} is built without CUDA"
-        # One venv per flavour: tensorflow-cpu and tensorflow write the same package directory.
-        return Feature(name, False, why, "pip install 'tfdist[gpu]' in a venv without tensorflow-cpu", "gpu")
+        # One venv per flavour: tensorflow-cpu and tensorflow write the same package directory, so no extra
+        # adds a GPU to this venv.
+        return Feature(name, False, why, "pip install 'tfdist[gpu]' in a venv without tensorflow-cpu")
     return Feature(
         name, False, "TensorFlow sees no GPU", "check nvidia-smi and CUDA_VISIBLE_DEVICES on a GPU node"
     )
@@ -186,7 +191,7 @@ def plan_features(facts: StackFacts) -> tuple[Feature, ...]:
 
 
 def missing_extras(features: tuple[Feature, ...]) -> dict[str, list[str]]:
-    """The extras that would make features work, each with those features.
+    """The extras that would make features work in this venv, each with those features.
 
     Input/Output: MPI backend and Horovod API missing mpi4py -> ``{"mpi": ["MPI backend (--backend mpi)",
     "Horovod API (tfdist.horovod, --backend horovod)"]}``.
