@@ -18,7 +18,6 @@ import pytest
 
 from install.userstack import ROOT, UserVenv, find_python, user_venv
 
-PACKAGE = ROOT / "src" / "tfdist"
 KERAS_FIT = ROOT / "tests" / "helpers" / "keras_fit.py"
 #: The Pythons requires-python admits (">=3.10"), each with a TensorFlow 2.21 wheel in the registry.
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -36,9 +35,12 @@ def _metadata(zf: zipfile.ZipFile) -> dict[str, list[str]]:
 def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     """Every file under src/tfdist (modules, the worker's sitecustomize, py.typed, any data) is in the
     wheel, and the ``tfdist`` command is declared: a file left out fails only once installed."""
+    # The copy the wheel was built from (userstack.build_wheel): src/ itself may change meanwhile.
+    package = wheel.parent / "source" / "src" / "tfdist"
+    assert (package / "__init__.py").is_file()
     tree = {
-        str(path.relative_to(PACKAGE.parent))
-        for path in PACKAGE.rglob("*")
+        str(path.relative_to(package.parent))
+        for path in package.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
     with zipfile.ZipFile(wheel) as zf:

@@ -33,7 +33,8 @@ BUILD_INPUTS = ("pyproject.toml", "README.md", "src")
 
 
 def build_wheel(out: Path, timeout: float = 240) -> Path:
-    """``pip wheel --no-deps`` of this checkout's sources into ``out``; the wheel's path.
+    """``pip wheel --no-deps`` of this checkout's sources into ``out`` (the copy built: ``out/source``);
+    the wheel's path.
 
     Built from a copy: setuptools builds in the source tree and keeps ``build/lib`` between builds, so a
     module removed from ``src/`` would still ship, and two builds at once would share that directory.
