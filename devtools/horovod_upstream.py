@@ -1,8 +1,16 @@
-"""Horovod's own TensorFlow test suite against tfdist's Horovod API: ``test/parallel/test_tensorflow.py`` of
-horovod/horovod, run with N ranks through ``tfdist launch --backend horovod`` (Horovod not installed:
-tfdist answers ``import horovod.tensorflow``), the outcome of every test counted and written as JSON.
+"""Horovod's own TensorFlow test suites against tfdist's Horovod API: ``test/parallel/test_tensorflow.py``
+(or, ``--suite tensorflow2_keras``, ``test_tensorflow2_keras.py``) of horovod/horovod, run with N ranks
+through ``tfdist launch --backend horovod`` (Horovod not installed: tfdist answers ``import
+horovod.tensorflow``), the outcome of every test counted and written as JSON.
 
     python devtools/horovod_upstream.py --horovod PATH --out benchmarks/results/horovod_upstream.json
+    python devtools/horovod_upstream.py --horovod PATH --suite tensorflow2_keras --tf-keras \
+        --out benchmarks/results/horovod_upstream_keras2.json
+
+``--tf-keras``: under Keras 2 as users keep it on TensorFlow 2.16+ (the tf-keras package,
+``TF_USE_LEGACY_KERAS=1``); tf-keras is installed without its dependencies (it pins the full
+``tensorflow`` package) into a cache folder put on the ranks' PYTHONPATH, with the suite's own test
+dependency (``parameterized``).
 
 PATH is a Horovod checkout, or a bare git directory of one (its HEAD is read). The suite's helper
 modules come with it (``base_test_tensorflow.py``, ``test/utils/common.py``); the few Horovod-internal
@@ -25,18 +33,38 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-FILES = {
-    "test/parallel/test_tensorflow.py": "parallel/test_tensorflow.py",
-    "test/parallel/base_test_tensorflow.py": "parallel/base_test_tensorflow.py",
-    "test/utils/common.py": "utils/common.py",
+SUITES = {
+    "tensorflow": {
+        "test/parallel/test_tensorflow.py": "parallel/test_tensorflow.py",
+        "test/parallel/base_test_tensorflow.py": "parallel/base_test_tensorflow.py",
+        "test/utils/common.py": "utils/common.py",
+    },
+    "tensorflow2_keras": {"test/parallel/test_tensorflow2_keras.py": "parallel/test_tensorflow2_keras.py"},
 }
 WORKER = Path(__file__).with_name("horovod_upstream_worker.py")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tfdist-horovod-suite"
+#: What --tf-keras installs (without dependencies) beside the ranks' own packages.
+KERAS2 = ("tf-keras==2.21.0", "parameterized==0.9.0")
 
 
-def copy_suite(source: Path, into: Path) -> str:
+def keras2_path() -> str:
+    """The folder holding tf-keras and the suite's test dependency (installed on first use)."""
+    if not (CACHE / "tf_keras").is_dir() or not (CACHE / "parameterized").is_dir():
+        installed = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(CACHE), *KERAS2],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if installed.returncode != 0:
+            raise SystemExit(f"could not install {', '.join(KERAS2)}: {installed.stderr[-2000:]}")
+    return str(CACHE)
+
+
+def copy_suite(source: Path, into: Path, suite: str) -> str:
     """The suite's files from a checkout or a git directory; returns the commit (or 'worktree')."""
     commit = "worktree"
-    for name, target in FILES.items():
+    for name, target in SUITES[suite].items():
         (into / target).parent.mkdir(parents=True, exist_ok=True)
         if (source / name).is_file():
             shutil.copy(source / name, into / target)
@@ -97,6 +125,8 @@ def stuck_tests(reports: Path) -> dict[str, list[int]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horovod", default=os.environ.get("HOROVOD_SRC", ""), help="checkout or git dir")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="tensorflow")
+    parser.add_argument("--tf-keras", action="store_true", help="under tf-keras (TF_USE_LEGACY_KERAS=1)")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--select", default="", help="pytest -k expression (default: every test)")
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test")
@@ -108,7 +138,7 @@ def main() -> int:
         raise SystemExit("--horovod PATH (a horovod/horovod checkout or git directory) is required")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        commit = copy_suite(Path(args.horovod), tmp)
+        commit = copy_suite(Path(args.horovod), tmp, args.suite)
         cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", str(args.ranks)]
         cmd += [
             "--cpu",
@@ -117,10 +147,13 @@ def main() -> int:
             "--log-dir",
             str(tmp / "logs"),
             str(WORKER),
-            str(tmp / "parallel" / "test_tensorflow.py"),
+            str(tmp / "parallel" / f"test_{args.suite}.py"),
         ]
         cmd += [str(tmp / "reports"), str(args.test_timeout), args.select]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+        if args.tf_keras:
+            path = [keras2_path(), env.get("PYTHONPATH", "")]
+            env.update(PYTHONPATH=os.pathsep.join(p for p in path if p), TF_USE_LEGACY_KERAS="1")
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 120, env=env)
         elapsed = time.monotonic() - started
@@ -137,7 +170,8 @@ def main() -> int:
     counts = {s: sum(1 for v in combined.values() if v[0] == s) for s in ("passed", "failed", "skipped")}
     result = {
         "benchmark": "horovod_upstream",
-        "suite": "horovod/horovod test/parallel/test_tensorflow.py",
+        "suite": f"horovod/horovod test/parallel/test_{args.suite}.py",
+        "keras": "tf-keras 2.21 (TF_USE_LEGACY_KERAS=1)" if args.tf_keras else "Keras 3",
         "horovod_commit": commit,
         "ranks": args.ranks,
         "launch_exit_code": proc.returncode,

@@ -6,7 +6,8 @@ TEST_TIMEOUT [SELECT]
 The suite's helpers import a few Horovod-internal modules that are not Horovod's API:
 ``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``; Horovod's package
 re-exports it as ``hvd._executing_eagerly``),
-``horovod.runner.util.threads.in_thread`` (start a daemon thread) and the ``mock`` package (the standard
+``horovod.runner.util.threads.in_thread`` (start a daemon thread), ``horovod.common.util.
+is_version_greater_equal_than`` (the Keras suite's version check) and the ``mock`` package (the standard
 library's ``unittest.mock``); stand-ins for exactly these are registered before the suite is imported.
 
 Bounded, test by test (:class:`LockStep`): the ranks end every test together (a collective of the
@@ -59,7 +60,24 @@ def install_stand_ins() -> None:
     threads = types.ModuleType("horovod.runner.util.threads")
     threads.in_thread = in_thread  # type: ignore[attr-defined]
     sys.modules["horovod.runner.util.threads"] = threads
-    sys.modules.setdefault("mock", unittest.mock)
+    common = types.ModuleType("horovod.common.util")
+    common.is_version_greater_equal_than = _version_at_least  # type: ignore[attr-defined]
+    sys.modules["horovod.common"] = types.ModuleType("horovod.common")
+    sys.modules["horovod.common.util"] = common
+    if "mock" not in sys.modules:
+        # The standard library's mock as the ``mock`` package (its backport, version 5, which other test
+        # libraries, e.g. parameterized, look at).
+        mock = types.ModuleType("mock")
+        mock.__dict__.update({k: v for k, v in vars(unittest.mock).items() if not k.startswith("__")})
+        mock.version_info = (5, 0, 0)  # type: ignore[attr-defined]
+        sys.modules["mock"] = mock
+
+
+def _version_at_least(ver: str, target: str) -> bool:
+    """Horovod's ``is_version_greater_equal_than``: release parts compared as numbers."""
+    from packaging import version
+
+    return version.parse(ver.split("-")[0]) >= version.parse(target)
 
 
 class Once:

@@ -1,7 +1,9 @@
 """A tf.keras (Keras 2, TF_USE_LEGACY_KERAS=1) script in three styles; saves rank R's final weights.
 
 argv: OUT_DIR MODE, MODE one of: tfdist-fit (tfdist.fit), model-fit (model.fit under tfdist.strategy()),
-horovod (import tfdist.horovod.tensorflow.keras as hvd: DistributedOptimizer and its callbacks).
+horovod (import tfdist.horovod.tensorflow.keras as hvd: DistributedOptimizer and its callbacks),
+horovod-accumulate (the same with backward_passes_per_step=2, averaged: each update the mean gradient of the
+same 64 examples, in two passes of half the batch).
 """
 
 import os
@@ -25,19 +27,23 @@ def build() -> tf.keras.Model:
     )
 
 
-if mode == "horovod":
+if mode in ("horovod", "horovod-accumulate"):
     import tfdist.horovod.tensorflow.keras as hvd
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    passes = 2 if mode == "horovod-accumulate" else 1
     model = build()
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.05))
+    optimizer = hvd.DistributedOptimizer(
+        tf.keras.optimizers.SGD(0.05), backward_passes_per_step=passes, average_aggregated_gradients=True
+    )
     model.compile(optimizer=optimizer, loss="mse", experimental_run_tf_function=False)
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback()]
     # 64 examples per global step: each rank takes its interleaved share of every global batch.
     xs = np.concatenate([x[i : i + 64][rank::size] for i in range(0, 256, 64)])
     ys = np.concatenate([y[i : i + 64][rank::size] for i in range(0, 256, 64)])
-    model.fit(xs, ys, batch_size=64 // size, epochs=2, shuffle=False, callbacks=callbacks, verbose=0)
+    batch = 64 // size // passes
+    model.fit(xs, ys, batch_size=batch, epochs=2, shuffle=False, callbacks=callbacks, verbose=0)
 else:
     import tfdist
 

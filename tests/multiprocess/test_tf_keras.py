@@ -43,6 +43,7 @@ def run(argv: list[str], env: dict[str, str]) -> None:
     ("mode", "backend"),
     [
         pytest.param("horovod", "horovod", id="horovod-keras"),
+        pytest.param("horovod-accumulate", "horovod", id="horovod-keras-accumulate", marks=pytest.mark.slow),
         pytest.param("tfdist-fit", "tf", id="tfdist-fit-tf", marks=pytest.mark.slow),
         pytest.param("tfdist-fit", "mpi", id="tfdist-fit-mpi", marks=pytest.mark.slow),
         pytest.param("model-fit", "tf", id="model-fit-tf", marks=pytest.mark.slow),

@@ -1,0 +1,120 @@
+"""Where a step's time goes, on one host and across two test hosts, each backend beside its references.
+
+One ``tfdist bench --timeline`` per place, mnist-cnn on synthetic data, batch 64 per worker, one thread
+per worker, the configurations alternating from repeat to repeat:
+
+- ``one-host``: 2 workers, ``--backend tf,mpi --compare all`` (2 unsynchronised copies: the limit;
+  TensorFlow's tutorial loop; ``model.fit``);
+- for each link rate of ``--links`` (default ``1gbit,uncapped``): two test hosts (network namespaces of this
+  machine, prefix ``tfdl``, subnet 10.95.0), one worker each, ``--backend tf,mpi --bucket-mb 0,2
+  --compare independent,raw-tf``.
+
+Each bench's results.json holds every configuration's step breakdown (forward + backward, the all-reduce
+left after it, update, bytes across nodes) and, across the link, the wire time at the measured rate and
+the bounds (:mod:`tfdist.bench.breakdown`); ``summary.json`` puts the figures side by side with the day's
+single-step time (one unsynchronised copy's step). Needs root (test hosts).
+
+    python benchmarks/link_breakdown.py --out benchmarks/results/link-breakdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
+from _common import ROOT, write_json
+
+HOSTS = str(ROOT / "scripts" / "testhosts.sh")
+HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": "tfdl", "TFDIST_HOSTS_SUBNET": "10.95.0"}
+ON_HOST = f"{HOSTS} exec {{host}} --"
+KEYS = ("step", "forward + backward", "all-reduce", "update", "all-reduce + update", "mb_across_nodes")
+
+
+def hosts(*args: str) -> None:
+    """``scripts/testhosts.sh ARGS`` on this benchmark's hosts."""
+    env = {**os.environ, **HOSTS_ENV}
+    subprocess.run([HOSTS, *args], env=env, check=True, capture_output=True, timeout=120)
+
+
+def bench(out: Path, steps: int, repeats: int, *grid: str) -> dict[str, Any]:
+    """One ``tfdist bench``; its results.json (per-run folders removed, report and results kept)."""
+    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
+    cmd += ["--steps", str(steps), "--warmup", "10", "--repeats", str(repeats), "--threads", "1"]
+    cmd += ["--batch-size-per-replica", "64", "--timeline", "--out", str(out), *grid]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **HOSTS_ENV}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"tfdist bench failed ({out}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    for folder in ("runs", "logs"):
+        shutil.rmtree(out / folder, ignore_errors=True)
+    return dict(json.loads((out / "results.json").read_text()))
+
+
+def rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each configuration's rate, step, breakdown and bounds, for the summary."""
+    out = {}
+    for r in results["runs"]:
+        parts = r.get("breakdown", {})
+        out[r["name"]] = {
+            "examples_per_sec": r["examples_per_sec"],
+            "examples_per_sec_all": r["examples_per_sec_all"],
+            "vs_independent": r.get("vs_independent"),
+            "vs_raw_tf": r.get("vs_raw_tf"),
+            **{k: parts[k] for k in KEYS if k in parts},
+            **r.get("bounds", {}),
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--no-one-host", action="store_true", help="only the two-host runs")
+    parser.add_argument("--out", default="benchmarks/results/link-breakdown")
+    args = parser.parse_args()
+    out = Path(args.out)
+    summary: dict[str, Any] = {
+        "benchmark": "link-breakdown",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": {"cores": os.cpu_count(), "load_1min_start": os.getloadavg()[0]},
+        "places": {},
+    }
+    if not args.no_one_host:
+        grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
+        found = rows(bench(out / "one-host", args.steps, args.repeats, *grid))
+        summary["places"]["one host"] = found
+        summary["single_step_ms"] = found.get("independent-w2-r1", {}).get("step")
+        print("one host:", json.dumps(found, indent=1), flush=True)
+    links = [link for link in args.links.split(",") if link]
+    if links:
+        hosts("up", "2")
+    try:
+        for link in links:
+            for name in ("node1", "node2"):
+                hosts("cap", name, "off" if link == "uncapped" else link)
+            grid = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST, "--backend", "tf,mpi")
+            grid += ("--bucket-mb", "0,2", "--compare", "independent,raw-tf")
+            found = rows(bench(out / link, args.steps, args.repeats, *grid))
+            summary["places"][f"two hosts, {link}"] = found
+            print(link, json.dumps(found, indent=1), flush=True)
+    finally:
+        if links:
+            hosts("down")
+    summary["machine"]["load_1min_end"] = os.getloadavg()[0]
+    write_json(out / "summary.json", summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
