@@ -353,8 +353,9 @@ def _terms(
         ),
     ]
     if config.replicas > 1 and sharded:
-        # The flat gradients sent and the weights gathered are never alive together (measured: sharded
-        # Adam on 2 ranks peaked 390 MiB under unsharded, 100.7M parameters, benchmarks/shard_optimizer.py).
+        # The flat gradients sent and the weights gathered are never alive together: sharded Adam's training
+        # peak was 390 MiB under unsharded on 2 ranks (384 MiB of slots saved) and 937 MiB on 4 (576), 100.7M
+        # parameters (benchmarks/results/shard_optimizer.json).
         how = "one packed copy: the gradients reduce-scattered, then the weights all-gathered"
         terms.append(Term("reduce-scatter / all-gather buffer", trainable * vb, how, "workspace"))
     elif config.replicas > 1:
