@@ -27,6 +27,7 @@ from tfdist.bench.plan import (
 )
 from tfdist.bench.preflight import preflight
 from tfdist.bench.runner import Finished, RunFailed, run_all, run_commands
+from tfdist.bench.scaling import bench_predictions
 from tfdist.bench.stats import Sample, combine_copies, common_window, sample_from_summary, summarize
 from tfdist.diagnose.linkreport import describe, link_of, probe_pairs
 from tfdist.diagnose.linkreport import diagnosis as link_diagnosis
@@ -55,6 +56,8 @@ class Bench:
         self.links: list[dict[str, Any]] = []
         #: Each configuration's step breakdowns (one per repeat), from its timeline (``--timeline``).
         self.parts: dict[str, list[dict[str, float]]] = {}
+        #: The workload's trainable parameters, as its runs report them (0 before any).
+        self.params = 0
         preflight(config, self.plan)
 
     def _command(self, spec: RunSpec, name: str, mode: str = "train", program: tuple[str, ...] = ()) -> Any:
@@ -83,6 +86,7 @@ class Bench:
         warmup, started = self.config.warmup, finished.started_at
         shared = common_window(finished.results, warmup) if len(finished.results) > 1 else None
         copies = [sample_from_summary(r, warmup, started, within=shared) for r in finished.results]
+        self.params = max([self.params, *(int(r.get("params") or 0) for r in finished.results)])
         sample = combine_copies(copies) if len(copies) > 1 else copies[0]
         gpu_util, gpu_mem = finished.usage.gpu(*sample.window)
         cpu_util = finished.usage.cpu_util(*sample.window, cores=self.machine["cores"])
@@ -246,6 +250,8 @@ class Bench:
             row["link"] = link_of(self.links, self.config.hosts[: row["nodes"]])
             row["link_text"] = describe(row["link"])
         self._breakdowns(rows)
+        # float32 gradients: what one step all-reduces, for the scaling model across nodes.
+        predictions = bench_predictions(rows, self.params * 4.0) if self.links and self.params else {}
         payload: dict[str, Any] = {
             "tool": "tfdist bench",
             "settings": {
@@ -264,6 +270,8 @@ class Bench:
         }
         if self.links:
             payload["link"] = {"probes": self.links, "diagnosis": link_diagnosis(self.links)}
+        if predictions:
+            payload["predictions"] = predictions
         if self.config.diagnose:
             d = self.run_diagnosis(rows)
             payload["diagnosis"] = {

@@ -109,6 +109,7 @@ def markdown(payload: dict[str, Any]) -> str:
     if payload["warnings"]:
         lines += ["", "Warnings:", *[f"- {x}" for x in payload["warnings"]]]
     lines += _breakdown_lines(payload["runs"])
+    lines += _prediction_lines(payload["runs"], payload.get("predictions", {}))
     link = payload.get("link")
     if link:
         lines += ["", "## Links between the nodes (one probe per pair, before the runs)", ""]
@@ -119,6 +120,8 @@ def markdown(payload: dict[str, Any]) -> str:
         lines += [f"- {x}" for x in diagnosis["evidence"]]
         lines += ["", f"Recommendation: {diagnosis['recommendation']}"]
     lines += ["", "![speed-up](scaling.png)", ""]
+    if payload.get("predictions"):
+        lines += ["![the scaling model](scaling-model.png)", ""]
     return "\n".join(lines)
 
 
@@ -160,6 +163,39 @@ def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _prediction_lines(rows: Sequence[dict[str, Any]], predictions: dict[str, Any]) -> list[str]:
+    """The scaling model (:mod:`tfdist.bench.scaling`): fitted at the smallest node count, its step beside
+    each measured one, and its efficiency at node counts beyond."""
+    if not predictions:
+        return []
+    lines = [
+        "",
+        "## The scaling model: compute + all-reduce at the link's rate + a fitted overhead",
+        "",
+        "| configuration | nodes | measured step | predicted step | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "predicted_step_s" in r:
+            lines.append(
+                f"| {r['name']} | {r['nodes']} | {r['step_time_median_s'] * 1e3:.1f} ms | "
+                f"{r['predicted_step_s'] * 1e3:.1f} ms | {r['predicted_error']:+.0%} |"
+            )
+    counts = next(iter(predictions.values()))["efficiency_beyond"]
+    lines += [
+        "",
+        "Beyond this machine (every node computing alone as fast as the smallest count's, on the same link): "
+        "weak-scaling efficiency.",
+        "",
+        "| backend | fitted at | overhead per step | " + " | ".join(f"{n} nodes" for n in counts) + " |",
+        "|---|---|---|" + "---|" * len(counts),
+    ]
+    for backend, p in predictions.items():
+        cells = " | ".join(f"{p['efficiency_beyond'][n]:.2f}" for n in counts)
+        lines.append(f"| {backend} | {p['fitted_at_nodes']} nodes | {p['overhead_ms']:.1f} ms | {cells} |")
+    return lines
+
+
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Speed-up against workers, one line per backend (each starting from the local runs), and the ideal."""
     import matplotlib
@@ -195,14 +231,61 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_model(rows: Sequence[dict[str, Any]], predictions: dict[str, Any], path: Path) -> None:
+    """Efficiency against nodes: each backend's measured points (vs its unsynchronised copies) and the
+    scaling model's line through the measured counts and beyond."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for backend, fitted in predictions.items():
+        measured = sorted(
+            (r["nodes"], r["vs_independent"])
+            for r in rows
+            if r["backend"] == backend and r.get("vs_independent")
+        )
+        model = sorted(
+            [
+                (r["nodes"], r["step_time_median_s"] / r["predicted_step_s"] * r["vs_independent"])
+                for r in rows
+                if r["backend"] == backend and "predicted_step_s" in r and r.get("vs_independent")
+            ]
+            + [(int(n), e) for n, e in fitted["efficiency_beyond"].items()]
+        )
+        line = ax.plot(*zip(*model, strict=True), linestyle="--", label=f"{backend}: model")
+        if measured:
+            ax.plot(
+                *zip(*measured, strict=True),
+                marker="o",
+                linestyle="",
+                color=line[0].get_color(),
+                label=f"{backend}: measured",
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("efficiency (vs unsynchronised copies)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with files.atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+
+
 def write_all(out: Path, payload: dict[str, Any]) -> list[Path]:
-    """Write the four result files (each atomically) and return their paths."""
+    """Write the result files (each atomically; the scaling model's plot when it ran); their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.csv", out / "report.md", out / "scaling.png"]
     files.write_text(paths[0], json.dumps(payload, indent=2, default=float))
     files.write_text(paths[1], csv_text(payload["runs"]))
     files.write_text(paths[2], markdown(payload))
     plot(payload["runs"], paths[3])
+    if payload.get("predictions"):
+        paths.append(out / "scaling-model.png")
+        plot_model(payload["runs"], payload["predictions"], paths[-1])
     return paths
 
 
