@@ -143,18 +143,7 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "version",
-    [
-        pytest.param(
-            "3.10",
-            marks=pytest.mark.xfail(
-                strict=True, reason="tfdist/cli/slurm.py imports tomllib (3.11+); tomli is its 3.10 backport"
-            ),
-        ),
-        *PYTHONS[1:],
-    ],
-)
+@pytest.mark.parametrize("version", PYTHONS)  # 3.10 reads TOML with tomli, the later ones with tomllib
 def test_a_slurm_config_file_is_read_on_every_python(wheel: Path, tmp_path: Path, version: str) -> None:
     venv = user_venv(_python(version), wheel)
     (tmp_path / "job.toml").write_text("nodes = 2\nntasks-per-node = 1\n")

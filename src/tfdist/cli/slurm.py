@@ -115,7 +115,10 @@ def register(sub: Any) -> None:
 
 
 def _load_toml(path: str) -> dict[str, Any]:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the same parser, as a package before Python 3.11 (a dependency there)
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as fh:
