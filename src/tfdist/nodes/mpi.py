@@ -111,6 +111,14 @@ def _number(environ: Mapping[str, str], *names: str) -> int | None:
     return None
 
 
+def launcher_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank as its launcher numbered it (MPI's or srun's variables; None: not started by one).
+
+    Input/Output: ``{"PMI_RANK": "3"}`` -> ``3``; ``{"SLURM_PROCID": "1"}`` -> ``1``; ``{}`` -> ``None``.
+    """
+    return _number(environ, "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
 def started_by(environ: Mapping[str, str]) -> StartedBy | None:
     """Which kind of launcher started this process (None: none, or one no MPI library hears).
 

@@ -32,7 +32,15 @@ from tfdist._log import get_logger
 from tfdist.backends import MPI_INSTALL_HINT as INSTALL_HINT
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import CollectiveError, ConfigError, SetupError
-from tfdist.nodes.mpi import MPILibrary, alone, guess_launcher, mismatch, read_library, started_by
+from tfdist.nodes.mpi import (
+    MPILibrary,
+    alone,
+    guess_launcher,
+    launcher_rank,
+    mismatch,
+    read_library,
+    started_by,
+)
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, allgather_bytes, broadcast_bytes, cross_sum_bits, layout
@@ -82,13 +90,15 @@ def _library() -> MPILibrary | None:
 
 def stop(line: str) -> None:
     """End this rank on a wrong MPI stack: ConfigError under tfdist's worker (its hook prints the one line,
-    records it for the launcher's report and exits 2); started by hand (``mpirun python train.py``), the
-    same line and exit code 2 here, without a traceback."""
+    records it for the launcher's report and exits 2); started by hand (``mpirun python train.py``, ``srun
+    python train.py``), the same line from the launcher's first rank only (every rank reaches it: one line
+    for the job, not one per rank) and exit code 2 on every rank, without a traceback."""
     if variables.raw("TFDIST_ATTEMPT_DIR"):
         raise ConfigError(line)
     sys.stdout.flush()
-    sys.stderr.write(f"ConfigError: {line}\n")
-    sys.stderr.flush()
+    if launcher_rank(os.environ) in (None, 0):
+        sys.stderr.write(f"ConfigError: {line}\n")
+        sys.stderr.flush()
     raise SystemExit(2)
 
 
