@@ -241,28 +241,26 @@ def plot_model(rows: Sequence[dict[str, Any]], predictions: dict[str, Any], path
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for backend, fitted in predictions.items():
-        measured = sorted(
-            (r["nodes"], r["vs_independent"])
-            for r in rows
-            if r["backend"] == backend and r.get("vs_independent")
+        mine = [r for r in rows if r["backend"] == backend and r.get("vs_independent")]
+        measured = sorted((r["nodes"], r["vs_independent"]) for r in mine)
+        # Here the nodes share this machine's cores: the model with each count's own compute.
+        here = sorted(
+            (r["nodes"], r["step_time_median_s"] / r["predicted_step_s"] * r["vs_independent"])
+            for r in mine
+            if "predicted_step_s" in r
         )
-        model = sorted(
-            [
-                (r["nodes"], r["step_time_median_s"] / r["predicted_step_s"] * r["vs_independent"])
-                for r in rows
-                if r["backend"] == backend and "predicted_step_s" in r and r.get("vs_independent")
-            ]
-            + [(int(n), e) for n, e in fitted["efficiency_beyond"].items()]
+        # Beyond: every node computing alone, as fast as at the count the model was fitted at.
+        start = next((e for n, e in measured if n == fitted["fitted_at_nodes"]), None)
+        beyond = [(int(n), e) for n, e in fitted["efficiency_beyond"].items()]
+        if start is not None:
+            beyond.insert(0, (fitted["fitted_at_nodes"], start))
+        line = ax.plot(*zip(*measured, strict=True), marker="o", linestyle="", label=f"{backend}: measured")
+        color = line[0].get_color()
+        if here:
+            ax.plot(*zip(*here, strict=True), linestyle="--", color=color, label=f"{backend}: model, here")
+        ax.plot(
+            *zip(*beyond, strict=True), linestyle=":", color=color, label=f"{backend}: model, nodes alone"
         )
-        line = ax.plot(*zip(*model, strict=True), linestyle="--", label=f"{backend}: model")
-        if measured:
-            ax.plot(
-                *zip(*measured, strict=True),
-                marker="o",
-                linestyle="",
-                color=line[0].get_color(),
-                label=f"{backend}: measured",
-            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("nodes")
     ax.set_ylabel("efficiency (vs unsynchronised copies)")
