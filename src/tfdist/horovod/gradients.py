@@ -225,6 +225,17 @@ class DistributedGradientTape:
         return getattr(self._tape, name)
 
 
+def layer_types() -> tuple[type, ...]:
+    """Keras 3's layer class, and Keras 2's when this process loaded tf-keras (``tf.keras`` under
+    ``TF_USE_LEGACY_KERAS=1``): the local layers a partial tape or optimizer may name."""
+    import sys
+
+    import keras
+
+    tf_keras = sys.modules.get("tf_keras")
+    return (keras.layers.Layer,) if tf_keras is None else (keras.layers.Layer, tf_keras.layers.Layer)
+
+
 def PartialDistributedGradientTape(
     gradtape: Any,
     device_dense: str = "",
@@ -241,13 +252,11 @@ def PartialDistributedGradientTape(
 ) -> DistributedGradientTape:
     """:class:`DistributedGradientTape` whose ``local_layers``' weights keep their own gradients (divided
     by the size when ``scale_local_gradients``), as Horovod's."""
-    import keras
-
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif isinstance(local_layers, layer_types()):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+    elif not all(isinstance(layer, layer_types()) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     tape = DistributedGradientTape(
         gradtape,

@@ -21,6 +21,7 @@ from tfdist.horovod.gradients import (
     allreduce_gradients,
     divided,
     groups_option,
+    layer_types,
     variable_key,
 )
 
@@ -361,9 +362,9 @@ def PartialDistributedOptimizer(
         raise ValueError("op currently only supports Average and Sum")
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, _layer_types()):
+    elif isinstance(local_layers, layer_types()):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, _layer_types()) for layer in local_layers):
+    elif not all(isinstance(layer, layer_types()) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     distributed = DistributedOptimizer(
         optimizer,
@@ -382,16 +383,6 @@ def PartialDistributedOptimizer(
         for var in layer.trainable_weights:
             distributed.register_local_var(var)
     return distributed
-
-
-def _layer_types() -> tuple[type, ...]:
-    """Keras 3's layer class, and Keras 2's when this process loaded tf-keras."""
-    import sys
-
-    import keras
-
-    tf_keras = sys.modules.get("tf_keras")
-    return (keras.layers.Layer,) if tf_keras is None else (keras.layers.Layer, tf_keras.layers.Layer)
 
 
 def load_model(
