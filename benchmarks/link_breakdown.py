@@ -7,7 +7,7 @@ per worker, the configurations alternating from repeat to repeat:
   TensorFlow's tutorial loop; ``model.fit``);
 - for each link rate of ``--links`` (default ``1gbit,uncapped``): two test hosts (network namespaces of this
   machine, prefix ``tfdl``, subnet 10.95.0), one worker each, ``--backend tf,mpi --bucket-mb 0,2
-  --compare independent,raw-tf``.
+  --compare independent,raw-tf`` (``--backends``, and ``--compression fp16`` for the 16-bit wire).
 
 Each bench's results.json holds every configuration's step breakdown (forward + backward, the all-reduce
 left after it, update, bytes across nodes) and, across the link, the wire time at the measured rate and
@@ -81,6 +81,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--no-one-host", action="store_true", help="only the two-host runs")
+    parser.add_argument("--backends", default="tf,mpi", help="the two-host runs' backends")
+    parser.add_argument("--compression", default="none", help="the MPI backend's wire(s) across the link")
     parser.add_argument("--out", default="benchmarks/results/link-breakdown")
     args = parser.parse_args()
     out = Path(args.out)
@@ -103,10 +105,34 @@ def main() -> int:
         for link in links:
             for name in ("node1", "node2"):
                 hosts("cap", name, "off" if link == "uncapped" else link)
-            grid = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST, "--backend", "tf,mpi")
-            grid += ("--bucket-mb", "0,2", "--compare", "independent,raw-tf")
-            found = rows(bench(out / link, args.steps, args.repeats, *grid))
-            summary["places"][f"two hosts, {link}"] = found
+            grid = (
+                "--hosts",
+                "node1,node2",
+                "--nodes",
+                "2",
+                "--on-host",
+                ON_HOST,
+                "--backend",
+                args.backends,
+            )
+            grid += (
+                "--bucket-mb",
+                "0,2",
+                "--compression",
+                args.compression,
+                "--compare",
+                "independent,raw-tf",
+            )
+            wire = "" if args.compression == "none" else f", {args.compression} wire"
+            found = rows(
+                bench(
+                    out / f"{link}{wire.replace(', ', '-').replace(' wire', '')}",
+                    args.steps,
+                    args.repeats,
+                    *grid,
+                )
+            )
+            summary["places"][f"two hosts, {link}{wire}"] = found
             print(link, json.dumps(found, indent=1), flush=True)
     finally:
         if links:

@@ -388,6 +388,51 @@ def scaling_paper(payloads: list[Any]) -> Table:
     return rows
 
 
+def step_breakdown(payloads: list[Any]) -> Table:
+    """link-breakdown/summary.json: each place's configurations, their step split into parts (ms), and
+    across a link the wire time and how close the step came to its bounds."""
+    summary = payloads[0]
+    rows = [
+        [
+            "where",
+            "configuration",
+            "examples/s",
+            "against the limit",
+            "against the tutorial loop",
+            "step",
+            "forward + backward",
+            "all-reduce left",
+            "wire time",
+            "bound / step",
+        ]
+    ]
+    for place, configs in summary["places"].items():
+        for name, r in configs.items():
+            left = r.get("all-reduce", r.get("all-reduce + update"))
+            bound = "-"
+            if "vs_serial_bound" in r:
+                serial = "-b0" in name  # summed after the backward pass: compute + wire bounds it
+                bound = f"{r['vs_serial_bound' if serial else 'vs_overlap_bound']:.2f}"
+                bound += " (compute + wire)" if serial else " (max(compute, wire))"
+            rows.append(
+                [
+                    place.replace("1gbit", "1 Gbit/s"),
+                    config_words(name),
+                    _rate(r["examples_per_sec"]),
+                    _x(r.get("vs_independent")),
+                    _x(r.get("vs_raw_tf")),
+                    f"{r['step']:.0f} ms" if "step" in r else "-",
+                    f"{r['forward + backward']:.0f} ms" if "forward + backward" in r else "-",
+                    "-"
+                    if left is None
+                    else f"{left:.0f} ms" + ("" if "all-reduce" in r else " (with the update)"),
+                    f"{r['wire']:.0f} ms" if "wire" in r else "-",
+                    bound,
+                ]
+            )
+    return rows
+
+
 # ---- the results shown, in page order ------------------------------------------------------------------
 
 RESULTS: tuple[Result, ...] = (
@@ -537,6 +582,24 @@ RESULTS: tuple[Result, ...] = (
         table=scaling_model,
         date="2026-11-23",
         reading="An upper bound: the model leaves out the input pipeline and per-step overheads.",
+    ),
+    Result(
+        title="Where a step's time goes, on one machine and across a link",
+        sources=("link-breakdown/summary.json",),
+        setup="mnist-cnn on synthetic data, batch 64 per worker, one thread per worker, 40 measured steps, "
+        "the configurations alternated over 3 repeats; the step's parts from `--timeline` (medians of "
+        "every rank's steps). One host: 2 workers. Two hosts: one worker each, the MPI backend with one "
+        "sum after the backward pass (`--bucket-mb 0`) and with 2 MB buckets (the default), and the 16-bit "
+        "wire; wire time is the all-reduce's bytes at the link's measured rate; the bound is compute (the "
+        "unsynchronised copies') + wire + update for one sum, max(compute, wire) + update for buckets",
+        machine=SMALL_VM + "; two hosts emulated on it, links capped at 1 Gbit/s or uncapped",
+        command="python benchmarks/link_breakdown.py --repeats 3  # needs root (test hosts)",
+        table=step_breakdown,
+        reading="A slow day: one unsynchronised copy's step took 116 ms (about 55 ms on a fast day), so "
+        "the wire is a smaller share of each step than it would be then. One sum after the backward pass "
+        "runs at the wire's pace (bound / step near 1). Buckets hide the wire at 1 Gbit/s, but the "
+        "forward + backward pass grows by what moving the bytes through TCP costs the shared cores; on an "
+        "uncapped link, where the wire takes 2 ms, they cost more than they hide.",
     ),
     Result(
         title="The scaling model, checked on eight hosts",

@@ -57,9 +57,12 @@ def test_bench_rows_get_the_model_fitted_at_their_smallest_node_count() -> None:
         row("mpi-b0", 4, 0.170),
         row("raw-tf", 2, 0.110),
         row("mpi-b0", 8, 0.300),  # no unsynchronised copies at 8 nodes: nothing to compare it with
+        row("mpi-b2", 2, 0.080),  # buckets overlap the backward pass: not what the model is for
+        row("tf", 2, 0.150),
     ]
     predictions = bench_predictions(rows, 4.8e6)
-    assert set(predictions) == {"mpi-b0"}  # references are not modelled
+    assert set(predictions) == {"mpi-b0", "tf"}  # references and overlapping sums are not modelled
+    assert "predicted_step_s" not in rows[6] and rows[7]["predicted_error"] == pytest.approx(0.0)
     fitted = predictions["mpi-b0"]
     assert fitted["fitted_at_nodes"] == 2
     assert fitted["overhead_ms"] == pytest.approx((0.100 - 0.050 - 0.0384 - 2e-5) * 1e3)
@@ -74,6 +77,6 @@ def test_bench_rows_get_the_model_fitted_at_their_smallest_node_count() -> None:
 
 
 def test_nothing_to_fit_without_a_link_or_copies() -> None:
-    assert bench_predictions([row("mpi", 2, 0.1)], 4.8e6) == {}
+    assert bench_predictions([row("mpi-b0", 2, 0.1)], 4.8e6) == {}  # no copies to take compute from
     one_node = [{**row("independent", 1, 0.05), "link": None}, {**row("mpi", 1, 0.06), "link": None}]
     assert bench_predictions(one_node, 4.8e6) == {}

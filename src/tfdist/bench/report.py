@@ -129,6 +129,10 @@ def _ms(parts: dict[str, float], key: str) -> str:
     return f"{parts[key]:.1f}" if key in parts else "-"
 
 
+def _mb(parts: dict[str, float]) -> str:
+    return f"{parts['mb_across_nodes']:.2f}" if "mb_across_nodes" in parts else "-"
+
+
 def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The ``--timeline`` table: each configuration's step split into its parts (medians, ms), with the
     wire time at the measured link rate and how close the step came to its bounds."""
@@ -150,7 +154,7 @@ def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         overlap = f"{b['overlap_bound']:.1f} ({b['vs_overlap_bound']:.2f}x)" if b else "-"
         lines.append(
             f"| {r['name']} | {_ms(p, 'step')} | {_ms(p, 'forward + backward')} | {reduce_} | "
-            f"{_ms(p, 'update')} | {p.get('mb_across_nodes', 0):.2f} | {_ms(b, 'wire')} | {serial} | "
+            f"{_ms(p, 'update')} | {_mb(p)} | {_ms(b, 'wire')} | {serial} | "
             f"{overlap} |"
         )
     lines += [
@@ -171,6 +175,9 @@ def _prediction_lines(rows: Sequence[dict[str, Any]], predictions: dict[str, Any
     lines = [
         "",
         "## The scaling model: compute + all-reduce at the link's rate + a fitted overhead",
+        "",
+        "For the configurations that sum after the backward pass (TensorFlow's collectives, the MPI backend "
+        "with `--bucket-mb 0`): an upper bound for those that overlap.",
         "",
         "| configuration | nodes | measured step | predicted step | error |",
         "|---|---|---|---|---|",

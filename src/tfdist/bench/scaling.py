@@ -86,8 +86,16 @@ def size(row: Mapping[str, Any]) -> tuple[int, int]:
     return int(row.get("nodes", 1)), int(row["workers"])
 
 
+def sums_after_backward(label: str) -> bool:
+    """Whether a bench configuration sums its gradients after the backward pass, the case the model is
+    for: TensorFlow's collectives (inside the update) and the MPI backend without buckets (``mpi-b0``,
+    ``mpi-fp16-b0``); not the MPI backend's default buckets across nodes, not the references."""
+    return label == "tf" or label.startswith("tf-") or (label.startswith("mpi") and label.endswith("-b0"))
+
+
 def bench_predictions(rows: Sequence[dict[str, Any]], nbytes: float) -> dict[str, Any]:
-    """For each backend measured at several node counts across a link, beside its unsynchronised copies:
+    """For each backend that sums after the backward pass (:func:`sums_after_backward`), measured across a
+    link beside its unsynchronised copies:
     the model fitted at the smallest count, its step at every measured count (``rows`` get
     ``predicted_step_s`` and ``predicted_error``: predicted / measured - 1) and its efficiency at
     :data:`BEYOND` nodes with the smallest count's compute. ``{}`` when nothing can be fitted.
@@ -97,8 +105,7 @@ def bench_predictions(rows: Sequence[dict[str, Any]], nbytes: float) -> dict[str
     """
     alone = {size(r): r["step_time_median_s"] for r in rows if r["backend"] == "independent"}
     out: dict[str, Any] = {}
-    references = ("independent", "raw-tf", "keras-fit")
-    backends = {r["backend"] for r in rows if r.get("nodes", 1) > 1 and r["backend"] not in references}
+    backends = {r["backend"] for r in rows if r.get("nodes", 1) > 1 and sums_after_backward(r["backend"])}
     for backend in sorted(backends):
         measured = [r for r in rows if r["backend"] == backend and r.get("link") and size(r) in alone]
         mine = sorted(measured, key=lambda r: int(r["nodes"]))
