@@ -222,6 +222,8 @@ class MPISync(ProcessLevel):
         options = self.options
         if self.size == 1 or options == WireOptions() or not dense or None in sizes:
             return super().exchange(grads, sums)
+        if options.bucket_mb == 0:  # the 16-bit wire without buckets: one sum, now, in this thread
+            return self._one_half_sum(dense, sums)
         # Buckets, or compression (then one bucket: it is cast to 16 bits in the graph, see _bucketed).
         buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
         if self.rank == 0:
@@ -230,6 +232,33 @@ class MPISync(ProcessLevel):
         order = [i for bucket in buckets for i in bucket]
         by_index = dict(zip(order, outs[:-1], strict=True))
         outs = [*(by_index[i] for i in range(len(dense))), outs[-1]]
+        shaped = [tf.ensure_shape(o, p.shape) for o, p in zip(outs, [*dense, sums], strict=True)]
+        return [tf.cast(r, g.dtype) for r, g in zip(shaped[:-1], dense, strict=True)], shaped[-1]
+
+    def _one_half_sum(self, dense: list[Any], sums: Any) -> tuple[list[Any], Any]:
+        """The gradients through the 16-bit wire and the metric sums exact, in one graph op that sums them
+        in the caller's thread, paired by order as the unbucketed float32 sum is (every rank issues it in
+        the same place). Why not through the coordinator as one bucket: its round (a negotiation, a hand-off
+        to its thread, polls that sleep between bursts) cost about as much as the halved wire saved
+        (mnist-cnn, 1 Gbit/s: 43 ms left after the backward pass for 2.4 MB against 46 for 4.8 MB)."""
+        import tensorflow as tf
+
+        compression = self.options.compression
+        wire = {"fp16": tf.float16, "bf16": tf.bfloat16}[compression]
+
+        def run(*arrays: np.ndarray) -> list[np.ndarray]:
+            *halves, exact = arrays
+            self.watch.begin("the gradient all-reduce")
+            summed = self._half_sums([np.asarray(h) for h in halves], compression, self.reducer.waiter)
+            (total,) = self.packed_sum([np.asarray(exact, np.float32)])
+            return [*summed, total]
+
+        outs = tf.numpy_function(
+            run,
+            [*(tf.cast(g, wire) for g in dense), tf.cast(sums, tf.float32)],
+            [wire] * len(dense) + [tf.float32],
+            stateful=True,
+        )
         shaped = [tf.ensure_shape(o, p.shape) for o, p in zip(outs, [*dense, sums], strict=True)]
         return [tf.cast(r, g.dtype) for r, g in zip(shaped[:-1], dense, strict=True)], shaped[-1]
 
@@ -405,20 +434,24 @@ class MPISync(ProcessLevel):
                 v if i < keep or v.dtype.itemsize == 2 else v.copy() for i, v in enumerate(mine)
             ]
 
-    def _half_sums(self, arrays: list[np.ndarray], compression: str) -> list[np.ndarray]:
-        """Sums of 16-bit arrays (float16, or bfloat16), as arrays of the same dtype.
+    def _half_sums(
+        self, arrays: list[np.ndarray], compression: str, waiter: Waiter | None = None
+    ) -> list[np.ndarray]:
+        """Sums of 16-bit arrays (float16, or bfloat16), as arrays of the same dtype; polled by ``waiter``
+        (default: the coordinator's, which sleeps between polls beside a backward pass).
 
         One rank per node: their bits go straight to the wire (:func:`cross_sum_bits`). Otherwise the
         node's shared-memory level needs float32: decoded, summed as the other gradients, encoded again.
         """
+        waiter = waiter or self.background
         bits = np.concatenate([a.reshape(-1).view(np.uint16) for a in arrays])
         if self.reducer.local_size == 1 and self.reducer.cross.Get_size() > 1:
             with self._reducing:
-                summed = cross_sum_bits(self.reducer.cross, bits, compression, self.background)
+                summed = cross_sum_bits(self.reducer.cross, bits, compression, waiter)
                 self.reducer.wire = (arrays[0].dtype, int(bits.nbytes))
                 self.reducer.crossed += int(bits.nbytes)
         else:
-            (total,) = self.packed_sum([decode(bits, compression)], 1, 1, compression, self.background)
+            (total,) = self.packed_sum([decode(bits, compression)], 1, 1, compression, waiter)
             summed = encode(total, compression).view(np.uint16)
         out, at = [], 0
         for a in arrays:
