@@ -85,6 +85,35 @@ def test_every_optimizer_sharded_equals_one_process(
     assert_equal_runs(ranks(n, tmp_path / "sharded", name, "--shard"), n, reference)
 
 
+#: The unsharded 16-bit wire's tolerance against exact (tests/multiprocess/test_buckets_wire.py, tests/
+#: multihost/test_overlap.py).
+WIRE_TOLERANCE = {"fp16": 1e-3, "bf16": 5e-3}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("compression", "name"), [("fp16", "adam"), ("bf16", "sgd")])
+def test_the_16_bit_wire_sharded_stays_within_the_wire_s_tolerance(
+    compression: str, name: str, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
+    """2 ranks, each its own node (TFDIST_MPI_SHM=0: every byte crosses MPI, so the wire applies), sharded
+    and unsharded with the same compression: every rank holds the same weights, and the sharded run is
+    within the tolerance the unsharded wire has against one exact process (and really lossy)."""
+    reference = np.load(one_process_reference(SCRIPT, name) / "weights-0.npy")
+    env = {"TFDIST_MPI_SHM": "0", "TFDIST_COMPRESSION": compression}
+    errors = {}
+    for mode in ("sharded", "unsharded"):
+        args = (name, "--shard") if mode == "sharded" else (name,)
+        out = ranks(2, tmp_path / mode, *args, env=env)
+        w0, w1 = np.load(out / "weights-0.npy"), np.load(out / "weights-1.npy")
+        assert np.array_equal(w0, w1)
+        errors[mode] = float(np.max(np.abs(w0 - reference)))
+    print(f"{compression} {name}: max abs difference from one exact process {errors}")  # shown with -s
+    assert 0 < errors["sharded"] <= WIRE_TOLERANCE[compression], errors
+    assert errors["unsharded"] <= WIRE_TOLERANCE[compression], errors
+    log = (tmp_path / "sharded" / "logs" / "attempt-0" / "mpi.log").read_text()
+    assert f"gradients reduce-scattered as {compression} in one piece" in log, log[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("first", "then"),

@@ -3,11 +3,13 @@ that refuse what a flat shard cannot do, and what the memory estimate says of sh
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tfdist.errors import ConfigError
 from tfdist.estimate.plan import MIB, Device, EstimateConfig, LayerOutput, ModelSummary, estimate
-from tfdist.sync.shard import ShardLayout, check_backend, check_optimizer, check_wire
+from tfdist.sync.shard import ShardLayout, check_backend, check_buckets, check_optimizer, scatter_sum_16
+from tfdist.sync.wire import RELATIVE_ERROR, encode
 
 
 @pytest.mark.parametrize(
@@ -87,8 +89,7 @@ def test_element_wise_optimizers_pass() -> None:
         (lambda: check_backend("tf"), "shard_optimizer needs the mpi backend, but this run's backend is tf"),
         (lambda: check_backend("horovod"), "this run's backend is horovod"),
         (lambda: ShardLayout((), 0, 2), "the model has no trainable weights"),
-        (lambda: check_wire("fp16", None), "does not combine with compression='fp16'"),
-        (lambda: check_wire(None, 4.0), "bucket_mb=4.0"),
+        (lambda: check_buckets(4.0), "does not combine with bucket_mb=4.0"),
     ],
 )
 def test_what_cannot_be_sharded_is_one_line(call, expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,13 +100,77 @@ def test_what_cannot_be_sharded_is_one_line(call, expected: str, monkeypatch: py
 
 
 def test_the_wire_s_defaults_are_not_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TFDIST_COMPRESSION", raising=False)
+    """TFDIST_BUCKET_MB's default (2 MB across nodes) is left unused; one set by hand is refused."""
     monkeypatch.delenv("TFDIST_BUCKET_MB", raising=False)
-    check_wire(None, None)
-    check_wire("none", 0)
-    monkeypatch.setenv("TFDIST_COMPRESSION", "bf16")
-    with pytest.raises(ConfigError, match="compression='bf16'"):
-        check_wire(None, None)
+    check_buckets(None)
+    check_buckets(0)
+    monkeypatch.setenv("TFDIST_BUCKET_MB", "2")
+    with pytest.raises(ConfigError, match=r"bucket_mb=2\.0"):
+        check_buckets(None)
+    check_buckets(0)  # tfdist.fit's option wins over the variable
+
+
+class Ranks:
+    """Every rank's ``Ialltoall`` at once, in one process: rank ``r``'s view is ``Ranks.comm(r)``."""
+
+    def __init__(self, sent: list[np.ndarray]) -> None:
+        self.sent = sent
+
+    def comm(self, rank: int) -> object:
+        ranks = self
+
+        class Comm:  # mpi4py's method names
+            def Get_size(self) -> int:
+                return len(ranks.sent)
+
+            def Ialltoall(self, send: np.ndarray, recv: np.ndarray) -> str:
+                assert send is ranks.sent[rank]
+                step = send.size // len(ranks.sent)
+                for j, theirs in enumerate(ranks.sent):  # slice `rank` of every rank's buffer
+                    recv[j * step : (j + 1) * step] = theirs[rank * step : (rank + 1) * step]
+                return "done"
+
+        return Comm()
+
+
+class Done:
+    def wait(self, request: str) -> None:
+        assert request == "done"
+
+
+def widen(rounded: np.ndarray, compression: str) -> np.ndarray:
+    """16-bit values back to float32, written out here (not the wire's decode)."""
+    if compression == "fp16":
+        return rounded.astype(np.float32)
+    return (rounded.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("compression", ["fp16", "bf16"])
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_16_bit_reduce_scatter_sums_each_slice_in_float32(compression: str, size: int) -> None:
+    """Each rank gets its slice of the sum of the rounded gradients, added in float32 in rank order: within
+    one rounding of the exact sum per term, and not rounded again."""
+    rng = np.random.default_rng(1)
+    grads = [rng.normal(size=12 * size).astype(np.float32) for _ in range(size)]
+    sent = [encode(g, compression).view(np.uint16) for g in grads]
+    ranks = Ranks(sent)
+    got = np.concatenate([scatter_sum_16(ranks.comm(r), sent[r], compression, Done()) for r in range(size)])
+    assert got.dtype == np.float32
+    widened = [widen(encode(g, compression), compression) for g in grads]
+    want = widened[0].copy()
+    for w in widened[1:]:
+        want += w
+    assert np.array_equal(got, want)  # the float32 sum of the rounded values, bit for bit
+    exact = np.sum(grads, axis=0, dtype=np.float64)
+    bound = RELATIVE_ERROR[compression] * np.sum(np.abs(grads), axis=0) + 1e-6
+    assert np.all(np.abs(got - exact) <= bound)
+    assert np.any(got != exact.astype(np.float32))  # really rounded
+
+
+def test_the_16_bit_reduce_scatter_needs_equal_slices() -> None:
+    sent = [np.zeros(5, np.uint16), np.zeros(5, np.uint16)]
+    with pytest.raises(ValueError, match="5 values do not split into 2"):
+        scatter_sum_16(Ranks(sent).comm(0), sent[0], "fp16", Done())
 
 
 # A dense model of 100M float32 parameters (the benchmark's), Adam: weights + gradients + 2 slots.

@@ -6,7 +6,10 @@ trainable weights are seen as ONE flat vector of P elements, padded to a multipl
 the slice ``[r * P/N, (r + 1) * P/N)``. Each step:
 
 1. the flat gradient is reduce-scattered (``MPI_Ireduce_scatter_block``): rank r receives the SUM of its
-   slice only; the step's metric sums travel beside it in a small all-reduce;
+   slice only; the step's metric sums travel beside it in a small all-reduce. With the 16-bit wire
+   (``compression`` fp16 / bf16, applied when the job spans nodes as for unsharded steps) each rank sends
+   its gradients rounded to 16 bits in one all-to-all and rank r adds the N halves of its slice in float32,
+   in rank order (:func:`scatter_sum_16`): one rounding per gradient, none after the sum;
 2. the model's optimizer, built over one flat variable of P/N elements (its slots are P/N each), applies
    that slice to the rank's slice of the current weights;
 3. the updated slices are all-gathered (``MPI_Iallgather``) into every rank's full weights.
@@ -17,7 +20,10 @@ arithmetic as updating the whole. Clipping by a norm is not element-wise and is 
 is what would need the per-variable identity the flat slice loses (weight-decay exclusions).
 
 The collectives are plain MPI over the backend's communicator (``sync.comm``), not its shared-memory
-all-reduce: a reduce-scatter and an all-gather move the same bytes as one all-reduce between them.
+all-reduce: a reduce-scatter and an all-gather move the same bytes as one all-reduce between them. The
+all-gather of the updated weights is float32 whatever the wire: every rank must hold the same exact weights.
+Gradient buckets (``bucket_mb``) do not apply: the reduce-scatter starts once the backward pass is over;
+an explicit request for them is refused, the MPI backend's default across nodes is left unused.
 Every wait goes through the backend's :class:`~tfdist.sync.reduce.Waiter` (polled, with the collective
 timeout) and each collective is named for a timeout's line.
 
@@ -37,7 +43,11 @@ from typing import Any
 import numpy as np
 
 from tfdist import variables
+from tfdist._log import get_logger
 from tfdist.errors import ConfigError
+from tfdist.sync.wire import decode, encode
+
+log = get_logger(__name__)
 
 #: Optimizers whose update is element-wise (Keras 3 class names); their slots are sliced with the weights.
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "RMSprop")
@@ -64,19 +74,18 @@ def check_backend(backend: str) -> None:
         )
 
 
-def check_wire(compression: str | None, bucket_mb: float | None) -> None:
-    """ConfigError when 16-bit gradients or gradient buckets are asked for with sharding (``tfdist.fit``'s
-    options, else TFDIST_COMPRESSION / TFDIST_BUCKET_MB when set): the reduce-scatter sends float32 in one
-    piece after the backward pass."""
-    if compression is None and variables.is_set("TFDIST_COMPRESSION"):
-        compression = str(variables.get("TFDIST_COMPRESSION"))
+def check_buckets(bucket_mb: float | None) -> None:
+    """ConfigError when gradient buckets are asked for with sharding (``tfdist.fit``'s ``bucket_mb``, else
+    TFDIST_BUCKET_MB when set): the reduce-scatter sends the gradients in one piece after the backward
+    pass. The 16-bit wire (``compression``) combines with sharding; TFDIST_BUCKET_MB's default is not a
+    request."""
     if bucket_mb is None and variables.is_set("TFDIST_BUCKET_MB"):
         bucket_mb = float(variables.get("TFDIST_BUCKET_MB"))
-    if compression not in (None, "none") or (bucket_mb or 0) > 0:
+    if (bucket_mb or 0) > 0:
         raise ConfigError(
-            f"shard_optimizer does not combine with compression={compression!r} / bucket_mb={bucket_mb!r}: "
-            "its reduce-scatter sends float32 gradients in one piece. Hint: drop compression and bucket_mb "
-            "(and TFDIST_COMPRESSION / TFDIST_BUCKET_MB), or leave shard_optimizer out."
+            f"shard_optimizer does not combine with bucket_mb={bucket_mb!r}: its reduce-scatter sends the "
+            "gradients in one piece after the backward pass. Hint: drop bucket_mb (and TFDIST_BUCKET_MB), "
+            "or leave shard_optimizer out."
         )
 
 
@@ -176,6 +185,18 @@ class ShardedOptimizer:
         if bad:
             raise ConfigError(f"shard_optimizer needs float32 trainable variables; {bad[0]} is not. {HINT}.")
         self.layout = ShardLayout(tuple(int(np.prod(v.shape)) for v in self.targets), sync.rank, sync.size)
+        #: What the reduce-scatter sends: the backend's wire (configured from ``compression``, else
+        #: TFDIST_COMPRESSION; ``none`` when the job is on one node, as for unsharded steps).
+        self.compression: str = sync.options.compression
+        if sync.rank == 0 and sync.size > 1:
+            log.info(
+                "shard_optimizer: %d weights in %d shards of %d; gradients reduce-scattered as %s in one "
+                "piece after the backward pass (no buckets), weights all-gathered as float32",
+                self.layout.total,
+                sync.size,
+                self.layout.shard,
+                "float32" if self.compression == "none" else self.compression,
+            )
         key = (self.layout, tuple(id(v) for v in self.targets))
         previous = _SHARDS.get(id(self.optimizer))
         if previous is not None and previous[0]() is self.optimizer and previous[1] == key:
@@ -238,6 +259,8 @@ class ShardedOptimizer:
         sync, mpi = self.sync, self.sync.mpi
         *grads, sums = arrays
         layout = self.layout
+        if self.compression != "none" and sync.size > 1:
+            return self._reduce_scatter_16(grads, sums)
         flat = np.empty(layout.padded, np.float32)
         for grad, start, n in zip(grads, layout.offsets, layout.sizes, strict=True):
             flat[start : start + n] = grad.reshape(-1)
@@ -249,6 +272,20 @@ class ShardedOptimizer:
         scatter = sync.comm.Ireduce_scatter_block(flat, mine, op=mpi.SUM)
         metrics = sync.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
         sync.reducer.waiter.wait(scatter)
+        sync.reducer.waiter.wait(metrics)
+        return [mine, summed]
+
+    def _reduce_scatter_16(self, grads: Sequence[np.ndarray], sums: np.ndarray) -> list[np.ndarray]:
+        """:meth:`_reduce_scatter` with the gradients rounded to 16 bits on the wire (packed straight into
+        the 16-bit send buffer: no float32 copy of the flat gradient); the metric sums stay float32."""
+        sync, mpi, layout = self.sync, self.sync.mpi, self.layout
+        sent = np.zeros(layout.padded, np.uint16)  # the padding is +0.0 in both formats
+        for grad, start, n in zip(grads, layout.offsets, layout.sizes, strict=True):
+            sent[start : start + n] = encode(grad.reshape(-1), self.compression).view(np.uint16)
+        summed = np.empty_like(sums)
+        sync.watch.begin("the sharded optimizer's 16-bit gradient reduce-scatter")
+        metrics = sync.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
+        mine = scatter_sum_16(sync.comm, sent, self.compression, sync.reducer.waiter)
         sync.reducer.waiter.wait(metrics)
         return [mine, summed]
 
@@ -365,6 +402,30 @@ class ShardedOptimizer:
         return None if full is None else full[: self.layout.total]
 
 
+def scatter_sum_16(comm: Any, sent: np.ndarray, compression: str, waiter: Any) -> np.ndarray:
+    """This rank's slice of the sum over ``comm`` of every rank's ``sent`` (16-bit floats as their bits,
+    ``uint16``, a multiple of the rank count long), as float32.
+
+    One all-to-all: slice j of every rank's buffer goes to rank j, which decodes the halves and adds them
+    in float32 in rank order (the reduce-scatter half of :func:`tfdist.sync.reduce.cross_sum_bits`). The
+    sum is not rounded again: it is the owner's alone, the optimizer updates from it and the weights travel
+    back as float32, so every rank ends with the same values.
+
+    Input/Output: 2 ranks sending fp16 bits of ``[1, 2, 3, 4]`` and ``[10, 20, 30, 40]``: rank 0 gets
+    ``[11, 22]``, rank 1 ``[33, 44]``.
+    """
+    size = comm.Get_size()
+    if sent.size % size:
+        raise ValueError(f"{sent.size} values do not split into {size} equal slices")
+    received = np.empty_like(sent)
+    waiter.wait(comm.Ialltoall(sent, received))
+    slices = received.reshape(size, -1)
+    mine = decode(slices[0], compression)
+    for rank in range(1, size):
+        mine += decode(slices[rank], compression)
+    return mine
+
+
 def _ids(slots: dict[str, Any], full_slots: dict[str, list[Any]]) -> set[int]:
     """The ids of every slot variable, sharded and whole: what is not a scalar of the optimizer."""
     return {id(v) for v in slots.values()} | {id(v) for vs in full_slots.values() for v in vs}
@@ -373,12 +434,12 @@ def _ids(slots: dict[str, Any], full_slots: dict[str, list[Any]]) -> set[int]:
 def open_shard(model: Any, strategy: Any, options: Any) -> ShardedOptimizer | None:
     """The sharded optimizer of this run, or None when sharding is not asked for; ConfigError (one line,
     before anything is written) when it cannot be done. ``options``: ``tfdist.fit``'s (``shard_optimizer``,
-    ``compression``, ``bucket_mb``)."""
+    ``bucket_mb``; ``compression`` reaches the backend first, see :mod:`tfdist.train.entry`)."""
     if not wanted(options.shard_optimizer):
         return None
     from tfdist import context
     from tfdist.sync import process_sync
 
     check_backend(context.current().backend)
-    check_wire(options.compression, options.bucket_mb)
+    check_buckets(options.bucket_mb)
     return ShardedOptimizer(model, process_sync("mpi"), strategy)
