@@ -2,7 +2,8 @@
 
 Each model is saved as a ``.keras`` file, estimated from that file (its weights unread), then trained a few
 steps with plain ``model.fit`` in a fresh process (``_estimate_worker.py``) whose kernel high-water mark of
-resident memory (``ru_maxrss``) is the measured peak. Writes benchmarks/results/estimate_accuracy.json.
+resident memory (``VmHWM``, see the worker) is the measured peak. Writes
+benchmarks/results/estimate_accuracy.json.
 
 Run: ``.venv/bin/python benchmarks/estimate_accuracy.py`` (a few minutes on two cores).
 """
@@ -106,7 +107,7 @@ def main() -> None:
     write_json(
         ROOT / "benchmarks" / "results" / "estimate_accuracy.json",
         {
-            "what": "tfdist estimate vs the peak RSS (ru_maxrss) of one CPU process running model.fit",
+            "what": "tfdist estimate vs the peak RSS (VmHWM) of one CPU process running model.fit",
             "steps": STEPS,
             "tensorflow": tf.__version__,
             "keras": keras.__version__,

@@ -6,6 +6,7 @@ import pytest
 
 from tfdist.errors import ConfigError
 from tfdist.estimate.plan import (
+    BATCH_NORM_BYTES,
     FIRST_STEP_BYTES,
     IDLE_PROCESS_BYTES,
     MIB,
@@ -117,6 +118,19 @@ def test_mixed_precision_keeps_float32_variables_and_halves_activations() -> Non
 def test_replicas_add_the_all_reduce_buffer() -> None:
     got = terms(estimate(MLP, EstimateConfig(8, "sgd", replicas=8)))
     assert got["all-reduce buffer"] == got["gradients"]
+
+
+def test_batch_norm_layers_cost_a_fixed_amount_each_whatever_the_batch() -> None:
+    """The measured per-layer cost of batch norm (benchmarks/results/estimate_conv.json): counted once per
+    layer, not per example; convolutions and dense layers get none."""
+    norms = tuple(LayerOutput(f"bn{i}", "BatchNormalization", 4096) for i in range(3))
+    convs = (LayerOutput("in", "InputLayer", 3072), LayerOutput("c", "Conv2D", 4096), *norms)
+    cnn = ModelSummary("cnn", trainable=(864, 32, 32), non_trainable=64, layers=convs, input_elements=3072)
+    for batch in (2, 64):
+        assert terms(estimate(cnn, EstimateConfig(batch)))["batch-norm layers"] == 3 * BATCH_NORM_BYTES
+    without = ModelSummary("c", trainable=(864,), non_trainable=0, layers=convs[:2], input_elements=3072)
+    assert "batch-norm layers" not in terms(estimate(without, EstimateConfig(8)))
+    assert "batch-norm layers" not in terms(estimate(MLP, EstimateConfig(8)))
 
 
 def test_activations_scale_with_the_batch() -> None:

@@ -4,10 +4,11 @@ TensorFlow, no Keras; :mod:`tfdist.estimate.read` turns a Keras model into a :cl
 One replica holds, for the whole step: the weights, their gradients, the optimizer's slot variables, the
 activations that backprop keeps (every layer output, times the batch), a few input batches, and for more
 than one replica one packed copy of the gradients for the all-reduce. Beside these the step needs short-
-lived workspace: the optimizer's update temporaries (a few copies of the largest variable) and the gradient
-in flight through the largest activation. The process itself costs a fixed baseline (TensorFlow + Keras
-loaded, the step traced), measured here and stated as a constant. What nothing here can know (allocator
-fragmentation, cuDNN / oneDNN scratch, XLA's buffers) is a margin, printed as its own line.
+lived workspace: the optimizer's update temporaries (a few copies of the largest variable), the gradient
+in flight through the largest activation, and a fixed cost per batch-norm layer (measured). The process
+itself costs a fixed baseline (TensorFlow + Keras loaded, the step traced), measured here and stated as a
+constant. What nothing here can know (allocator fragmentation, cuDNN / oneDNN scratch, XLA's buffers) is a
+margin, printed as its own line.
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ INPUT_BATCHES = 3
 #: Layers whose output backprop does not keep a copy of: views of their input (Flatten, Reshape), the
 #: input itself (counted as input batches); and those that keep two (Dropout: output and its mask).
 KEPT_COPIES = {"InputLayer": 0, "Flatten": 0, "Reshape": 0, "Permute": 1, "Dropout": 2}
+#: Per batch-normalization layer, whatever the batch and the image size (TF 2.21 on CPU, oneDNN off): 8 MiB.
+#: Measured by benchmarks/estimate_conv.py (results/estimate_conv.json: peak resident memory of model.fit
+#: against the other terms). What they leave unexplained grows by 8.1 MiB per block between stacks of 8 and
+#: 32 conv + batch-norm + ReLU blocks (32x32x32 activations, batch 8) and is 378-438 MiB for ResNet-50's 53
+#: batch-norm layers (7-8 MiB each) at batch 2, 8 and 24 and at 32 and 64 px alike; 32 conv + ReLU blocks
+#: without batch norm leave -11 MiB, 33 dense layers +8 MiB. So it is neither the convolutions' im2col
+#: workspace nor the backward pass's copies of activations (both would grow with the batch or the image):
+#: it is a fixed cost of each Keras batch-norm layer's step (its moments, two moving-average updates and
+#: their gradients, unfused on this backend).
+BATCH_NORM_BYTES = 8 * MIB
+#: The Keras layer classes that term counts.
+BATCH_NORMS = ("BatchNormalization",)
 DEFAULT_MARGIN = 0.10
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 
@@ -377,6 +390,16 @@ def _terms(
             "workspace",
         ),
     ]
+    norms = sum(1 for layer in model.layers if layer.kind in BATCH_NORMS)
+    if norms:
+        terms.append(
+            Term(
+                "batch-norm layers",
+                norms * BATCH_NORM_BYTES,
+                f"{norms} x {BATCH_NORM_BYTES // MIB} MiB, fixed per layer (not per example), measured",
+                "workspace",
+            )
+        )
     model_bytes = sum(t.bytes for t in terms)
     terms += [
         Term(
