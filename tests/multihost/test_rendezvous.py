@@ -95,6 +95,7 @@ def test_plain_mwms_script_forms_one_job_across_hosts(hosts: None, nodes: int, t
     assert_ranks_equal_one_process(single, out, nodes)
 
 
+@pytest.mark.slow  # the first tier: model.fit on 2 x 2 workers across hosts in test_k8s_pods.py
 def test_keras_model_fit_two_workers_on_each_of_two_hosts(hosts: None, tmp_path: Path) -> None:
     script = str(HELPERS / "keras_fit.py")
     single, out = tmp_path / "single", tmp_path / "out"
@@ -113,7 +114,7 @@ def test_keras_model_fit_two_workers_on_each_of_two_hosts(hosts: None, tmp_path:
             assert np.allclose(history[key], values, atol=1e-5, rtol=0), key
 
 
-@pytest.mark.slow  # the first tier runs tfdist.fit across hosts in test_workers_differ_hosts.py[tf]
+@pytest.mark.slow  # the first tier: tfdist.fit across hosts on the MPI backend, below
 def test_tfdist_fit_on_the_tf_backend_across_hosts(hosts: None, tmp_path: Path) -> None:
     probe = str(HELPERS / "fit_probe.py")
     single, out = tmp_path / "single", tmp_path / "out"

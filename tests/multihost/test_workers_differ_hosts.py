@@ -59,8 +59,10 @@ def references(one_process_reference: Callable[..., Path]) -> tuple[Path, Path]:
     return differ, one_process_reference(HELPERS / "uneven_fit.py", "2", "--reference")
 
 
-# The MPI backend's cases run on one machine in the first tier (tests/multiprocess), here in the second.
-@pytest.mark.parametrize("backend", ["tf", pytest.param("mpi", marks=pytest.mark.slow)])
+# The second tier: the first runs the same workers on one machine (tests/multiprocess/test_workers_differ.py).
+@pytest.mark.parametrize(
+    "backend", [pytest.param("tf", marks=pytest.mark.slow), pytest.param("mpi", marks=pytest.mark.slow)]
+)
 def test_workers_that_differ_across_hosts_equal_one_process(
     testhosts: Hosts, references: tuple[Path, Path], backend: str, tmp_path: Path
 ) -> None:

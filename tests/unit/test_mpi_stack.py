@@ -188,12 +188,14 @@ def test_this_venv_picks_the_launcher_of_the_mpich_wheel() -> None:
 
 
 @needs_mpi4py
-def test_a_rank_of_open_mpi_s_mpirun_stops_with_one_line_before_mpi_init(tmp_path: Path) -> None:
-    """Open MPI's variables by hand (no PMIx server): MPI_Init would abort; the check ends first."""
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_rank_of_open_mpi_s_mpirun_stops_with_one_line_before_mpi_init(tmp_path: Path, rank: str) -> None:
+    """Open MPI's variables by hand (no PMIx server): MPI_Init would abort; the check ends first, every rank
+    with exit code 2, the line said by the launcher's first rank only (one line for the job)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "TFDIST_", "SLURM_"))}
     proc = subprocess.run(
         [sys.executable, "-c", "from tfdist.sync.mpi import import_mpi; import_mpi(); print('initialised')"],
-        env={**env, **OPEN_MPI_RUN},
+        env={**env, **OPEN_MPI_RUN, "OMPI_COMM_WORLD_RANK": rank, "PMIX_RANK": rank},
         capture_output=True,
         text=True,
         timeout=60,
@@ -201,5 +203,8 @@ def test_a_rank_of_open_mpi_s_mpirun_stops_with_one_line_before_mpi_init(tmp_pat
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "initialised" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
+    if rank == "1":
+        assert lines == [], proc.stderr
+        return
     assert len(lines) == 1 and lines[0].startswith("ConfigError: mpi4py here uses MPICH"), proc.stderr
     assert "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=2)" in lines[0]
