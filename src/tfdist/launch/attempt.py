@@ -17,7 +17,7 @@ from tfdist import variables
 from tfdist.launch.assignment import Notice
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.join import JoinCheck
-from tfdist.launch.logs import console_print, read_error_record
+from tfdist.launch.logs import console_print, error_record_time, read_error_record
 from tfdist.launch.outcome import FailureInfo
 from tfdist.launch.policy import Outcome
 from tfdist.launch.workers import Worker, WorkerGroup
@@ -92,6 +92,21 @@ def _first_failed(exited: list[tuple[Worker, int]]) -> tuple[Worker, int] | None
     return failed[0] if failed else None
 
 
+def _cause(first: Worker, code: int, workers: list[Worker]) -> Worker:
+    """The worker whose exception started the failure: ``first`` (the first seen to exit), unless another
+    recorded its exception earlier than ``first`` did. Why: a worker whose own code raised (a callback, a
+    bad batch) records it before it exits, and only its exit closes the connections its peers' collectives
+    then fail on; a peer may still exit first (a process's teardown takes its time), and the report must
+    name the exception, not the peer's ``UnavailableError``. A worker killed by a signal, or one that
+    recorded nothing, stays the cause: nothing says another came first."""
+    first_at = error_record_time(first.spec.env) if code > 0 else None
+    if first_at is None:
+        return first
+    earlier = [(t, w) for w in workers if w is not first and (t := error_record_time(w.spec.env)) is not None]
+    earliest = min(earlier, key=lambda tw: tw[0], default=None)
+    return earliest[1] if earliest is not None and earliest[0] < first_at else first
+
+
 class Attempt:
     """Supervises one attempt's WorkerGroup until success, failure, signal or timeout."""
 
@@ -145,7 +160,11 @@ class Attempt:
             gone = self._peer_gone()
             if gone is not None:
                 return gone
+            cause = _cause(worker, code, self.group.workers)
             self.group.close(self.config.grace)
+            if cause is not worker:  # it raised first; the launcher may have ended it meanwhile
+                returned = cause.popen.returncode
+                worker, code = cause, returned if returned is not None and returned > 0 else 1
             return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
         notice = self.told() if self.told is not None else None
         if notice is not None:

@@ -326,6 +326,18 @@ def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
     return None
 
 
+def error_record_time(env: Mapping[str, str]) -> float | None:
+    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception (the record's mtime), or
+    None: no record, or the MPI launcher's (which starts every rank)."""
+    directory, rank = variables.raw("TFDIST_ATTEMPT_DIR", env), variables.raw("TFDIST_RANK", env)
+    if not directory or rank is None:
+        return None
+    try:
+        return os.path.getmtime(AttemptFiles(directory).record("error", rank))
+    except OSError:
+        return None
+
+
 def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
     """The report lines for a recorded exception: ``  ValueError: …`` and ``  at train.py:42 in step``."""
     if not record:
