@@ -29,8 +29,16 @@ def main(argv: list[str] | None = None) -> None:
         set_abort_status(exc)
         raise
     except BaseException:
-        set_abort_status(1)
-        raise
+        # Abort now, after the traceback and the error record (the excepthook writes both), not at
+        # MPI_Finalize: an exit handler registered after MPI (a library's thread pool, a peer-facing
+        # shutdown) may wait for ranks that wait in a collective for this one, and the abort never came
+        # (seen once in three runs: a rank's callback raised, the job waited until killed).
+        sys.excepthook(*sys.exc_info())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)
 
 
 if __name__ == "__main__":
