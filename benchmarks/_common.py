@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,3 +137,24 @@ def export(rev: str, into: Path) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(into / "tree", filter="data")
     return into / "tree" / "src"
+
+
+def tfdist_bench(out: Path, *args: str, env: Mapping[str, str], timeout: float = 7200) -> dict[str, Any]:
+    """``python -m tfdist bench ARGS --out OUT`` from the repository root with ``env`` added: its
+    results.json, the per-run folders removed (report and results kept); SystemExit with the bench's
+    output when it failed."""
+    cmd = [sys.executable, "-m", "tfdist", "bench", *args, "--out", str(out)]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"tfdist bench failed ({out}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    for folder in ("runs", "logs"):
+        shutil.rmtree(out / folder, ignore_errors=True)
+    return dict(json.loads((out / "results.json").read_text()))
+
+
+def testhosts(env: Mapping[str, str], *args: str) -> None:
+    """``scripts/testhosts.sh ARGS`` on the hosts ``env`` names (TFDIST_HOSTS_PREFIX / _SUBNET)."""
+    script = str(ROOT / "scripts" / "testhosts.sh")
+    subprocess.run([script, *args], env={**os.environ, **env}, check=True, capture_output=True, timeout=120)

@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
-from _common import ROOT, write_json
+from _common import ROOT, testhosts, tfdist_bench, write_json
 
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": "tfdl", "TFDIST_HOSTS_SUBNET": "10.95.0"}
@@ -40,21 +38,14 @@ KEYS = ("step", "forward + backward", "all-reduce", "update", "all-reduce + upda
 
 def hosts(*args: str) -> None:
     """``scripts/testhosts.sh ARGS`` on this benchmark's hosts."""
-    env = {**os.environ, **HOSTS_ENV}
-    subprocess.run([HOSTS, *args], env=env, check=True, capture_output=True, timeout=120)
+    testhosts(HOSTS_ENV, *args)
 
 
 def bench(out: Path, steps: int, repeats: int, *grid: str) -> dict[str, Any]:
-    """One ``tfdist bench``; its results.json (per-run folders removed, report and results kept)."""
-    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += ["--steps", str(steps), "--warmup", "10", "--repeats", str(repeats), "--threads", "1"]
-    cmd += ["--batch-size-per-replica", "64", "--timeline", "--out", str(out), *grid]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **HOSTS_ENV}, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"tfdist bench failed ({out}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    for folder in ("runs", "logs"):
-        shutil.rmtree(out / folder, ignore_errors=True)
-    return dict(json.loads((out / "results.json").read_text()))
+    """One ``tfdist bench`` with the timeline: its results.json."""
+    common = ("--workload", "mnist-cnn", "--dataset", "synthetic", "--steps", str(steps), "--warmup", "10")
+    common += ("--repeats", str(repeats), "--threads", "1", "--batch-size-per-replica", "64", "--timeline")
+    return tfdist_bench(out, *common, *grid, env=HOSTS_ENV)
 
 
 def rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
-from _common import ROOT, write_json
+from _common import ROOT, testhosts, tfdist_bench, write_json
 
 from tfdist.bench.scaling import Link, allreduce_s, efficiency
 
@@ -49,14 +47,13 @@ PAPER_MODELS = {  # parameters; seconds of one step at batch 64 on one GPU
 
 def hosts(*args: str) -> None:
     """``scripts/testhosts.sh ARGS`` on this benchmark's hosts."""
-    env = {**os.environ, **HOSTS_ENV}
-    subprocess.run([HOSTS, *args], env=env, check=True, capture_output=True, timeout=120)
+    testhosts(HOSTS_ENV, *args)
 
 
 def bench(out: Path, steps: int, repeats: int) -> dict[str, Any]:
+    """``tfdist bench`` at 2, 4 and 8 nodes, the MPI backend without buckets beside its copies."""
     names = ",".join(f"node{i}" for i in range(1, NODES + 1))
-    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += [
+    grid = (
         "--hosts",
         names,
         "--nodes",
@@ -67,15 +64,19 @@ def bench(out: Path, steps: int, repeats: int) -> dict[str, Any]:
         "mpi",
         "--bucket-mb",
         "0",
-    ]
-    cmd += ["--compare", "independent", "--steps", str(steps), "--warmup", "5", "--repeats", str(repeats)]
-    cmd += ["--threads", "1", "--batch-size-per-replica", "64", "--run-timeout", "1200", "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **HOSTS_ENV}, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"tfdist bench failed ({out}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    for folder in ("runs", "logs"):
-        shutil.rmtree(out / folder, ignore_errors=True)
-    return dict(json.loads((out / "results.json").read_text()))
+    )
+    length = ("--steps", str(steps), "--warmup", "5", "--repeats", str(repeats), "--run-timeout", "1200")
+    common = (
+        "--workload",
+        "mnist-cnn",
+        "--dataset",
+        "synthetic",
+        "--compare",
+        "independent",
+        "--threads",
+        "1",
+    )
+    return tfdist_bench(out, *common, *grid, *length, "--batch-size-per-replica", "64", env=HOSTS_ENV)
 
 
 def paper_case() -> dict[str, Any]:
