@@ -316,3 +316,14 @@ def finish(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[tup
         results.append((proc.returncode, output.read()))
         output.close()
     return results
+
+
+def assert_ranks_equal_one_process(single: Path, out: Path, ranks: int) -> None:
+    """Every rank's final weights (``out/weights-R.npy``) equal the one-process run's
+    (``single/weights-0.npy``) to 1e-5."""
+    import numpy as np
+
+    reference = np.load(single / "weights-0.npy")
+    for rank in range(ranks):
+        difference = np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference))
+        assert difference <= 1e-5, (str(out), rank, difference)

@@ -16,9 +16,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hostcluster import HOSTS_SCRIPT, clean_env, finish, launch_on, made_hosts, one_process
+from hostcluster import (
+    HOSTS_SCRIPT,
+    assert_ranks_equal_one_process,
+    clean_env,
+    finish,
+    launch_on,
+    made_hosts,
+    one_process,
+)
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
 HELPERS = Path(__file__).parent.parent / "helpers"
@@ -56,12 +63,6 @@ def finished_ok(procs: dict[str, subprocess.Popen[str]], timeout: float = 600) -
     return {node: output for node, (_, output) in results.items()}
 
 
-def assert_ranks_equal(out: Path, reference: np.ndarray, ranks: int) -> None:
-    for rank in range(ranks):
-        difference = np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference))
-        assert difference <= 1e-5, (rank, difference)
-
-
 def test_plain_mwms_script_on_eight_hosts_equals_one_process(hosts: None, tmp_path: Path) -> None:
     """TensorFlow's own MultiWorkerMirroredStrategy script (no tfdist import), 8 workers on 8 hosts."""
     script = str(HELPERS / "plain_mwms.py")
@@ -73,7 +74,7 @@ def test_plain_mwms_script_on_eight_hosts_equals_one_process(hosts: None, tmp_pa
     summaries = {line for output in outputs.values() for line in output.splitlines() if "formed at" in line}
     assert len(summaries) == 1 and f"job of {NODES} node(s) x 1 worker(s)" in summaries.pop()
     assert all(f"on {NODES} replicas" in output for output in outputs.values())
-    assert_ranks_equal(out, np.load(single / "weights-0.npy"), NODES)
+    assert_ranks_equal_one_process(single, out, NODES)
 
 
 def test_tfdist_fit_on_the_mpi_backend_on_eight_hosts_equals_one_process(hosts: None, tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_tfdist_fit_on_the_mpi_backend_on_eight_hosts_equals_one_process(hosts: 
     out.mkdir()
     one_process(probe, str(single))
     finished_ok(on_every_host(tmp_path, "--backend", "mpi", probe, str(out)))
-    assert_ranks_equal(out, np.load(single / "weights-0.npy"), NODES)
+    assert_ranks_equal_one_process(single, out, NODES)
 
 
 def progress(out: Path) -> int:
@@ -139,4 +140,4 @@ def test_a_host_lost_among_eight_the_job_goes_on_with_seven(hosts: None, tmp_pat
         assert f"the job goes on with {NODES - 1} node(s) instead of {NODES}" in output, output[-3000:]
     for rank in range(NODES - 1):
         assert json.loads((out / f"run-{rank}.json").read_text())["world"] == NODES - 1
-    assert_ranks_equal(out, np.load(single / "weights-0.npy"), NODES - 1)
+    assert_ranks_equal_one_process(single, out, NODES - 1)

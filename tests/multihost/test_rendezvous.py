@@ -21,7 +21,14 @@ import hostcluster
 import numpy as np
 import psutil
 import pytest
-from hostcluster import HOSTS_SCRIPT, finish, made_hosts, one_process, received_bytes
+from hostcluster import (
+    HOSTS_SCRIPT,
+    assert_ranks_equal_one_process,
+    finish,
+    made_hosts,
+    one_process,
+    received_bytes,
+)
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(600)]
 HELPERS = Path(__file__).parent.parent / "helpers"
@@ -38,14 +45,6 @@ _ports = itertools.count(29500)
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[None]:
     yield from made_hosts(ENV, 3)
-
-
-def assert_ranks_equal_one_process(single: Path, out: Path, ranks: int) -> None:
-    """Every rank's final weights (``out/weights-R.npy``) equal the one-process run's to 1e-5."""
-    reference = np.load(single / "weights-0.npy")
-    for rank in range(ranks):
-        difference = np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference))
-        assert difference <= 1e-5, (str(out), rank, difference)
 
 
 def launch_on(host: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
