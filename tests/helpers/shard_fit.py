@@ -1,8 +1,9 @@
 """tfdist.fit of a small two-layer model (63 weights: shards of uneven ends on 2 and 4 ranks) with one
 optimizer, sharded or not: the run that one process must equal.
 
-usage: shard_fit.py OUT OPTIMIZER [--shard] [--epochs N] [--checkpoint DIR]
+usage: shard_fit.py OUT OPTIMIZER [--shard] [--epochs N] [--checkpoint DIR] [--bucket-mb MB]
 OPTIMIZER: sgd (momentum), adam (with a learning-rate schedule), adamw, rmsprop (momentum, centered).
+``--bucket-mb`` passes bucket_mb (the 63 weights are 252 bytes: 0.00005 MB makes 2 buckets).
 ``--shard`` passes shard_optimizer=True; without it TFDIST_SHARD_OPTIMIZER decides. Writes
 OUT/weights-R.npy (every weight, flat) and OUT/result-R.json (history, optimizer iterations).
 """
@@ -22,6 +23,7 @@ OUT, OPTIMIZER = sys.argv[1], sys.argv[2]
 SHARD = True if "--shard" in sys.argv else None
 EPOCHS = int(sys.argv[sys.argv.index("--epochs") + 1]) if "--epochs" in sys.argv else 2
 CHECKPOINT = sys.argv[sys.argv.index("--checkpoint") + 1] if "--checkpoint" in sys.argv else None
+BUCKET_MB = float(sys.argv[sys.argv.index("--bucket-mb") + 1]) if "--bucket-mb" in sys.argv else None
 RANK = max(tfdist.rank(), 0)
 
 
@@ -55,6 +57,7 @@ history = tfdist.fit(
     verbose=0,
     shard_optimizer=SHARD,
     checkpoint_dir=CHECKPOINT,
+    bucket_mb=BUCKET_MB,
 )
 np.save(os.path.join(OUT, f"weights-{RANK}.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
 result = {"history": history.history, "iterations": int(model.optimizer.iterations)}

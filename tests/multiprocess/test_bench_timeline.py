@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,34 @@ def test_mpi_backend_timeline(tmp_path: Path) -> None:
         assert len(counted) == 1 and counted.pop() > 0, counted  # the same sum every step
     parts = breakdown_of(tmp_path)
     assert parts["nodes"] == 2 and parts["mb_across_nodes"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("buckets", ["0", "0.000001"])  # 1 byte: the bias, then the kernel
+def test_sharded_steps_in_the_timeline(buckets: str, tmp_path: Path) -> None:
+    """With the optimizer sharded, each step is split into forward + backward, its reduce-scatter, and the
+    update with its all-gather (with buckets: each bucket's send and sum too). Its bytes: the gradients go
+    out in a reduce-scatter and the weights come back in an all-gather, each half an all-reduce of its
+    buffer, so a step counts 8 bytes per element of a rank's shard (float32 both ways, 2 ranks)."""
+    env = {"TFDIST_MPI_SHM": "0", "TFDIST_SHARD_OPTIMIZER": "1", "TFDIST_BUCKET_MB": buckets}
+    traced = traces(tmp_path, "mpi", env=env)
+    text = "\n".join(p.read_text() for p in (tmp_path / "out" / "runs").rglob("*.log"))
+    found = re.search(r"shard_optimizer: \d+ weights in 2 shards of (\d+).* in (\d+ buckets|one piece)", text)
+    assert found, text[-3000:]
+    shard, how = int(found.group(1)), found.group(2)
+    assert how == ("one piece" if buckets == "0" else "2 buckets"), how
+    for rank, trace in enumerate(traced):
+        check(trace, rank, ["forward + backward", "reduce-scatter", "update + all-gather"])
+        counted = {e["args"]["bytes across nodes"] for e in trace["traceEvents"] if e["name"] == "step"}
+        assert counted == {8 * shard}, (counted, shard)
+        instants = collections.Counter(e["name"] for e in trace["traceEvents"] if e["ph"] == "i")
+        want = (
+            {}
+            if buckets == "0"
+            else {f"{w} b{n}": STEPS + WARMUP for w in ("sent", "summed") for n in (0, 1)}
+        )
+        assert instants == want, instants
+    parts = breakdown_of(tmp_path)
+    assert (
+        parts["mb_across_nodes"] == pytest.approx(8 * shard / 1e6, abs=1e-3) and parts["reduce-scatter"] > 0
+    )

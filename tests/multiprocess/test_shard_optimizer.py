@@ -1,8 +1,9 @@
-"""Optimizer-state sharding (ZeRO stage 1) on the MPI backend, real ranks under `tfdist launch --backend mpi`:
-each sharded run equals one unsharded process (1e-5) for SGD with momentum, Adam with a learning-rate
-schedule, AdamW and RMSprop, on 2 and 4 ranks; a sharded checkpoint resumes on another rank count, and
-between sharded and unsharded runs, as the uninterrupted run; a backend that cannot shard says so in one
-line and writes nothing."""
+"""Optimizer-state sharding on the MPI backend, real ranks under `tfdist launch --backend mpi`: each sharded
+run equals one unsharded process (1e-5) for SGD with momentum, Adam with a learning-rate schedule, AdamW
+and RMSprop, on 2 and 4 ranks, in one piece or in gradient buckets (each reduce-scattered by the
+coordinator during the backward pass); a sharded checkpoint resumes on another rank count, and between
+sharded and unsharded runs, as the uninterrupted run; a backend that cannot shard says so in one line and
+writes nothing."""
 
 from __future__ import annotations
 
@@ -75,6 +76,23 @@ def test_adam_with_a_schedule_sharded_on_2_ranks_equals_one_process(
     assert "Traceback" not in log
 
 
+#: 0.00005 MB: the test model's 252 bytes of gradients in 2 buckets ([bias 2, kernel 2], [bias 1, kernel 1]).
+BUCKETS = ("--bucket-mb", "0.00005")
+
+
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_sharded_in_buckets_equals_one_process(
+    n: int, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
+    """bucket_mb with sharding: each bucket reduce-scattered on its own by the coordinator's thread (one
+    node: asked for, it still serves memory), each rank's shard its slice of every bucket."""
+    reference = one_process_reference(SCRIPT, "adam")
+    got = ranks(n, tmp_path / "sharded", "adam", "--shard", *BUCKETS)
+    assert_equal_runs(got, n, reference)
+    log = (tmp_path / "sharded" / "logs" / "attempt-0" / "mpi.log").read_text()
+    assert "reduce-scattered as float32 in 2 buckets during the backward pass" in log, log[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("name", OPTIMIZERS)
@@ -100,16 +118,18 @@ def test_the_16_bit_wire_sharded_stays_within_the_wire_s_tolerance(
     within the tolerance the unsharded wire has against one exact process (and really lossy)."""
     reference = np.load(one_process_reference(SCRIPT, name) / "weights-0.npy")
     env = {"TFDIST_MPI_SHM": "0", "TFDIST_COMPRESSION": compression}
-    errors = {}
-    for mode in ("sharded", "unsharded"):
-        args = (name, "--shard") if mode == "sharded" else (name,)
-        out = ranks(2, tmp_path / mode, *args, env=env)
+    errors, weights = {}, {}
+    modes = {"sharded": ("--shard",), "sharded in buckets": ("--shard", *BUCKETS), "unsharded": ()}
+    for mode, args in modes.items():
+        out = ranks(2, tmp_path / mode.replace(" ", "-"), name, *args, env=env)
         w0, w1 = np.load(out / "weights-0.npy"), np.load(out / "weights-1.npy")
         assert np.array_equal(w0, w1)
-        errors[mode] = float(np.max(np.abs(w0 - reference)))
+        errors[mode], weights[mode] = float(np.max(np.abs(w0 - reference))), w0
     print(f"{compression} {name}: max abs difference from one exact process {errors}")  # shown with -s
     assert 0 < errors["sharded"] <= WIRE_TOLERANCE[compression], errors
     assert errors["unsharded"] <= WIRE_TOLERANCE[compression], errors
+    # The same roundings, summed in the same order, whether the gradients travel in one piece or not.
+    assert np.array_equal(weights["sharded in buckets"], weights["sharded"])
     log = (tmp_path / "sharded" / "logs" / "attempt-0" / "mpi.log").read_text()
     assert f"gradients reduce-scattered as {compression} in one piece" in log, log[-3000:]
 
@@ -117,7 +137,13 @@ def test_the_16_bit_wire_sharded_stays_within_the_wire_s_tolerance(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("first", "then"),
-    [("2 sharded", "4 sharded"), ("2 sharded", "1 unsharded"), ("1 unsharded", "2 sharded")],
+    [
+        ("2 sharded", "4 sharded"),
+        ("2 sharded", "1 unsharded"),
+        ("1 unsharded", "2 sharded"),
+        ("2 bucketed", "4 sharded"),
+        ("4 sharded", "2 bucketed"),
+    ],
 )
 def test_a_checkpoint_resumes_across_rank_counts_and_sharding(
     first: str, then: str, one_process_reference: Callable[..., Path], tmp_path: Path
@@ -129,7 +155,7 @@ def test_a_checkpoint_resumes_across_rank_counts_and_sharding(
     for part, (epochs, how) in enumerate(((1, first), (2, then))):
         count, mode = how.split()
         args = ("adam", "--epochs", str(epochs), "--checkpoint", checkpoint)
-        args += ("--shard",) if mode == "sharded" else ()
+        args += {"sharded": ("--shard",), "bucketed": ("--shard", *BUCKETS), "unsharded": ()}[mode]
         out = tmp_path / f"part{part}"
         if count == "1":
             one_process(out, *args)

@@ -8,7 +8,14 @@ import pytest
 
 from tfdist.errors import ConfigError
 from tfdist.estimate.plan import MIB, Device, EstimateConfig, LayerOutput, ModelSummary, estimate
-from tfdist.sync.shard import ShardLayout, check_backend, check_buckets, check_optimizer, scatter_sum_16
+from tfdist.sync.shard import (
+    ShardLayout,
+    bucket_choice,
+    check_backend,
+    check_not_parameter_server,
+    check_optimizer,
+    scatter_sum_16,
+)
 from tfdist.sync.wire import RELATIVE_ERROR, encode
 
 
@@ -37,6 +44,57 @@ def test_the_shards_of_every_rank_cover_the_weights_once() -> None:
         layout = ShardLayout(sizes, rank, 3)
         seen += [(i, e) for i, a, b in layout.pieces for e in range(a, b)]
     assert seen == [(i, e) for i, n in enumerate(sizes) for e in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("buckets", "rank", "segments", "padding"),
+    [
+        (((1,), (0,)), 1, ((1, 2, 3, 0), (0, 3, 6, 2)), 1),  # the docstring's
+        (((1,), (0,)), 0, ((1, 0, 2, 0), (0, 0, 3, 2)), 0),
+        (((3, 2), (1, 0)), 0, ((3, 0, 3, 0), (2, 0, 6, 3), (1, 0, 5, 9), (0, 0, 18, 14)), 0),
+        (((3, 2), (1, 0)), 1, ((2, 6, 15, 0), (0, 18, 40, 9)), 1),
+    ],
+)
+def test_a_bucketed_shard_is_its_slice_of_every_bucket(
+    buckets: tuple, rank: int, segments: tuple, padding: int
+) -> None:
+    sizes = (6, 3) if len(buckets[0]) == 1 else (40, 5, 15, 3)
+    layout = ShardLayout(sizes, rank, 2, buckets)
+    assert layout.segments() == segments and layout.padding == padding
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+@pytest.mark.parametrize("buckets", [(), ((3, 2), (1,), (0,)), ((3, 2, 1, 0),), ((0, 1, 2, 3),)])
+def test_every_rank_s_shard_put_together_gives_back_every_weight(size: int, buckets: tuple) -> None:
+    """What the all-gather and a checkpoint's gather do: each rank's shard (own) as the rows, unshard."""
+    sizes = (40, 5, 15, 3)
+    rng = np.random.default_rng(size)
+    flats = [rng.normal(size=n).astype(np.float32) for n in sizes]
+    layouts = [ShardLayout(sizes, r, size, buckets) for r in range(size)]
+    rows = np.stack([layout.own(flats) for layout in layouts])
+    assert rows.shape == (size, layouts[0].shard)
+    for got, want in zip(layouts[0].unshard(rows), flats, strict=True):
+        assert np.array_equal(got, want)
+    assert sum(layout.shard - layout.padding for layout in layouts) == sum(sizes)
+
+
+def test_buckets_must_hold_each_variable_once() -> None:
+    with pytest.raises(ValueError, match="do not hold each of 2 variables once"):
+        ShardLayout((6, 3), 0, 2, ((1,), (1,)))
+
+
+def test_the_bucket_size_of_a_sharded_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tfdist.fit's bucket_mb, else TFDIST_BUCKET_MB set by hand, else the backend's (0 on one node)."""
+    monkeypatch.delenv("TFDIST_BUCKET_MB", raising=False)
+    assert bucket_choice(None, 0.0) == 0.0
+    assert bucket_choice(None, 2.0) == 2.0
+    assert bucket_choice(4.0, 0.0) == 4.0
+    monkeypatch.setenv("TFDIST_BUCKET_MB", "1.5")
+    assert bucket_choice(None, 0.0) == 1.5
+    assert bucket_choice(0.0, 2.0) == 0.0  # tfdist.fit's option wins over the variable
+    monkeypatch.setenv("TFDIST_BUCKET_MB", "lots")
+    with pytest.raises(ConfigError, match="TFDIST_BUCKET_MB='lots' is not a finite number"):
+        bucket_choice(None, 0.0)
 
 
 class SGD:
@@ -89,7 +147,7 @@ def test_element_wise_optimizers_pass() -> None:
         (lambda: check_backend("tf"), "shard_optimizer needs the mpi backend, but this run's backend is tf"),
         (lambda: check_backend("horovod"), "this run's backend is horovod"),
         (lambda: ShardLayout((), 0, 2), "the model has no trainable weights"),
-        (lambda: check_buckets(4.0), "does not combine with bucket_mb=4.0"),
+        (lambda: check_not_parameter_server(True), "does not apply under ParameterServerStrategy"),
     ],
 )
 def test_what_cannot_be_sharded_is_one_line(call, expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,15 +157,13 @@ def test_what_cannot_be_sharded_is_one_line(call, expected: str, monkeypatch: py
         call()
 
 
-def test_the_wire_s_defaults_are_not_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TFDIST_BUCKET_MB's default (2 MB across nodes) is left unused; one set by hand is refused."""
-    monkeypatch.delenv("TFDIST_BUCKET_MB", raising=False)
-    check_buckets(None)
-    check_buckets(0)
-    monkeypatch.setenv("TFDIST_BUCKET_MB", "2")
-    with pytest.raises(ConfigError, match=r"bucket_mb=2\.0"):
-        check_buckets(None)
-    check_buckets(0)  # tfdist.fit's option wins over the variable
+def test_sharding_left_out_under_a_parameter_server_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TFDIST_SHARD_OPTIMIZER", raising=False)
+    check_not_parameter_server(None)
+    check_not_parameter_server(False)
+    monkeypatch.setenv("TFDIST_SHARD_OPTIMIZER", "1")
+    with pytest.raises(ConfigError, match="ParameterServerStrategy"):
+        check_not_parameter_server(None)
 
 
 class Ranks:

@@ -16,7 +16,14 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-SPANS = ("forward + backward", "all-reduce", "update", "all-reduce + update")
+SPANS = (
+    "forward + backward",
+    "all-reduce",
+    "update",
+    "all-reduce + update",
+    "reduce-scatter",  # a sharded optimizer's (tfdist.sync.shard), then its update and all-gather
+    "update + all-gather",
+)
 BYTES = "bytes across nodes"
 
 

@@ -22,8 +22,13 @@ is what would need the per-variable identity the flat slice loses (weight-decay 
 The collectives are plain MPI over the backend's communicator (``sync.comm``), not its shared-memory
 all-reduce: a reduce-scatter and an all-gather move the same bytes as one all-reduce between them. The
 all-gather of the updated weights is float32 whatever the wire: every rank must hold the same exact weights.
-Gradient buckets (``bucket_mb``) do not apply: the reduce-scatter starts once the backward pass is over;
-an explicit request for them is refused, the MPI backend's default across nodes is left unused.
+With gradient buckets (``bucket_mb``: asked for, on any number of nodes; else the MPI backend's default
+across nodes), each bucket is reduce-scattered on its own, as soon as the backward pass produced its
+gradients (the backend's coordinator thread matches them by name across ranks, as it does unsharded
+buckets), and rank r owns its slice of every bucket (:class:`ShardLayout`). That is also ZeRO stage 2's
+saving: a bucket's full gradients are released once its reduce-scatter took them, so a rank never holds
+the job's whole gradient, summed or not, beyond the buckets still in flight; without buckets the
+backward pass's gradients and their packed copy exist at once (stage 1).
 Every wait goes through the backend's :class:`~tfdist.sync.reduce.Waiter` (polled, with the collective
 timeout) and each collective is named for a timeout's line.
 
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +50,8 @@ import numpy as np
 from tfdist import variables
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
-from tfdist.sync.wire import decode, encode
+from tfdist.sync.coordinator import Request
+from tfdist.sync.wire import check_bucket_mb, decode, encode, plan_buckets
 
 log = get_logger(__name__)
 
@@ -54,6 +60,8 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW", "RMSprop")
 #: The flat variable the optimizer is built over; its slots are named ``<optimizer>/tfdist_shard_<slot>``.
 SHARD_NAME = "tfdist_shard"
 HINT = "Hint: leave shard_optimizer out (or TFDIST_SHARD_OPTIMIZER=0)"
+#: The coordinator's kind of a sharded job's bucket reduce-scatters (and the step's metric sums beside them).
+SCATTER = "SHARD_SCATTER"
 #: The shard each optimizer was built over (by id, with a weak reference to tell a reused id apart).
 _SHARDS: dict[int, tuple[Any, Any, Any]] = {}
 
@@ -74,19 +82,26 @@ def check_backend(backend: str) -> None:
         )
 
 
-def check_buckets(bucket_mb: float | None) -> None:
-    """ConfigError when gradient buckets are asked for with sharding (``tfdist.fit``'s ``bucket_mb``, else
-    TFDIST_BUCKET_MB when set): the reduce-scatter sends the gradients in one piece after the backward
-    pass. The 16-bit wire (``compression``) combines with sharding; TFDIST_BUCKET_MB's default is not a
-    request."""
-    if bucket_mb is None and variables.is_set("TFDIST_BUCKET_MB"):
-        bucket_mb = float(variables.get("TFDIST_BUCKET_MB"))
-    if (bucket_mb or 0) > 0:
+def check_not_parameter_server(option: bool | None) -> None:
+    """ConfigError when sharding is asked for (``tfdist.fit``'s option, else TFDIST_SHARD_OPTIMIZER) under
+    ParameterServerStrategy, where the parameter servers already hold the slots, split between them."""
+    if wanted(option):
         raise ConfigError(
-            f"shard_optimizer does not combine with bucket_mb={bucket_mb!r}: its reduce-scatter sends the "
-            "gradients in one piece after the backward pass. Hint: drop bucket_mb (and TFDIST_BUCKET_MB), "
-            "or leave shard_optimizer out."
+            "shard_optimizer does not apply under ParameterServerStrategy: the parameter servers hold the "
+            f"optimizer's slots, already split between them. {HINT}."
         )
+
+
+def bucket_choice(bucket_mb: float | None, backend_default: float) -> float:
+    """The bucket size of a sharded job, in MB (0: one reduce-scatter after the backward pass):
+    ``tfdist.fit``'s ``bucket_mb``, else TFDIST_BUCKET_MB when set (both on any number of nodes: on one
+    node buckets still serve memory), else the MPI backend's configured size (its default across nodes,
+    none within one)."""
+    if bucket_mb is not None:
+        return float(bucket_mb)
+    if variables.is_set("TFDIST_BUCKET_MB"):
+        return check_bucket_mb(variables.get("TFDIST_BUCKET_MB"), "TFDIST_BUCKET_MB")
+    return float(backend_default)
 
 
 def check_optimizer(optimizer: Any) -> None:
@@ -115,15 +130,24 @@ def check_optimizer(optimizer: Any) -> None:
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """Where one rank's shard lies in the flat vector of every trainable weight (pure).
+    """Where one rank's shard lies in the job's trainable weights (pure).
+
+    The weights are grouped into ``buckets`` (variable indices, in the order each bucket is packed; none:
+    one bucket of every variable in the model's order). Each bucket's flat elements are padded to a
+    multiple of N and split into N equal slices; rank r's shard is its slice of every bucket, bucket after
+    bucket. One bucket is the flat vector of every weight cut in N.
 
     Input/Output: ``ShardLayout((6, 3), rank=1, size=2)``: P = 9 padded to 10, shards of 5; rank 1 owns
     flat elements 5..9, i.e. ``pieces == ((0, 5, 6), (1, 0, 3))`` (variable, start, stop) and 1 padding.
+    ``ShardLayout((6, 3), 1, 2, buckets=((1,), (0,)))``: slices of 2 and 3, rank 1 owns element 2 of
+    variable 1 (and one padding), then elements 3..5 of variable 0:
+    ``segments() == ((1, 2, 3, 0), (0, 3, 6, 2))`` (variable, start, stop, where in the shard).
     """
 
     sizes: tuple[int, ...]
     rank: int
     size: int
+    buckets: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sizes or sum(self.sizes) == 0:
@@ -132,6 +156,8 @@ class ShardLayout:
             )
         if not 0 <= self.rank < self.size:
             raise ValueError(f"rank {self.rank} is not in a job of {self.size}")
+        if self.buckets and sorted(i for b in self.buckets for i in b) != list(range(len(self.sizes))):
+            raise ValueError(f"buckets {self.buckets} do not hold each of {len(self.sizes)} variables once")
 
     @property
     def total(self) -> int:
@@ -139,42 +165,80 @@ class ShardLayout:
         return sum(self.sizes)
 
     @property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """The variables of each bucket, in packing order (one bucket of all, in order, without buckets)."""
+        return self.buckets or (tuple(range(len(self.sizes))),)
+
+    @property
+    def slices(self) -> tuple[int, ...]:
+        """Each bucket's elements per rank (its elements / N, rounded up)."""
+        return tuple(-(-sum(self.sizes[i] for i in group) // self.size) for group in self.groups)
+
+    @property
     def shard(self) -> int:
-        """Elements per rank (P / N rounded up)."""
-        return -(-self.total // self.size)
+        """Elements per rank: its slice of every bucket."""
+        return sum(self.slices)
 
     @property
     def padded(self) -> int:
-        """P padded to N shards."""
+        """Every rank's shard together: P with each bucket padded to N slices."""
         return self.shard * self.size
 
     @property
     def offsets(self) -> tuple[int, ...]:
-        """Where each variable starts in the flat vector."""
+        """Where each variable starts in the flat vector of every weight in the model's order."""
         return tuple(int(x) for x in np.cumsum((0, *self.sizes[:-1])))
 
-    @property
-    def pieces(self) -> tuple[tuple[int, int, int], ...]:
-        """(variable, start, stop) in that variable's own flat elements, for each variable the shard meets."""
-        lo, hi = self.rank * self.shard, (self.rank + 1) * self.shard
-        out = []
-        for index, (start, n) in enumerate(zip(self.offsets, self.sizes, strict=True)):
-            a, b = max(lo, start), min(hi, start + n)
-            if a < b:
-                out.append((index, a - start, b - start))
+    def segments(self, rank: int | None = None) -> tuple[tuple[int, int, int, int], ...]:
+        """(variable, start, stop, at): each run of a variable's own flat elements in the shard of
+        ``rank`` (default: this layout's), with where the run starts in that shard."""
+        rank = self.rank if rank is None else rank
+        out, at = [], 0
+        for group, width in zip(self.groups, self.slices, strict=True):
+            lo, hi = rank * width, (rank + 1) * width
+            start = 0  # where the variable starts in its bucket
+            for index in group:
+                n = self.sizes[index]
+                a, b = max(lo, start), min(hi, start + n)
+                if a < b:
+                    out.append((index, a - start, b - start, at + a - lo))
+                start += n
+            at += width
         return tuple(out)
 
     @property
+    def pieces(self) -> tuple[tuple[int, int, int], ...]:
+        """(variable, start, stop) in that variable's own flat elements, for each run in this rank's shard."""
+        return tuple((index, a, b) for index, a, b, _ in self.segments())
+
+    @property
     def padding(self) -> int:
-        """Zeros at the end of this rank's shard (past P)."""
+        """Zeros in this rank's shard (past the end of a bucket)."""
         return self.shard - sum(b - a for _, a, b in self.pieces)
+
+    def unshard(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Every variable's flat elements from every rank's shard (``rows``: N x shard, in rank order)."""
+        out = [np.empty(n, rows.dtype) for n in self.sizes]
+        for rank in range(self.size):
+            for index, a, b, at in self.segments(rank):
+                out[index][a:b] = rows[rank, at : at + b - a]
+        return out
+
+    def own(self, flats: Sequence[np.ndarray]) -> np.ndarray:
+        """This rank's shard of ``flats`` (every variable's flat elements), zeros where it is padding."""
+        dtype = flats[0].dtype if flats else np.float32
+        mine = np.zeros(self.shard, dtype)
+        for index, a, b, at in self.segments():
+            mine[at : at + b - a] = flats[index][a:b]
+        return mine
 
 
 class ShardedOptimizer:
     """A model's optimizer built over this rank's flat shard, and the sharded update of one step."""
 
-    def __init__(self, model: Any, sync: Any, strategy: Any) -> None:
-        """``sync``: the process's :class:`tfdist.sync.mpi.MPISync` (its communicator and waiter)."""
+    def __init__(self, model: Any, sync: Any, strategy: Any, bucket_mb: float = 0.0) -> None:
+        """``sync``: the process's :class:`tfdist.sync.mpi.MPISync` (its communicator and waiter);
+        ``bucket_mb``: see :func:`bucket_choice`."""
         import keras
 
         self.model, self.sync, self.strategy = model, sync, strategy
@@ -184,18 +248,31 @@ class ShardedOptimizer:
         bad = [v.path for v in self.targets if str(v.dtype) != "float32"]
         if bad:
             raise ConfigError(f"shard_optimizer needs float32 trainable variables; {bad[0]} is not. {HINT}.")
-        self.layout = ShardLayout(tuple(int(np.prod(v.shape)) for v in self.targets), sync.rank, sync.size)
+        sizes = tuple(int(np.prod(v.shape)) for v in self.targets)
+        # Buckets only where there is someone to scatter to; one bucket is the unbucketed layout.
+        planned = plan_buckets([4 * n for n in sizes], bucket_mb * 2**20) if sync.size > 1 else []
+        buckets = tuple(tuple(b) for b in planned) if len(planned) > 1 else ()
+        self.layout = ShardLayout(sizes, sync.rank, sync.size, buckets)
         #: What the reduce-scatter sends: the backend's wire (configured from ``compression``, else
         #: TFDIST_COMPRESSION; ``none`` when the job is on one node, as for unsharded steps).
         self.compression: str = sync.options.compression
+        # The shard's own communicator (made here, at the same point on every rank): its collectives run on
+        # the coordinator's thread (buckets) or the step's, never meeting another thread's on one comm.
+        self.comm = sync.comm.Dup() if sync.size > 1 else sync.comm
+        self._traces = 0  # traced bucketed steps: names their reduce-scatters, the same on every rank
+        self._mark: Callable[[str], None] | None = None  # a timeline's stamps of each bucket
+        if buckets:
+            sync.register([SCATTER], self._execute)
         if sync.rank == 0 and sync.size > 1:
+            how = f"in {len(buckets)} buckets during" if buckets else "in one piece after"
             log.info(
-                "shard_optimizer: %d weights in %d shards of %d; gradients reduce-scattered as %s in one "
-                "piece after the backward pass (no buckets), weights all-gathered as float32",
+                "shard_optimizer: %d weights in %d shards of %d; gradients reduce-scattered as %s %s the "
+                "backward pass, weights all-gathered as float32",
                 self.layout.total,
                 sync.size,
                 self.layout.shard,
                 "float32" if self.compression == "none" else self.compression,
+                how,
             )
         key = (self.layout, tuple(id(v) for v in self.targets))
         previous = _SHARDS.get(id(self.optimizer))
@@ -221,9 +298,10 @@ class ShardedOptimizer:
 
     # -- the step ---------------------------------------------------------------------------------------
 
-    def apply(self, grads: Sequence[Any], sums: Any) -> Any:
+    def apply(self, grads: Sequence[Any], sums: Any, stamps: Any = None) -> Any:
         """Graph ops of one replica step: reduce-scatter ``grads`` (and all-reduce ``sums``), update this
-        rank's shard, all-gather the shards into the model's variables. Returns the job's ``sums``."""
+        rank's shard, all-gather the shards into the model's variables. Returns the job's ``sums``.
+        ``stamps``: a timeline's :class:`tfdist.train.timeline.ShardStamps`, or None."""
         import tensorflow as tf
 
         layout = self.layout
@@ -233,71 +311,197 @@ class ShardedOptimizer:
             else tf.zeros(t.shape, tf.float32)  # a weight the loss does not reach: a zero gradient
             for g, t in zip(grads, self.targets, strict=True)
         ]
-        mine, summed = tf.numpy_function(
-            self._reduce_scatter, [*dense, tf.cast(sums, tf.float32)], [tf.float32, tf.float32], stateful=True
-        )
+        sums = tf.cast(sums, tf.float32)
+        if layout.buckets:
+            mine, summed = self._bucketed(dense, sums, stamps)
+        else:
+            if stamps is not None:
+                *dense, sums = stamps.before([*dense, sums])
+            mine, summed = tf.numpy_function(
+                self._reduce_scatter, [*dense, sums], [tf.float32, tf.float32], stateful=True
+            )
+        if stamps is not None:
+            mine, summed = stamps.after([mine, summed])
         mine = tf.ensure_shape(mine, [layout.shard])
         # The shard starts from the current weights each step: whatever set them (the first broadcast, a
         # restore, a callback's set_weights) is what the update continues from.
         self.variable.assign(self._own_slice())
         self.optimizer.apply_gradients([(mine, self.variable)])
-        full = tf.numpy_function(self._allgather, [self.variable.value], tf.float32, stateful=True)
-        full = tf.ensure_shape(full, [layout.padded])
-        for target, start, n in zip(self.targets, layout.offsets, layout.sizes, strict=True):
-            target.assign(tf.reshape(full[start : start + n], target.shape))
+        full = tf.numpy_function(
+            self._allgather, [self.variable.value], [tf.float32] * len(self.targets), stateful=True
+        )
+        for target, flat in zip(self.targets, full, strict=True):
+            target.assign(tf.reshape(flat, target.shape))
         return tf.ensure_shape(summed, sums.shape)
 
     def _own_slice(self) -> Any:
+        """This rank's shard of the current weights (graph ops), zeros where it is padding."""
         import tensorflow as tf
 
-        parts = [tf.reshape(self.targets[i], [-1])[a:b] for i, a, b in self.layout.pieces]
-        return tf.concat([*parts, tf.zeros([self.layout.padding], tf.float32)], 0)
+        parts, at = [], 0
+        for index, a, b, where in self.layout.segments():
+            if where > at:
+                parts.append(tf.zeros([where - at], tf.float32))
+            parts.append(tf.reshape(self.targets[index], [-1])[a:b])
+            at = where + b - a
+        if self.layout.shard > at:
+            parts.append(tf.zeros([self.layout.shard - at], tf.float32))
+        return tf.concat(parts, 0)
 
     def _reduce_scatter(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """The gradients summed and scattered (packed here into one send buffer, not by a concat in the
-        graph), the metric sums all-reduced beside them."""
+        """Without buckets: the gradients summed and scattered (packed here into one send buffer, not by a
+        concat in the graph), the metric sums all-reduced beside them."""
         sync, mpi = self.sync, self.sync.mpi
         *grads, sums = arrays
-        layout = self.layout
         if self.compression != "none" and sync.size > 1:
             return self._reduce_scatter_16(grads, sums)
-        flat = np.empty(layout.padded, np.float32)
-        for grad, start, n in zip(grads, layout.offsets, layout.sizes, strict=True):
-            flat[start : start + n] = grad.reshape(-1)
-        flat[layout.total :] = 0.0
+        flat = self._pack(0, grads, np.float32)
         if sync.size == 1:
             return [flat, sums.copy()]
-        mine, summed = np.empty(layout.shard, np.float32), np.empty_like(sums)
+        mine, summed = np.empty(self.layout.shard, np.float32), np.empty_like(sums)
         sync.watch.begin("the sharded optimizer's gradient reduce-scatter")
-        scatter = sync.comm.Ireduce_scatter_block(flat, mine, op=mpi.SUM)
-        metrics = sync.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
+        scatter = self.comm.Ireduce_scatter_block(flat, mine, op=mpi.SUM)
+        metrics = self.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
         sync.reducer.waiter.wait(scatter)
         sync.reducer.waiter.wait(metrics)
+        self._count(flat.nbytes)
         return [mine, summed]
 
     def _reduce_scatter_16(self, grads: Sequence[np.ndarray], sums: np.ndarray) -> list[np.ndarray]:
         """:meth:`_reduce_scatter` with the gradients rounded to 16 bits on the wire (packed straight into
         the 16-bit send buffer: no float32 copy of the flat gradient); the metric sums stay float32."""
-        sync, mpi, layout = self.sync, self.sync.mpi, self.layout
-        sent = np.zeros(layout.padded, np.uint16)  # the padding is +0.0 in both formats
-        for grad, start, n in zip(grads, layout.offsets, layout.sizes, strict=True):
-            sent[start : start + n] = encode(grad.reshape(-1), self.compression).view(np.uint16)
+        sync, mpi = self.sync, self.sync.mpi
+        sent = self._pack(0, grads, np.uint16)
         summed = np.empty_like(sums)
         sync.watch.begin("the sharded optimizer's 16-bit gradient reduce-scatter")
-        metrics = sync.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
-        mine = scatter_sum_16(sync.comm, sent, self.compression, sync.reducer.waiter)
+        metrics = self.comm.Iallreduce(np.ascontiguousarray(sums), summed, op=mpi.SUM)
+        mine = scatter_sum_16(self.comm, sent, self.compression, sync.reducer.waiter)
         sync.reducer.waiter.wait(metrics)
+        self._count(sent.nbytes)
         return [mine, summed]
 
-    def _allgather(self, mine: np.ndarray) -> np.ndarray:
-        """Every rank's updated shard, in rank order."""
+    def _pack(self, bucket: int, grads: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
+        """Bucket ``bucket``'s send buffer: its gradients (in the bucket's order) one after another, padded
+        with zeros to N slices; ``uint16``: rounded to the wire's 16 bits (+0.0 pads in both formats)."""
+        width = self.layout.slices[bucket]
+        buffer = np.empty(width * self.layout.size, dtype)
+        at = 0
+        for grad in grads:
+            flat = grad.reshape(-1)
+            if dtype == np.uint16:  # float32 in: rounded here; 16-bit in (cast in the graph): their bits
+                flat = flat.view(np.uint16) if flat.dtype.itemsize == 2 else encode(flat, self.compression)
+                flat = flat.view(np.uint16)
+            buffer[at : at + flat.size] = flat
+            at += flat.size
+        buffer[at:] = 0
+        return buffer
+
+    def _count(self, nbytes: int) -> None:
+        """The timeline's bytes across nodes (which it counts as all-reduced buffers): a reduce-scatter or
+        an all-gather of a buffer moves half of what an all-reduce of it moves, so each counts half of its
+        buffer (the gradients as the wire sends them, the float32 weights back)."""
+        reducer = self.sync.reducer
+        if reducer.cross.Get_size() > 1:
+            reducer.crossed += nbytes // 2
+
+    # -- buckets: each reduce-scattered by the coordinator as soon as the backward pass produced it ----
+
+    def _bucketed(self, dense: list[Any], sums: Any, stamps: Any) -> tuple[Any, Any]:
+        """Graph ops: one op per bucket hands it to the coordinator when its gradients exist (and returns
+        at once), one hands over the metric sums, and the last waits for them all: (shard, sums)."""
+        import tensorflow as tf
+
+        self._mark = stamps.mark if stamps is not None else None
+        self._traces += 1
+        tag = f"tfdist.shard{self._traces}"
+        # 16-bit gradients are cast in the graph: TensorFlow's casts are faster than NumPy's float16
+        # conversion on the core the step computes on (as for unsharded buckets).
+        wire = {"none": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[self.compression]
+        compression = self.compression
+        tickets = [
+            tf.numpy_function(
+                lambda *arrays, n=number: self._submit(f"{tag}/b{n}", arrays, (compression, n)),
+                [tf.cast(dense[i], wire) for i in group],
+                tf.int64,
+                stateful=True,
+            )
+            for number, group in enumerate(self.layout.groups)
+        ]
+        tickets.append(
+            tf.numpy_function(
+                lambda total: self._submit(f"{tag}/sums", [total], ("sums", -1)),
+                [sums],
+                tf.int64,
+                stateful=True,
+            )
+        )
+        if stamps is not None:  # the backward pass is over: made after the sends, which it must not hold
+            ready = stamps.ready
+            with tf.control_dependencies([*dense, sums]):
+                tickets.append(
+                    tf.numpy_function(lambda: np.int64(ready() or -1), [], tf.int64, stateful=True)
+                )
+        mine, summed = tf.numpy_function(self._collect, tickets, [tf.float32, tf.float32], stateful=True)
+        return mine, summed
+
+    def _submit(self, name: str, arrays: Sequence[np.ndarray], args: tuple[str, int]) -> np.int64:
+        if self._mark is not None and args[1] >= 0:
+            self._mark(f"sent {name.rsplit('/', 1)[-1]}")
+        return np.int64(self.sync.coordinator.submit(Request(name, SCATTER, list(arrays), args=args)))
+
+    def _execute(self, requests: list[Request]) -> None:
+        """On the coordinator's thread, in the order every rank agreed: each bucket reduce-scattered (one
+        all-to-all and a float32 sum of the slice with the 16-bit wire), the metric sums all-reduced."""
+        sync, mpi = self.sync, self.sync.mpi
+        for request in requests:
+            kind, number = request.args
+            if kind == "sums":
+                (total,) = request.arrays
+                summed = np.empty_like(total)
+                metrics = self.comm.Iallreduce(np.ascontiguousarray(total), summed, op=mpi.SUM)
+                sync.reducer.waiter.wait(metrics)
+                request.result = [summed]
+                continue
+            if kind == "none":
+                sent = self._pack(number, request.arrays, np.float32)
+                mine = np.empty(self.layout.slices[number], np.float32)
+                sync.background.wait(self.comm.Ireduce_scatter_block(sent, mine, op=mpi.SUM))
+            else:
+                sent = self._pack(number, request.arrays, np.uint16)
+                mine = scatter_sum_16(self.comm, sent, kind, sync.background)
+            # The bucket's gradients are not needed any more: let TensorFlow's buffers go (stage 2).
+            request.arrays = []
+            request.result = [mine]
+            self._count(sent.nbytes)
+            if self._mark is not None:
+                self._mark(f"summed b{number}")
+
+    def _collect(self, *tickets: np.int64) -> list[np.ndarray]:
+        """Wait for every bucket and the metric sums: this rank's shard of the summed gradients, and the
+        job's sums."""
+        results = []
+        for ticket in tickets:
+            if ticket < 0:  # the timeline's stamp, not a collective
+                continue
+            done = self.sync.coordinator.wait(int(ticket))
+            if done.error:
+                raise RuntimeError(done.error)
+            results.append(done.result[0])
+        *slices, summed = results
+        return [np.concatenate(slices), summed]
+
+    def _allgather(self, mine: np.ndarray) -> list[np.ndarray]:
+        """Every rank's updated shard, as each variable's flat elements."""
         sync = self.sync
+        mine = np.ascontiguousarray(mine, np.float32)
         if sync.size == 1:
-            return np.array(mine, np.float32)
-        full = np.empty(self.layout.padded, np.float32)
-        sync.watch.begin("the sharded optimizer's all-gather of the updated weights")
-        sync.reducer.waiter.wait(sync.comm.Iallgather(np.ascontiguousarray(mine, np.float32), full))
-        return full
+            rows = mine.reshape(1, -1)
+        else:
+            rows = np.empty((sync.size, self.layout.shard), np.float32)
+            sync.watch.begin("the sharded optimizer's all-gather of the updated weights")
+            sync.reducer.waiter.wait(self.comm.Iallgather(mine, rows))
+            self._count(rows.nbytes)
+        return self.layout.unshard(rows)
 
     # -- checkpoints: the whole optimizer, in the unsharded format -------------------------------------
 
@@ -344,12 +548,11 @@ class ShardedOptimizer:
         full_slots = self._full_slots(full, list(slots))
         if gather:
             for name, variable in slots.items():
-                flat = self._gather(variable.numpy())
-                assert flat is not None
-                for target, slot, start, n in zip(
-                    self.targets, full_slots[name], self.layout.offsets, self.layout.sizes, strict=True
-                ):
-                    slot.assign(flat[start : start + n].reshape(target.shape))
+                rows = self._gather(variable.numpy())
+                assert rows is not None
+                flats = self.layout.unshard(rows)
+                for target, slot, flat in zip(self.targets, full_slots[name], flats, strict=True):
+                    slot.assign(flat.reshape(target.shape))
             self._copy_scalars(self.optimizer, full, _ids(slots, full_slots))
         previous = self.model.optimizer
         self.model.optimizer = full  # the model's checkpoint names its optimizer: the whole one, once
@@ -363,8 +566,8 @@ class ShardedOptimizer:
         slots = self._slots()
         full_slots = self._full_slots(full, list(slots))
         for name, variable in slots.items():
-            parts = [full_slots[name][i].numpy().reshape(-1)[a:b] for i, a, b in self.layout.pieces]
-            variable.assign(np.concatenate([*parts, np.zeros(self.layout.padding, np.float32)]))
+            flats = [slot.numpy().reshape(-1) for slot in full_slots[name]]
+            variable.assign(self.layout.own(flats))
         self._copy_scalars(full, self.optimizer, _ids(slots, full_slots))
 
     @staticmethod
@@ -391,15 +594,15 @@ class ShardedOptimizer:
         return full
 
     def _gather(self, mine: np.ndarray) -> np.ndarray | None:
-        """Every rank's shard, in rank order, on the chief (None elsewhere); P elements, padding cut."""
+        """Every rank's shard as the rows of an N x shard array on the chief (None elsewhere)."""
         sync = self.sync
         mine = np.ascontiguousarray(mine, np.float32)
         if sync.size == 1:
-            return mine[: self.layout.total]
-        full = np.empty(self.layout.padded, np.float32) if sync.rank == 0 else None
+            return mine.reshape(1, -1)
+        rows = np.empty((sync.size, self.layout.shard), np.float32) if sync.rank == 0 else None
         sync.watch.begin("the sharded optimizer's gather of its slots for a checkpoint")
-        sync.reducer.waiter.wait(sync.comm.Igather(mine, full, root=0))
-        return None if full is None else full[: self.layout.total]
+        sync.reducer.waiter.wait(self.comm.Igather(mine, rows, root=0))
+        return rows
 
 
 def scatter_sum_16(comm: Any, sent: np.ndarray, compression: str, waiter: Any) -> np.ndarray:
@@ -441,5 +644,5 @@ def open_shard(model: Any, strategy: Any, options: Any) -> ShardedOptimizer | No
     from tfdist.sync import process_sync
 
     check_backend(context.current().backend)
-    check_buckets(options.bucket_mb)
-    return ShardedOptimizer(model, process_sync("mpi"), strategy)
+    sync = process_sync("mpi")
+    return ShardedOptimizer(model, sync, strategy, bucket_choice(options.bucket_mb, sync.options.bucket_mb))

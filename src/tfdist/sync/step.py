@@ -103,8 +103,9 @@ def replica_train_step(
                 loss += sync.regularization(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         grads = tape.gradient(scaled, variables)
-        if shard is not None:
-            return shard.apply(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop))
+        if shard is not None:  # under a timeline, stamped as the exchange would be (see MarkedSync)
+            stamps = sync.for_shard() if hasattr(sync, "for_shard") else None
+            return shard.apply(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop), stamps)
         grads, sums = sync.exchange(list(grads), global_sums(metrics, y, pred, per_example, w, s, stop))
         optimizer.apply_gradients(zip(grads, variables, strict=True))
         return sums

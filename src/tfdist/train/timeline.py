@@ -25,7 +25,8 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ class Timeline:
         self.crossed: dict[int, int] = {}
         self._reducer: Any = None
         self.nodes = 1  # the cross-node group's size (a sum moves 2 (nodes - 1) / nodes of its bytes)
+        #: The optimizer is sharded (tfdist.sync.shard): its steps are a reduce-scatter, then the update
+        #: of the rank's shard and an all-gather.
+        self.sharded = False
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -116,10 +120,11 @@ class Timeline:
             return [*inside, _event("all-reduce + update", ready, end, self.rank, tid=1)]
         # Buckets summed during the backward pass (their own marks): instants on the step's row.
         buckets = [_instant(n, t, self.rank) for n, t in marks if n not in (READY, EXCHANGED)]
+        exchange, update = SHARDED_SPANS if self.sharded else ("all-reduce", "update")
         return [
             *inside,
-            _event("all-reduce", ready, done, self.rank, tid=1),
-            _event("update", done, end, self.rank, tid=1),
+            _event(exchange, ready, done, self.rank, tid=1),
+            _event(update, done, end, self.rank, tid=1),
             *buckets,
         ]
 
@@ -132,6 +137,20 @@ class Timeline:
 
 
 READY, EXCHANGED = "gradients ready", "exchange done"
+#: A sharded step's two parts after its backward pass.
+SHARDED_SPANS = ("reduce-scatter", "update + all-gather")
+
+
+@dataclass(frozen=True)
+class ShardStamps:
+    """A sharded step's stamps: ``before`` / ``after`` pass graph values on after a stamp that waits for
+    them (around a reduce-scatter after the backward pass); with buckets, ``ready`` (called from a graph op
+    placed after the sends) says the backward pass is over and ``mark`` names each bucket's send and sum."""
+
+    before: Callable[[Sequence[Any]], list[Any]]
+    after: Callable[[Sequence[Any]], list[Any]]
+    ready: Callable[[], None]
+    mark: Callable[[str], None]
 
 
 class MarkedSync:
@@ -160,6 +179,18 @@ class MarkedSync:
         reduced, summed = self._sync.exchange(grads, sums)
         *reduced, summed = self._stamped(EXCHANGED, [*reduced, summed])
         return list(reduced), summed
+
+    def for_shard(self) -> ShardStamps:
+        """What a sharded optimizer (tfdist.sync.shard) stamps its step with, in place of ``exchange``;
+        the trace then names the step's parts as sharded."""
+        self._timeline.sharded = True
+        mark = self._timeline.mark
+        return ShardStamps(
+            before=lambda values: self._stamped(READY, values),
+            after=lambda values: self._stamped(EXCHANGED, values),
+            ready=lambda: mark(READY),
+            mark=mark,
+        )
 
     def _stamped(self, name: str, values: Sequence[Any]) -> list[Any]:
         """``values`` passed on only after a stamp that itself runs only after all of them exist."""
