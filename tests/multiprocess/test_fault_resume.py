@@ -1,6 +1,6 @@
 """kill -9 of worker 1 at a random step of `tfdist train --workers 2 --max-restarts 1`: the restarted run
 ends exactly where the uninterrupted one does (checkpointed weights and optimizer state to 1e-6, the
-whole history), for every built-in workload kind and both backends."""
+whole history), for every built-in workload kind and both backends, and with the optimizer sharded."""
 
 from __future__ import annotations
 
@@ -23,11 +23,14 @@ STEPS, EPOCHS = 20, 2
 
 
 def command(out: Path, workload: str, backend: str) -> list[str]:
+    """``backend``: tf, mpi, or mpi-sharded (the optimizer's slots split between the ranks, in gradient
+    buckets: the coordinator's thread is mid-step when the fault lands)."""
+    sharded = ["--shard-optimizer", "--bucket-mb", "0.5"] if backend == "mpi-sharded" else []
     return [
         *TFDIST, "train", "--workload", workload, "--dataset", "digits",
         "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size-per-replica", "16",
-        "--checkpoint-every", "2", "--lr", "0.01", "--workers", "2", "--backend", backend,
-        "--max-restarts", "1", "--output-dir", str(out),
+        "--checkpoint-every", "2", "--lr", "0.01", "--workers", "2", "--backend", backend.split("-")[0],
+        "--max-restarts", "1", "--output-dir", str(out), *sharded,
     ]  # fmt: skip
 
 
@@ -69,6 +72,7 @@ def checkpoint_values(path: Path) -> dict[str, np.ndarray]:
         pytest.param("mnist-cnn", "mpi", marks=pytest.mark.slow),
         pytest.param("big-gradient", "tf", marks=pytest.mark.slow),
         pytest.param("big-gradient", "mpi", marks=pytest.mark.slow),  # MPI resume: test_mpi_backend.py
+        pytest.param("mnist-cnn", "mpi-sharded", marks=pytest.mark.slow),
     ],
 )
 def test_kill_9_at_a_random_step_resumes_exactly(workload: str, backend: str, tmp_path: Path) -> None:

@@ -152,3 +152,21 @@ def test_parameter_server_fit_reaches_the_single_process_loss_band(data: str, tm
     assert ps["steps"] == 36  # tfdist's own counter: every scheduled step counted exactly once
     assert ps["history"]["loss"][-1] < ps["history"]["loss"][0] / 5
     assert ps["history"]["val_loss"][-1] <= 1.5 * single["history"]["val_loss"][-1]
+
+
+@pytest.mark.slow
+def test_sharding_asked_of_a_parameter_server_job_is_one_line(tmp_path: Path) -> None:
+    """TFDIST_SHARD_OPTIMIZER=1 under ParameterServerStrategy: exit 2, the line, no traceback, no result."""
+    out = tmp_path / "ps"
+    out.mkdir()
+    proc = subprocess.run(
+        [*TFDIST, "launch", "-n", "2", "--ps", "1", "--cpu", "--log-dir", str(out / "run"), PROBE, str(out)],
+        env={**os.environ, "TFDIST_SHARD_OPTIMIZER": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "shard_optimizer does not apply under ParameterServerStrategy" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(out.glob("history-*.json")) and not list(out.glob("weights-*.npy"))

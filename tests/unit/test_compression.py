@@ -99,6 +99,14 @@ def test_bad_bucket_sizes(value: object) -> None:
         (["train", "--bucket-mb", "-1"], "--bucket-mb='-1' is not a bucket size"),
         (["train", "--compression", "fp16"], "but no --workers were given"),
         (["train", "--workers", "2", "--backend", "tf", "--bucket-mb", "4"], "but the backend is tf"),
+        (
+            ["train", "--shard-optimizer"],
+            "splits the optimizer's slots between mpi workers, but no --workers",
+        ),
+        (
+            ["train", "--workers", "2", "--backend", "tf", "--shard-optimizer"],
+            "workers, but the backend is tf",
+        ),
         (["bench", "--compression", "int8"], "--compression 'int8': unknown int8"),
         (["bench", "--bucket-mb", "0,x"], "--bucket-mb='x' is not a bucket size"),
         (["bench", "--bucket-mb", "2,2"], "--bucket-mb '2,2' repeats a size"),

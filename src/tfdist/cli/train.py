@@ -119,6 +119,12 @@ def register(sub: Any) -> None:
         help="with --backend mpi: gradient bucket size in MB, each summed while the backward pass goes on "
         "(0: one sum after it; default TFDIST_BUCKET_MB)",
     )
+    p.add_argument(
+        "--shard-optimizer",
+        action="store_true",
+        help="with --workers N --backend mpi: each worker keeps the optimizer's slots of 1/N of the weights "
+        "(ZeRO-1; with buckets also the gradients, ZeRO-2); checkpoints stay whole",
+    )
     p.set_defaults(run=run)
 
 
@@ -208,8 +214,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
-    """``--compression`` / ``--bucket-mb`` as the workers' TFDIST_COMPRESSION / TFDIST_BUCKET_MB;
-    ConfigError for a bad value or a backend other than mpi (``None``: not chosen yet)."""
+    """``--compression`` / ``--bucket-mb`` / ``--shard-optimizer`` as the workers' TFDIST_COMPRESSION /
+    TFDIST_BUCKET_MB / TFDIST_SHARD_OPTIMIZER; ConfigError for a bad value or a backend other than mpi
+    (``None``: not chosen yet)."""
     from tfdist.sync.wire import check_bucket_mb, check_compression
 
     env = {}
@@ -224,6 +231,14 @@ def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
             f"{'no --workers were given' if args.workers is None else f'the backend is {backend}'}. "
             "Hint: add --workers N --backend mpi."
         )
+    if getattr(args, "shard_optimizer", False):
+        if args.workers is None or backend not in (None, "mpi"):
+            raise ConfigError(
+                "--shard-optimizer splits the optimizer's slots between mpi workers, but "
+                f"{'no --workers were given' if args.workers is None else f'the backend is {backend}'}. "
+                "Hint: add --workers N --backend mpi, or leave --shard-optimizer out."
+            )
+        env["TFDIST_SHARD_OPTIMIZER"] = "1"
     return env
 
 

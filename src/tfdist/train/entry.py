@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdist.errors import ConfigError
+from tfdist.sync.shard import check_not_parameter_server
 from tfdist.train.callbacks import Backup, split_backup
 from tfdist.train.data import check_arrays, sample_inputs
 from tfdist.train.loop import SyncTrainer, ensure_built, is_parameter_server, strategy_of
@@ -62,6 +63,8 @@ def fit(
     sample = sample_inputs(train_data)
     ensure_built(model, sample[0])
     trainer = ParameterServerTrainer if is_parameter_server(strategy_of(model)) else SyncTrainer
+    if trainer is ParameterServerTrainer:
+        check_not_parameter_server(fit_options.shard_optimizer)
     history = trainer(model, train_data, validation_data, callbacks, fit_options, sample).run()
     if backup is not None and backup.delete_at_end:
         remove_backup(backup.directory)
