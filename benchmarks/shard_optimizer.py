@@ -1,5 +1,8 @@
-"""Optimizer-state sharding (ZeRO stage 1) against plain data parallelism on the MPI backend: peak memory per
-rank and step time, for a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks.
+"""Optimizer-state sharding against plain data parallelism on the MPI backend: peak memory per rank and step
+time, for a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks, in three modes:
+``unsharded``; ``sharded`` (ZeRO stage 1: one reduce-scatter after the backward pass); ``sharded-buckets``
+(``bucket_mb=16``: each bucket reduce-scattered as the backward pass produces it and its gradients released,
+stage 2's saving).
 
 Each configuration is a fresh ``tfdist launch --backend mpi -n N`` of this file's worker (``tfdist.fit``, a
 few steps); sharded and unsharded runs alternate (``_common.alternate``) so both meet the same machine.
@@ -11,9 +14,11 @@ Every rank reports two high-water marks of its resident memory:
   ``run_peak_mib`` is the larger of the two (``ru_maxrss`` is reset with ``VmHWM``).
 
 Expected from the arithmetic: unsharded, weights + gradients + 2 Adam slots (4 x P x 4 B) on every rank;
-sharded, weights + gradients + 2 slots / N. Writes benchmarks/results/shard_optimizer.json.
+sharded, weights + gradients + 2 slots / N; in buckets, weights + (gradients + 2 slots) / N, where the
+backward pass's own gradients are transient (a bucket's are released once it is sent).
+Writes benchmarks/results/shard_optimizer.json.
 
-Run: ``.venv/bin/python benchmarks/shard_optimizer.py [--ranks 2,4] [--repeats 2] [--steps 6]``
+Run: ``.venv/bin/python benchmarks/shard_optimizer.py [--ranks 2,4] [--repeats 2] [--steps 6] [--modes ...]``
 (peak memory about 3 GiB per rank: 4 ranks need about 12 GiB of RAM).
 """
 
@@ -34,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, alternate, write_json
 
 RESULT = ROOT / "benchmarks" / "results" / "shard_optimizer.json"
-MODES = ("unsharded", "sharded")
+MODES = ("unsharded", "sharded", "sharded-buckets")
+BUCKET_MB = 16.0  # each 4096 x 4096 kernel (64 MiB) closes a bucket: one bucket per layer
 WIDTH, DEPTH, BATCH_PER_RANK = 4096, 6, 8
 MIB = 2**20
 
@@ -87,7 +93,8 @@ def worker(mode: str, steps: int, out: str) -> None:
         verbose=0,
         log_every=1,  # a sync point per step: the timeline holds every step's end
         callbacks=[Peaks()],
-        shard_optimizer=mode == "sharded",
+        shard_optimizer=mode != "unsharded",
+        bucket_mb=BUCKET_MB if mode == "sharded-buckets" else None,
     )
     ends = [t for _, t in history.summary["timeline"]]
     result = {
@@ -128,16 +135,18 @@ def run(mode: str, ranks: int, steps: int) -> dict[str, Any]:
     }
 
 
-def expected_mib(params: int, ranks: int, sharded: bool) -> dict[str, float]:
-    """Weights + gradients + Adam's two slots (/ ranks when sharded), float32."""
-    slots = 2 * params / (ranks if sharded else 1)
+def expected_mib(params: int, ranks: int, mode: str) -> dict[str, float]:
+    """Weights + gradients + Adam's two slots (the slots / ranks when sharded, the gradients too in
+    buckets), float32."""
+    slots = 2 * params / (1 if mode == "unsharded" else ranks)
+    grads = params / (ranks if mode == "sharded-buckets" else 1)
     return {
-        "model_state_mib": round((2 * params + slots) * 4 / MIB, 1),
+        "model_state_mib": round((params + grads + slots) * 4 / MIB, 1),
         "slots_mib": round(slots * 4 / MIB, 1),
     }
 
 
-def summarise(samples: dict[str, list[dict[str, Any]]], ranks: int) -> dict[str, Any]:
+def summarise(samples: dict[str, list[dict[str, Any]]], ranks: int, modes: tuple[str, ...]) -> dict[str, Any]:
     """Medians over the repeats of the largest rank's peaks and of the step time, and their ratios."""
     row: dict[str, Any] = {"runs": samples}
     for mode, runs in samples.items():
@@ -146,14 +155,16 @@ def summarise(samples: dict[str, list[dict[str, Any]]], ranks: int) -> dict[str,
             "setup_peak_mib": statistics.median(max(r["setup_peak_mib"]) for r in runs),
             "train_peak_mib": statistics.median(max(r["train_peak_mib"]) for r in runs),
             "step_s": statistics.median(r["step_s"] for r in runs),
-            "expected": expected_mib(runs[0]["params"], ranks, mode == "sharded"),
+            "expected": expected_mib(runs[0]["params"], ranks, mode),
         }
-    plain, sharded = row["unsharded"], row["sharded"]
-    row["train_peak_saved_mib"] = round(plain["train_peak_mib"] - sharded["train_peak_mib"], 1)
-    row["expected_saved_mib"] = round(
-        plain["expected"]["model_state_mib"] - sharded["expected"]["model_state_mib"], 1
-    )
-    row["step_time_ratio_sharded_over_unsharded"] = round(sharded["step_s"] / plain["step_s"], 3)
+    plain = row["unsharded"]
+    for mode in modes[1:]:
+        sharded = row[mode]
+        sharded["train_peak_saved_mib"] = round(plain["train_peak_mib"] - sharded["train_peak_mib"], 1)
+        sharded["expected_saved_mib"] = round(
+            plain["expected"]["model_state_mib"] - sharded["expected"]["model_state_mib"], 1
+        )
+        sharded["step_time_ratio_over_unsharded"] = round(sharded["step_s"] / plain["step_s"], 3)
     return row
 
 
@@ -163,8 +174,12 @@ def main() -> None:
     parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is traced)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
+    modes = tuple(args.modes.split(","))
+    if modes[0] != "unsharded" or not set(modes) <= set(MODES):
+        raise SystemExit(f"--modes {args.modes!r}: unsharded first, then any of {', '.join(MODES[1:])}")
     report: dict[str, Any] = {
         "model": f"dense {WIDTH}x{DEPTH} + 10, Adam, batch {BATCH_PER_RANK} per rank",
         "steps": args.steps,
@@ -174,14 +189,14 @@ def main() -> None:
     }
     for ranks in (int(n) for n in args.ranks.split(",")):
         samples = alternate(
-            MODES,
+            modes,
             args.repeats,
             lambda mode, _repeat, n=ranks: run(mode, n, args.steps),
             show=lambda repeat, mode, s, n=ranks: f"{n} ranks, repeat {repeat}, {mode}: {s}",
         )
-        report["by_ranks"][str(ranks)] = summarise(samples, ranks)
+        report["by_ranks"][str(ranks)] = summarise(samples, ranks, modes)
         write_json(args.out, report)  # after each rank count: a long run keeps what it measured
-    print(json.dumps({k: {m: v[m] for m in MODES} for k, v in report["by_ranks"].items()}, indent=1))
+    print(json.dumps({k: {m: v[m] for m in modes} for k, v in report["by_ranks"].items()}, indent=1))
 
 
 if __name__ == "__main__":

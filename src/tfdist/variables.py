@@ -116,7 +116,8 @@ VARIABLES: dict[str, Variable] = _declare(
         "flag",
         "0",
         "MPI backend, tfdist.fit: 1 keeps each rank's optimizer slots for 1/N of the weights (ZeRO stage 1; "
-        "the fit option shard_optimizer wins)",
+        "with gradient buckets each bucket's gradients are released once sent, stage 2; the fit option "
+        "shard_optimizer wins)",
     ),
     Variable(
         "TFDIST_MPI_PROGRESS_US",

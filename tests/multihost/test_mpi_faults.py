@@ -31,8 +31,11 @@ def hosts_script(*args: str) -> None:
     HOSTS.hosts_script(*args, check=True)
 
 
-def start(tmp_path: Path, *args: str, nnodes: str = "2") -> dict[str, subprocess.Popen[str]]:
-    """An MPI-backend tfdist.fit job on node1 and node2, one rank each, paced so that it runs ~10 s."""
+def start(
+    tmp_path: Path, *args: str, nnodes: str = "2", env: dict[str, str] | None = None
+) -> dict[str, subprocess.Popen[str]]:
+    """An MPI-backend tfdist.fit job on node1 and node2, one rank each, paced so that it runs ~10 s
+    (``env``: added to the module's environment)."""
     endpoint = f"node1:{next(_ports)}"
     (tmp_path / "out").mkdir()
     common = ["--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", "60", "--cpu", "-n", "1"]
@@ -40,7 +43,7 @@ def start(tmp_path: Path, *args: str, nnodes: str = "2") -> dict[str, subprocess
     return {
         f"node{i}": hostcluster.launch_on(
             f"node{i}",
-            ENV,
+            {**ENV, **(env or {})},
             *common,
             "--backend",
             "mpi",
@@ -162,13 +165,19 @@ def test_a_cut_link_with_a_restart_resumes_the_mpi_job_exactly(testhosts: Hosts,
 
 
 @pytest.mark.slow
-def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(testhosts: Hosts, tmp_path: Path) -> None:
+@pytest.mark.parametrize("optimizer", ["whole", "sharded"])
+def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(
+    optimizer: str, testhosts: Hosts, tmp_path: Path
+) -> None:
     """--nnodes 1:2 on the MPI backend: node2 loses power at a random step; node1 is told, meets alone and
-    goes on as one rank with the same global batch, to the uninterrupted run's weights."""
+    goes on as one rank with the same global batch, to the uninterrupted run's weights. Sharded
+    (TFDIST_SHARD_OPTIMIZER=1): the momentum of both halves comes back from the whole checkpoint to the
+    one rank left."""
     single = tmp_path / "single"
     single.mkdir()
     one_process(SCRIPT, str(single), str(single / "ckpt"), "--epochs", "8", "--steps", "5")
-    procs = start(tmp_path, "--max-restarts", "1", nnodes="1:2")
+    env = {"TFDIST_SHARD_OPTIMIZER": "1"} if optimizer == "sharded" else {}
+    procs = start(tmp_path, "--max-restarts", "1", nnodes="1:2", env=env)
     step = random.randint(3, 25)
     print(f"node2 is lost at step {step}")
     wait_for(f"step {step}", lambda: progress(tmp_path) >= step)
@@ -178,6 +187,9 @@ def test_elastic_mpi_job_loses_a_host_and_goes_on_as_one_process(testhosts: Host
     assert code == 0, output[-3000:]
     assert "the job goes on with 1 node(s) instead of 2" in output and "(round 1)" in output, output[-3000:]
     assert "node node2 left the job" in output, output[-3000:]
+    if optimizer == "sharded":
+        logs = "\n".join(p.read_text() for p in (tmp_path / "run-node1").rglob("*.log"))
+        assert "in 2 shards of" in logs, logs[-3000:]  # the two ranks ran sharded before the loss
     reference = np.load(single / "weights-0.npy")
     assert np.max(np.abs(np.load(tmp_path / "out" / "weights-0.npy") - reference)) <= 1e-5
     assert_nothing_left("node1", "node2")
