@@ -1,7 +1,8 @@
 """A sharded optimizer across two test hosts (one MPI rank each, `tfdist launch --nnodes 2 --rdzv`): every
 reduce-scatter and all-gather crosses the hosts' link. Sharded Adam equals one unsharded process (1e-5)
-while the backend's default gradient buckets across nodes (TFDIST_BUCKET_MB, 2 MB) are on and left unused;
-with the 16-bit wire it stays within the wire's tolerance, every rank holding the same weights. Second tier:
+with the backend's default gradient buckets across nodes (TFDIST_BUCKET_MB, 2 MB: the test model's 252
+bytes are one bucket) and in 2 buckets reduce-scattered during the backward pass; with the 16-bit wire it
+stays within the wire's tolerance, every rank holding the same weights. Second tier:
 tests/multiprocess/test_shard_optimizer.py runs the same cases on local ranks."""
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ TOLERANCE = {"none": 1e-5, "fp16": 1e-3}
 _ports = itertools.count(29960)
 
 
-def sharded_on_two_hosts(hosts: Hosts, tmp_path: Path, compression: str) -> tuple[list[np.ndarray], str]:
+def sharded_on_two_hosts(
+    hosts: Hosts, tmp_path: Path, compression: str, bucket_mb: str
+) -> tuple[list[np.ndarray], str]:
     """shard_fit.py (Adam with a schedule, ``--shard``) as one job of one rank on node1 and one on node2;
     every rank's weights and every log the job wrote."""
     out = tmp_path / "out"
     out.mkdir()
     env = {"TFDIST_RDZV_TOKEN": "shard-hosts-41d9", "TFDIST_COMPRESSION": compression}
+    env.update({"TFDIST_BUCKET_MB": bucket_mb} if bucket_mb else {})
     endpoint = f"node1:{next(_ports)}"
     common = ["--nnodes", "2", "--rdzv", endpoint, "--rdzv-timeout", "120", "--cpu", "--backend", "mpi"]
     procs = []
@@ -43,19 +47,25 @@ def sharded_on_two_hosts(hosts: Hosts, tmp_path: Path, compression: str) -> tupl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compression", ["none", "fp16"])
+@pytest.mark.parametrize(("compression", "bucket_mb"), [("none", ""), ("fp16", ""), ("none", "0.00005")])
 def test_sharded_on_two_hosts_equals_one_process(
-    testhosts: Hosts, one_process_reference: Callable[..., Path], compression: str, tmp_path: Path
+    testhosts: Hosts,
+    one_process_reference: Callable[..., Path],
+    compression: str,
+    bucket_mb: str,
+    tmp_path: Path,
 ) -> None:
+    """``bucket_mb`` "": the default (one bucket for this model); 0.00005 MB: 2 buckets."""
     reference = np.load(one_process_reference(SCRIPT, "adam") / "weights-0.npy")
-    weights, said = sharded_on_two_hosts(testhosts, tmp_path, compression)
+    weights, said = sharded_on_two_hosts(testhosts, tmp_path, compression, bucket_mb)
     assert np.array_equal(weights[0], weights[1])  # the all-gather is float32: exact on every rank
     error = float(np.max(np.abs(weights[0] - reference)))
     print(f"max abs difference from one process: {error:.3g} (2 hosts, sharded, wire {compression})")
     assert error <= TOLERANCE[compression], error
-    # The backend's buckets were on across the hosts, and the sharded step sent its gradients in one piece.
-    assert f"gradients {compression}, buckets 2.0 MB" in said, said[-3000:]
+    # The backend's buckets were on across the hosts: one bucket of the whole model, or the 2 asked for.
+    assert f"gradients {compression}, buckets {float(bucket_mb or 2)} MB" in said, said[-3000:]
     wire = "float32" if compression == "none" else compression
-    assert f"gradients reduce-scattered as {wire} in one piece" in said, said[-3000:]
+    how = "in 2 buckets during" if bucket_mb else "in one piece after"
+    assert f"gradients reduce-scattered as {wire} {how} the backward pass" in said, said[-3000:]
     if compression != "none":
         assert error > 0  # the 16-bit wire really was used
