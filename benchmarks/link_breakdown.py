@@ -7,7 +7,8 @@ per worker, the configurations alternating from repeat to repeat:
   TensorFlow's tutorial loop; ``model.fit``);
 - for each link rate of ``--links`` (default ``1gbit,uncapped``): two test hosts (network namespaces of this
   machine, prefix ``tfdl``, subnet 10.95.0), one worker each, ``--backend tf,mpi --bucket-mb 0,2
-  --compare independent,raw-tf`` (``--backends``, and ``--compression fp16`` for the 16-bit wire).
+  --compare independent,raw-tf`` (``--backends``, ``--buckets`` such as ``0,2,auto`` with ``--warmup 20``
+  so that auto has decided before the measured steps, and ``--compression fp16`` for the 16-bit wire).
 
 Each bench's results.json holds every configuration's step breakdown (forward + backward, the all-reduce
 left after it, update, bytes across nodes) and, across the link, the wire time at the measured rate and
@@ -41,9 +42,10 @@ def hosts(*args: str) -> None:
     testhosts(HOSTS_ENV, *args)
 
 
-def bench(out: Path, steps: int, repeats: int, *grid: str) -> dict[str, Any]:
+def bench(out: Path, steps: int, repeats: int, *grid: str, warmup: int = 10) -> dict[str, Any]:
     """One ``tfdist bench`` with the timeline: its results.json."""
-    common = ("--workload", "mnist-cnn", "--dataset", "synthetic", "--steps", str(steps), "--warmup", "10")
+    common = ("--workload", "mnist-cnn", "--dataset", "synthetic", "--steps", str(steps))
+    common += ("--warmup", str(warmup))
     common += ("--repeats", str(repeats), "--threads", "1", "--batch-size-per-replica", "64", "--timeline")
     return tfdist_bench(out, *common, *grid, env=HOSTS_ENV)
 
@@ -74,6 +76,10 @@ def main() -> int:
     parser.add_argument("--no-one-host", action="store_true", help="only the two-host runs")
     parser.add_argument("--backends", default="tf,mpi", help="the two-host runs' backends")
     parser.add_argument("--compression", default="none", help="the MPI backend's wire(s) across the link")
+    parser.add_argument("--buckets", default="0,2", help="the MPI backend's bucket sizes across the link")
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="steps before the measured ones (20: auto buckets decided)"
+    )
     parser.add_argument("--out", default="benchmarks/results/link-breakdown")
     args = parser.parse_args()
     out = Path(args.out)
@@ -85,7 +91,7 @@ def main() -> int:
     }
     if not args.no_one_host:
         grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
-        found = rows(bench(out / "one-host", args.steps, args.repeats, *grid))
+        found = rows(bench(out / "one-host", args.steps, args.repeats, *grid, warmup=args.warmup))
         summary["places"]["one host"] = found
         summary["single_step_ms"] = found.get("independent-w2-r1", {}).get("step")
         print("one host:", json.dumps(found, indent=1), flush=True)
@@ -108,7 +114,7 @@ def main() -> int:
             )
             grid += (
                 "--bucket-mb",
-                "0,2",
+                args.buckets,
                 "--compression",
                 args.compression,
                 "--compare",
@@ -121,6 +127,7 @@ def main() -> int:
                     args.steps,
                     args.repeats,
                     *grid,
+                    warmup=args.warmup,
                 )
             )
             summary["places"][f"two hosts, {link}{wire}"] = found

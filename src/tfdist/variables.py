@@ -106,10 +106,10 @@ VARIABLES: dict[str, Variable] = _declare(
     ),
     Variable(
         "TFDIST_BUCKET_MB",
-        "float",
-        "2",
+        "str",
+        "auto",
         "MPI backend, across nodes: gradient bucket size in MB, each summed while the backward pass goes on "
-        "(0: one sum after it)",
+        "(0: one sum after it; auto: 2 when the first steps' sum takes a fifth of a step or more, else 0)",
     ),
     Variable(
         "TFDIST_SHARD_OPTIMIZER",
@@ -124,6 +124,13 @@ VARIABLES: dict[str, Variable] = _declare(
         "float",
         "200",
         "MPI backend: microseconds between polls of sums running while the backward pass goes on",
+    ),
+    Variable(
+        "TFDIST_BUCKET_AUTO_SHARE",
+        "float",
+        "0.2",
+        "MPI backend, TFDIST_BUCKET_MB=auto: buckets once the sum after the backward pass takes this share "
+        "of a step (0 to 1)",
     ),
     Variable(
         "TFDIST_MPI_POLL_BURST",

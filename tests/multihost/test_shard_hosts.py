@@ -1,7 +1,7 @@
 """A sharded optimizer across two test hosts (one MPI rank each, `tfdist launch --nnodes 2 --rdzv`): every
 reduce-scatter and all-gather crosses the hosts' link. Sharded Adam equals one unsharded process (1e-5)
-with the backend's default gradient buckets across nodes (TFDIST_BUCKET_MB, 2 MB: the test model's 252
-bytes are one bucket) and in 2 buckets reduce-scattered during the backward pass; with the 16-bit wire it
+with the backend's default (TFDIST_BUCKET_MB auto: one piece for a shard) and in 2 buckets
+reduce-scattered during the backward pass; with the 16-bit wire it
 stays within the wire's tolerance, every rank holding the same weights. Second tier:
 tests/multiprocess/test_shard_optimizer.py runs the same cases on local ranks."""
 
@@ -55,15 +55,16 @@ def test_sharded_on_two_hosts_equals_one_process(
     bucket_mb: str,
     tmp_path: Path,
 ) -> None:
-    """``bucket_mb`` "": the default (one bucket for this model); 0.00005 MB: 2 buckets."""
+    """``bucket_mb`` "": the default (auto: one piece); 0.00005 MB: 2 buckets."""
     reference = np.load(one_process_reference(SCRIPT, "adam") / "weights-0.npy")
     weights, said = sharded_on_two_hosts(testhosts, tmp_path, compression, bucket_mb)
     assert np.array_equal(weights[0], weights[1])  # the all-gather is float32: exact on every rank
     error = float(np.max(np.abs(weights[0] - reference)))
     print(f"max abs difference from one process: {error:.3g} (2 hosts, sharded, wire {compression})")
     assert error <= TOLERANCE[compression], error
-    # The backend's buckets were on across the hosts: one bucket of the whole model, or the 2 asked for.
-    assert f"gradients {compression}, buckets {float(bucket_mb or 2)} MB" in said, said[-3000:]
+    # The backend's default across the hosts (auto: a shard's layout is fixed, one piece), or 2 buckets.
+    buckets = f"{float(bucket_mb)} MB" if bucket_mb else "auto"
+    assert f"gradients {compression}, buckets {buckets}" in said, said[-3000:]
     wire = "float32" if compression == "none" else compression
     how = "in 2 buckets during" if bucket_mb else "in one piece after"
     assert f"gradients reduce-scattered as {wire} {how} the backward pass" in said, said[-3000:]

@@ -63,7 +63,10 @@ def test_mpi_backend_timeline(tmp_path: Path) -> None:
     """Without the shared-memory level each rank is a node of its own: every step's sum crosses "nodes", and
     the trace counts its bytes: the regression model's gradient and the metric sums, each part padded to
     64 bytes (tfdist.sync.reduce.layout)."""
-    for rank, trace in enumerate(traces(tmp_path, "mpi", env={"TFDIST_MPI_SHM": "0"})):
+    # One sum after the backward pass throughout (auto could turn buckets on mid-run, and count other bytes).
+    for rank, trace in enumerate(
+        traces(tmp_path, "mpi", env={"TFDIST_MPI_SHM": "0", "TFDIST_BUCKET_MB": "0"})
+    ):
         check(trace, rank, ["forward + backward", "all-reduce", "update"])
         assert trace["otherData"]["nodes"] == 2
         counted = {e["args"]["bytes across nodes"] for e in trace["traceEvents"] if e["name"] == "step"}

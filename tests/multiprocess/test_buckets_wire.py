@@ -4,6 +4,7 @@ so every sum crosses MPI as it does between hosts)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,3 +80,34 @@ def test_horovod_tape_gradients_in_buckets_equal_one_process(
         assert np.max(np.abs(w0[name] - w_one[name])) <= 1e-5, name
     said = "".join(p.read_text(errors="replace") for p in (ranks / "run").rglob("*.log"))
     assert "Horovod: 4 gradient(s) in 4 bucket(s)" in said, said[-3000:]
+
+
+@pytest.mark.parametrize(("share", "on"), [("0.01", True), pytest.param("1", False, marks=pytest.mark.slow)])
+def test_auto_buckets_decided_from_the_first_steps(
+    share: str, on: bool, one_process_reference: Callable[..., Path], tmp_path: Path
+) -> None:
+    """TFDIST_BUCKET_MB's default, auto: the first steps sum after the backward pass; at the first sync point
+    past them every rank gathers the measured share of a step the sum took and the same decision follows
+    everywhere. The threshold (TFDIST_BUCKET_AUTO_SHARE, 0.2 by default, unit-tested in
+    test_compression.py) is set here where the measured share cannot miss it: 0.01 (the sum of 8 MB of
+    gradients is far more of a step): the step is traced again in 2 MB buckets; 1 (a share can only reach
+    it if the step is nothing but the sum): one sum throughout. ≡ one process either way."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    launch(ranks, "auto_buckets_fit.py", env={"TFDIST_BUCKET_AUTO_SHARE": share})
+    w0, w1 = np.load(ranks / "weights-0.npy"), np.load(ranks / "weights-1.npy")
+    assert np.array_equal(w0, w1)
+    single = one_process_reference(HELPERS / "auto_buckets_fit.py")
+    assert np.max(np.abs(w0 - np.load(single / "weights-0.npy"))) <= 1e-5
+    said = "".join(p.read_text(errors="replace") for p in (ranks / "run").rglob("*.log"))
+    assert "gradients none, buckets auto" in said, said[-3000:]
+    found = re.search(
+        r"auto buckets: the gradient sum took (\d+) % of a step .* ms on the slowest rank\), so (.*)", said
+    )
+    assert found and 0 < int(found.group(1)) < 100, said[-3000:]
+    if on:
+        assert found.group(2).startswith("2 MB buckets from now on"), said[-3000:]
+        assert "6 gradient(s) in 2 bucket(s)" in said, said[-3000:]  # the step traced again, in buckets
+    else:
+        assert found.group(2).startswith("one sum after the backward pass"), said[-3000:]
+        assert "bucket(s)" not in said, said[-3000:]

@@ -15,8 +15,11 @@ from tfdist.sync.wire import (
     RELATIVE_ERROR,
     WIRE_DTYPES,
     WireOptions,
+    check_auto_share,
     check_bucket_mb,
+    check_bucket_setting,
     check_compression,
+    choose_buckets,
     decode,
     encode,
     plan_buckets,
@@ -71,13 +74,31 @@ def test_buckets_follow_the_backward_pass(
 
 
 def test_options_from_the_environment() -> None:
-    assert WireOptions.from_environment({}) == WireOptions("none", 2.0)  # the measured default
+    default = WireOptions.from_environment({})
+    assert default == WireOptions("none", "auto") and default.auto and default.bucket_size == 0.0
     got = WireOptions.from_environment({"TFDIST_COMPRESSION": "BF16", "TFDIST_BUCKET_MB": "4"})
-    assert got == WireOptions("bf16", 4.0)
+    assert got == WireOptions("bf16", 4.0) and not got.auto and got.bucket_size == 4.0
+    assert WireOptions.from_environment({"TFDIST_BUCKET_MB": " AUTO "}).auto
     with pytest.raises(ConfigError, match="TFDIST_COMPRESSION='int8' is not a compression"):
         WireOptions.from_environment({"TFDIST_COMPRESSION": "int8"})
-    with pytest.raises(ConfigError, match=r"TFDIST_BUCKET_MB=-2\.0 is not a bucket size"):
+    with pytest.raises(ConfigError, match=r"TFDIST_BUCKET_MB='-2' is not a bucket size"):
         WireOptions.from_environment({"TFDIST_BUCKET_MB": "-2"})
+
+
+@pytest.mark.parametrize(
+    ("exposed", "step", "size"),
+    [
+        ([0.046, 0.044], [0.170, 0.168], 2.0),  # 1 Gbit/s: the sum is 27 % of the step, buckets paid
+        ([0.011, 0.012], [0.130, 0.131], 0.0),  # the uncapped link: 9 %, buckets cost
+        ([0.011, 0.040], [0.130, 0.150], 2.0),  # the slowest rank's share decides, the same everywhere
+        ([0.125], [0.625], 2.0),  # exactly a fifth
+    ],
+)
+def test_auto_buckets_pay_where_the_sum_is_a_fifth_of_the_step(
+    exposed: list[float], step: list[float], size: float
+) -> None:
+    got, share = choose_buckets(exposed, step)
+    assert got == size and share == pytest.approx(max(e / s for e, s in zip(exposed, step, strict=True)))
 
 
 @pytest.mark.parametrize("value", ["fp8", "", 16, None])
@@ -86,10 +107,30 @@ def test_bad_compressions(value: object) -> None:
         check_compression(value, "compression")
 
 
-@pytest.mark.parametrize("value", [-1, "x", float("nan"), float("inf"), True])
+@pytest.mark.parametrize("value", [-1, "x", float("nan"), float("inf"), True, "automatic"])
 def test_bad_bucket_sizes(value: object) -> None:
     with pytest.raises(ConfigError, match="is not a bucket size"):
         check_bucket_mb(value, "bucket_mb")
+    with pytest.raises(ConfigError, match=r"is not a bucket size; give megabytes >= 0 .* or auto\."):
+        check_bucket_setting(value, "bucket_mb")
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, "0.2", True, float("nan")])
+def test_bad_auto_shares(value: object) -> None:
+    with pytest.raises(ConfigError, match="is not a share of a step; give a number from 0 to 1"):
+        check_auto_share(value, "TFDIST_BUCKET_AUTO_SHARE")
+
+
+def test_the_auto_threshold_moves_the_choice() -> None:
+    assert check_auto_share(0, "x") == 0.0 and check_auto_share(1, "x") == 1.0
+    assert choose_buckets([0.011], [0.130], threshold=0.05)[0] == 2.0
+    assert choose_buckets([0.046], [0.170], threshold=0.5)[0] == 0.0
+
+
+def test_auto_is_a_bucket_setting_not_a_size() -> None:
+    assert check_bucket_setting("Auto", "bucket_mb") == "auto" and check_bucket_setting("4", "b") == 4.0
+    with pytest.raises(ConfigError, match="'auto' is not a bucket size"):
+        check_bucket_mb("auto", "bucket_mb")
 
 
 @pytest.mark.parametrize(

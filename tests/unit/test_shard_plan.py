@@ -92,8 +92,10 @@ def test_the_bucket_size_of_a_sharded_job(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TFDIST_BUCKET_MB", "1.5")
     assert bucket_choice(None, 0.0) == 1.5
     assert bucket_choice(0.0, 2.0) == 0.0  # tfdist.fit's option wins over the variable
+    monkeypatch.setenv("TFDIST_BUCKET_MB", "auto")  # not measured for a shard: the backend's size now
+    assert bucket_choice(None, 0.0) == 0.0 and bucket_choice("auto", 2.0) == 2.0
     monkeypatch.setenv("TFDIST_BUCKET_MB", "lots")
-    with pytest.raises(ConfigError, match="TFDIST_BUCKET_MB='lots' is not a finite number"):
+    with pytest.raises(ConfigError, match="TFDIST_BUCKET_MB='lots' is not a bucket size"):
         bucket_choice(None, 0.0)
 
 

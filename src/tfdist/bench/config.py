@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
 from tfdist.nodes import check_hosts
-from tfdist.sync.wire import COMPRESSIONS, check_bucket_mb, check_compression
+from tfdist.sync.wire import COMPRESSIONS, check_bucket_setting, check_compression
 from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
@@ -51,12 +51,13 @@ def parse_compressions(text: str) -> tuple[str, ...]:
     return _parse_names(text, "--compression", COMPRESSIONS, ", ".join(COMPRESSIONS), "compression")
 
 
-def parse_bucket_sizes(text: str) -> tuple[float, ...]:
-    """``"0,4"`` -> (0.0, 4.0): bucket sizes in MB (0 = one sum after the backward pass), distinct."""
+def parse_bucket_sizes(text: str) -> tuple[float | str, ...]:
+    """``"0,4,auto"`` -> (0.0, 4.0, "auto"): bucket sizes in MB (0 = one sum after the backward pass, auto:
+    measured from the first steps), distinct."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
         raise ConfigError(f"--bucket-mb {text!r} is empty. Hint: a comma-separated list such as 0,4.")
-    sizes = tuple(check_bucket_mb(p, "--bucket-mb") for p in parts)
+    sizes = tuple(check_bucket_setting(p, "--bucket-mb") for p in parts)
     if len(set(sizes)) != len(sizes):
         raise ConfigError(f"--bucket-mb {text!r} repeats a size.")
     return sizes
@@ -111,7 +112,7 @@ class BenchConfig:
     timeline: bool = False
     #: The MPI backend's variants: each compression x each bucket size (``()``: the default size).
     compression: tuple[str, ...] = ("none",)
-    bucket_mb: tuple[float, ...] = ()
+    bucket_mb: tuple[float | str, ...] = ()
 
     def __post_init__(self) -> None:
         # The training options are TrainConfig's: one place validates workload and dataset names.
@@ -145,7 +146,7 @@ class BenchConfig:
         for value in self.compression:
             check_compression(value, "--compression")
         for size in self.bucket_mb:
-            check_bucket_mb(size, "--bucket-mb")
+            check_bucket_setting(size, "--bucket-mb")
         varied = self.compression != ("none",) or self.bucket_mb
         if varied and "mpi" not in self.backends:
             raise ConfigError(

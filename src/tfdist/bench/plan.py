@@ -27,13 +27,13 @@ class RunSpec:
     nodes: int = 1
     #: The MPI backend's wire: compression (none, fp16, bf16) and bucket size in MB (None: the default).
     compression: str = "none"
-    bucket_mb: float | None = None
+    bucket_mb: float | str | None = None
 
     @property
     def variant(self) -> str:
         """``fp16-b4`` for compression fp16 with 4 MB buckets; ``""`` for the backend's defaults."""
         parts = [self.compression] if self.compression != "none" else []
-        parts += [f"b{self.bucket_mb:g}"] if self.bucket_mb is not None else []
+        parts += [f"b{self._bucket_text}"] if self.bucket_mb is not None else []
         return "-".join(parts)
 
     @property
@@ -46,8 +46,12 @@ class RunSpec:
         """The environment that selects the variant in every rank."""
         env = {"TFDIST_COMPRESSION": self.compression} if self.compression != "none" else {}
         if self.bucket_mb is not None:
-            env["TFDIST_BUCKET_MB"] = f"{self.bucket_mb:g}"
+            env["TFDIST_BUCKET_MB"] = self._bucket_text
         return env
+
+    @property
+    def _bucket_text(self) -> str:
+        return self.bucket_mb if isinstance(self.bucket_mb, str) else f"{self.bucket_mb:g}"
 
     @property
     def devices(self) -> int:

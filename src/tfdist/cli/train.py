@@ -217,14 +217,18 @@ def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
     """``--compression`` / ``--bucket-mb`` / ``--shard-optimizer`` as the workers' TFDIST_COMPRESSION /
     TFDIST_BUCKET_MB / TFDIST_SHARD_OPTIMIZER; ConfigError for a bad value or a backend other than mpi
     (``None``: not chosen yet)."""
-    from tfdist.sync.wire import check_bucket_mb, check_compression
+    from tfdist.sync.wire import check_bucket_setting, check_compression
 
     env = {}
     if args.compression is not None:
         env["TFDIST_COMPRESSION"] = check_compression(args.compression, "--compression")
     if args.bucket_mb is not None:
-        env["TFDIST_BUCKET_MB"] = f"{check_bucket_mb(args.bucket_mb, '--bucket-mb'):g}"
-    asked = env.get("TFDIST_COMPRESSION", "none") != "none" or float(env.get("TFDIST_BUCKET_MB", "0")) > 0
+        setting = check_bucket_setting(args.bucket_mb, "--bucket-mb")
+        env["TFDIST_BUCKET_MB"] = setting if isinstance(setting, str) else f"{setting:g}"
+    asked = env.get("TFDIST_COMPRESSION", "none") != "none" or env.get("TFDIST_BUCKET_MB", "0") not in (
+        "0",
+        "auto",
+    )
     if asked and backend not in (None, "mpi"):
         raise ConfigError(
             "--compression/--bucket-mb set how the mpi backend sums gradients, but "

@@ -124,7 +124,7 @@ def gradient_groups(grads: Sequence[Any], groups: Any, refs: Sequence[Any] | Non
 def _buckets(grads: Sequence[Any]) -> list[list[int]]:
     import tensorflow as tf
 
-    from tfdist.sync.wire import plan_buckets
+    from tfdist.sync.wire import AUTO_MB, plan_buckets
 
     whole = [list(range(len(grads)))[::-1]]
     if tf.executing_eagerly():
@@ -134,12 +134,13 @@ def _buckets(grads: Sequence[Any]) -> list[list[int]]:
         return whole
     sync = world.float_sync()
     sizes = [g.shape.num_elements() if hasattr(g, "shape") else None for g in grads]
-    if not sync.overlaps or None in sizes or any(isinstance(g, tf.IndexedSlices) for g in grads):
+    # auto (the default) measures tfdist.fit's steps; a Horovod script's loop is its own: the size auto
+    # turns on where buckets pay.
+    size = AUTO_MB if sync.options.auto else sync.options.bucket_size
+    if size <= 0 or None in sizes or any(isinstance(g, tf.IndexedSlices) for g in grads):
         return whole
     itemsize = [g.dtype.size for g in grads]
-    buckets = plan_buckets(
-        [n * b for n, b in zip(sizes, itemsize, strict=True)], sync.options.bucket_mb * 2**20
-    )
+    buckets = plan_buckets([n * b for n, b in zip(sizes, itemsize, strict=True)], size * 2**20)
     if world.rank == 0 and len(buckets) > 1:
         log.info("Horovod: %d gradient(s) in %d bucket(s)", len(grads), len(buckets))
     return buckets

@@ -100,8 +100,9 @@ def _fused_half_sums(requests: list[Request]) -> None:
 
 def _waiter(sync: Any) -> Any:
     """How this thread waits for the sum: polling without spinning while buckets run beside the backward
-    pass (a spin would take the core TensorFlow computes on), the synchroniser's own waiter otherwise."""
-    return sync.background if sync.overlaps else None
+    pass (a spin would take the core TensorFlow computes on; auto: a Horovod script's buckets are on), the
+    synchroniser's own waiter otherwise."""
+    return sync.background if sync.overlaps or sync.options.auto else None
 
 
 def _prescaled(request: Request) -> list[np.ndarray]:

@@ -17,12 +17,16 @@ outlives ``TFDIST_COLLECTIVE_TIMEOUT``: each collective is labelled for the line
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
 import pickle
+import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,7 +49,15 @@ from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
 from tfdist.sync.coordinator import Coordinator, Request
 from tfdist.sync.reduce import NodeReducer, Waiter, allgather_bytes, broadcast_bytes, cross_sum_bits, layout
 from tfdist.sync.watch import Watch, current_step, different_gathers
-from tfdist.sync.wire import WireOptions, decode, encode, plan_buckets
+from tfdist.sync.wire import (
+    AUTO_STEPS,
+    WireOptions,
+    check_auto_share,
+    choose_buckets,
+    decode,
+    encode,
+    plan_buckets,
+)
 
 log = get_logger(__name__)
 
@@ -149,6 +161,10 @@ class MPISync(ProcessLevel):
         poll_sleep_s = float(variables.get("TFDIST_MPI_POLL_SLEEP_US")) / 1e6
         shared = bool(variables.get("TFDIST_MPI_SHM"))
         burst = int(variables.get("TFDIST_MPI_POLL_BURST"))
+        #: auto buckets' threshold: the share of a step the sum after the backward pass must take.
+        self.auto_share = check_auto_share(
+            variables.get("TFDIST_BUCKET_AUTO_SHARE"), "TFDIST_BUCKET_AUTO_SHARE"
+        )
         if burst < 1:
             raise ConfigError(
                 f"TFDIST_MPI_POLL_BURST={burst} must be at least 1 (polls per wake-up; default 16)."
@@ -169,6 +185,8 @@ class MPISync(ProcessLevel):
         self.options = WireOptions()
         self.configure(WireOptions.from_environment())
         self._exchanges = 0  # traced bucketed exchanges: names their sums, the same on every rank
+        #: ``auto`` buckets: (start, seconds) of each gradient sum after the backward pass, until decided.
+        self._sums_timed: list[tuple[float, float]] = []
         #: Called with "sent bN" / "summed bN" (the timeline's stamps), when set.
         self.marker: Callable[[str], None] | None = None
         if self.rank == 0:
@@ -181,10 +199,13 @@ class MPISync(ProcessLevel):
         # pass (the shared-memory sum takes ~0.4 ms), and a bucket's round through the coordinator costs.
         across = self.reducer.cross.Get_size() > 1
         self.options = options if across else WireOptions()
-        # With buckets the coordinator's rounds run beside the backward pass: poll, do not spin.
-        self.coordinator.waiter = self.background if self.options.bucket_mb > 0 else self.reducer.waiter
+        # With buckets the coordinator's rounds run beside the backward pass: poll, do not spin (auto: a
+        # Horovod script's buckets, see tfdist.horovod.gradients).
+        overlapping = self.options.bucket_size > 0 or self.options.auto
+        self.coordinator.waiter = self.background if overlapping else self.reducer.waiter
         if self.rank == 0 and self.options != WireOptions():
-            log.info("MPI backend: gradients %s, buckets %s MB", options.compression, options.bucket_mb)
+            buckets = "auto" if self.options.auto else f"{self.options.bucket_mb} MB"
+            log.info("MPI backend: gradients %s, buckets %s", options.compression, buckets)
         elif self.rank == 0 and options.compression != "none":  # asked for, and not done: say why
             log.info("MPI backend: one node, so gradients uncompressed, no buckets (nothing crosses a link)")
 
@@ -220,12 +241,13 @@ class MPISync(ProcessLevel):
         dense = [tf.convert_to_tensor(g) for g in grads]  # IndexedSlices become dense tensors
         sizes = [g.shape.num_elements() for g in dense]
         options = self.options
-        if self.size == 1 or options == WireOptions() or not dense or None in sizes:
+        plain = options.compression == "none" and options.bucket_size == 0  # auto starts without buckets
+        if self.size == 1 or plain or not dense or None in sizes:
             return super().exchange(grads, sums)
-        if options.bucket_mb == 0:  # the 16-bit wire without buckets: one sum, now, in this thread
+        if options.bucket_size == 0:  # the 16-bit wire without buckets: one sum, now, in this thread
             return self._one_half_sum(dense, sums)
         # Buckets, or compression (then one bucket: it is cast to 16 bits in the graph, see _bucketed).
-        buckets = plan_buckets([4 * n for n in sizes], options.bucket_mb * 2**20)
+        buckets = plan_buckets([4 * n for n in sizes], options.bucket_size * 2**20)
         if self.rank == 0:
             log.info("MPI backend: %d gradient(s) in %d bucket(s)", len(dense), len(buckets))
         outs = self._bucketed(dense, sums, buckets)
@@ -249,8 +271,9 @@ class MPISync(ProcessLevel):
         def run(*arrays: np.ndarray) -> list[np.ndarray]:
             *halves, exact = arrays
             self.watch.begin("the gradient all-reduce")
-            summed = self._half_sums([np.asarray(h) for h in halves], compression, self.reducer.waiter)
-            (total,) = self.packed_sum([np.asarray(exact, np.float32)])
+            with self._timed(True):
+                summed = self._half_sums([np.asarray(h) for h in halves], compression, self.reducer.waiter)
+                (total,) = self.packed_sum([np.asarray(exact, np.float32)])
             return [*summed, total]
 
         outs = tf.numpy_function(
@@ -311,10 +334,51 @@ class MPISync(ProcessLevel):
         )
         return [tf.cast(o, tf.float32) for o in outs[:-1]] + [outs[-1]]
 
+    @contextlib.contextmanager
+    def _timed(self, gradients: bool) -> Iterator[None]:
+        """Time a gradient sum after the backward pass while ``auto`` buckets are undecided."""
+        if not (gradients and self.options.auto):
+            yield
+            return
+        start = time.perf_counter()
+        yield
+        self._sums_timed.append((start, time.perf_counter() - start))
+
+    @property
+    def buckets_pending(self) -> bool:
+        """Whether ``auto`` buckets wait for a decision that the steps measured so far allow."""
+        return self.options.auto and len(self._sums_timed) > AUTO_STEPS
+
+    def decide_buckets(self) -> bool:
+        """``auto``'s decision, at the same step on every rank (a collective): each rank's median gradient
+        sum and step period (the time between two sums' starts: everything a step takes), the first step
+        left out (it traced the step), gathered, and :func:`~tfdist.sync.wire.choose_buckets` on them.
+        True when buckets are now on: the caller traces its step again."""
+        timed = self._sums_timed[1:]
+        starts = [start for start, _ in timed]
+        mine = [
+            statistics.median(seconds for _, seconds in timed),
+            statistics.median(b - a for a, b in itertools.pairwise(starts)),
+        ]
+        table = self.table(np.array(mine))
+        size, share = choose_buckets(table[:, 0].tolist(), table[:, 1].tolist(), self.auto_share)
+        self._sums_timed = []
+        if self.rank == 0:
+            log.info(
+                "MPI backend: auto buckets: the gradient sum took %.0f %% of a step (%.1f of %.1f ms on the "
+                "slowest rank), so %s",
+                100 * share,
+                1e3 * float(np.max(table[:, 0])),
+                1e3 * float(np.max(table[:, 1])),
+                f"{size:g} MB buckets from now on" if size else "one sum after the backward pass",
+            )
+        self.configure(WireOptions(self.options.compression, size))
+        return size > 0
+
     @property
     def overlaps(self) -> bool:
         """Whether gradient sums start during the backward pass (buckets on, more than one rank)."""
-        return self.size > 1 and self.options.bucket_mb > 0
+        return self.size > 1 and self.options.bucket_size > 0
 
     def _submit(self, name: str, arrays: Sequence[np.ndarray], compression: str, exact: int) -> np.int64:
         """Hand one bucket to the coordinator (the last ``exact`` arrays are never compressed)."""
@@ -360,7 +424,8 @@ class MPISync(ProcessLevel):
         arrays = [np.asarray(p, np.float32) for p in parts]
         if name is None:
             label = label or ("the gradient all-reduce" if keep else "an all-reduce")
-            return self.packed_sum(arrays, keep, label=label)
+            with self._timed(keep > 0):
+                return self.packed_sum(arrays, keep, label=label)
         done = self.coordinator.wait(self.coordinator.submit(Request(name, SUM, arrays, local=keep)))
         if done.error:
             raise RuntimeError(done.error)

@@ -22,8 +22,8 @@ is what would need the per-variable identity the flat slice loses (weight-decay 
 The collectives are plain MPI over the backend's communicator (``sync.comm``), not its shared-memory
 all-reduce: a reduce-scatter and an all-gather move the same bytes as one all-reduce between them. The
 all-gather of the updated weights is float32 whatever the wire: every rank must hold the same exact weights.
-With gradient buckets (``bucket_mb``: asked for, on any number of nodes; else the MPI backend's default
-across nodes), each bucket is reduce-scattered on its own, as soon as the backward pass produced its
+With gradient buckets (``bucket_mb``: a size asked for, on any number of nodes; ``auto``, the default,
+measures steps whose layout a shard cannot change afterwards: one piece), each bucket is reduce-scattered on its own, as soon as the backward pass produced its
 gradients (the backend's coordinator thread matches them by name across ranks, as it does unsharded
 buckets), and rank r owns its slice of every bucket (:class:`ShardLayout`). That is also ZeRO stage 2's
 saving: a bucket's full gradients are released once its reduce-scatter took them, so a rank never holds
@@ -51,7 +51,7 @@ from tfdist import variables
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.sync.coordinator import Request
-from tfdist.sync.wire import check_bucket_mb, decode, encode, plan_buckets
+from tfdist.sync.wire import AUTO, check_bucket_setting, decode, encode, plan_buckets
 
 log = get_logger(__name__)
 
@@ -92,16 +92,18 @@ def check_not_parameter_server(option: bool | None) -> None:
         )
 
 
-def bucket_choice(bucket_mb: float | None, backend_default: float) -> float:
+def bucket_choice(bucket_mb: float | str | None, backend_default: float) -> float:
     """The bucket size of a sharded job, in MB (0: one reduce-scatter after the backward pass):
     ``tfdist.fit``'s ``bucket_mb``, else TFDIST_BUCKET_MB when set (both on any number of nodes: on one
     node buckets still serve memory), else the MPI backend's configured size (its default across nodes,
     none within one)."""
-    if bucket_mb is not None:
-        return float(bucket_mb)
-    if variables.is_set("TFDIST_BUCKET_MB"):
-        return check_bucket_mb(variables.get("TFDIST_BUCKET_MB"), "TFDIST_BUCKET_MB")
-    return float(backend_default)
+    if bucket_mb is None and variables.is_set("TFDIST_BUCKET_MB"):
+        bucket_mb = check_bucket_setting(variables.get("TFDIST_BUCKET_MB"), "TFDIST_BUCKET_MB")
+    if bucket_mb is None or bucket_mb == AUTO:
+        # auto measures the first steps and retraces; a shard's layout is fixed once built: the backend's
+        # size as it stands when the shard is made (none until auto decided).
+        return float(backend_default)
+    return float(bucket_mb)
 
 
 def check_optimizer(optimizer: Any) -> None:
@@ -645,4 +647,4 @@ def open_shard(model: Any, strategy: Any, options: Any) -> ShardedOptimizer | No
 
     check_backend(context.current().backend)
     sync = process_sync("mpi")
-    return ShardedOptimizer(model, sync, strategy, bucket_choice(options.bucket_mb, sync.options.bucket_mb))
+    return ShardedOptimizer(model, sync, strategy, bucket_choice(options.bucket_mb, sync.options.bucket_size))

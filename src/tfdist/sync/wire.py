@@ -8,10 +8,12 @@ mantissa, float32's range). Within one node (shared memory) nothing travels, so 
 
 Buckets: the gradients are grouped, in the order the backward pass produces them (the last layer's
 first), into buckets of at least ``bucket_mb`` MB; each bucket's sum starts as soon as its gradients
-exist, while the backward pass goes on. ``bucket_mb`` 0: one packed sum after the backward pass. The
-default, 2 MB, was measured across two test hosts (mnist-cnn, one rank per host, 5 alternated repeats):
-0.68x two unsynchronised copies against 0.57x without buckets at 1 Gbit/s, 0.75x against 0.78x on the
-uncapped link (benchmarks/results/overlap-nodes-5x).
+exist, while the backward pass goes on. ``bucket_mb`` 0: one packed sum after the backward pass. 2 MB was
+measured across two test hosts (mnist-cnn, one rank per host, 5 alternated repeats): 0.68x two
+unsynchronised copies against 0.57x without buckets at 1 Gbit/s, 0.75x against 0.78x on the uncapped link
+(benchmarks/results/overlap-nodes-5x): buckets pay where the sum is a large share of the step (a slow
+link) and cost where it is not (their sums run beside the backward pass, on its cores). ``auto`` (the
+default) decides from the job's own first steps: :func:`choose_buckets`.
 
 Pure: no TensorFlow, no MPI.
 """
@@ -55,28 +57,81 @@ def check_bucket_mb(value: object, where: str) -> float:
     if not isinstance(number, int | float) or not np.isfinite(number) or number < 0:
         raise ConfigError(
             f"{where}={value!r} is not a bucket size; give megabytes >= 0 (0: one sum after the backward "
-            "pass), e.g. 4."
+            "pass), e.g. 4, or auto."
         )
+    return float(number)
+
+
+AUTO = "auto"
+#: ``auto``: the steps whose gradient sums it measures (after the first, which also traced the step).
+AUTO_STEPS = 8
+#: ``auto``: buckets when the sum after the backward pass takes at least this share of a step. Measured
+#: (benchmarks/results/link-breakdown, mnist-cnn, one rank per test host): 0.27 of the step at 1 Gbit/s,
+#: where 2 MB buckets were faster (155 against 170 ms), 0.09 on the uncapped link, where they were slower
+#: (0.84x against 0.90x the limit).
+AUTO_SHARE = 0.2
+#: ``auto``'s bucket size once buckets pay.
+AUTO_MB = 2.0
+
+
+def check_bucket_setting(value: object, where: str) -> float | str:
+    """:func:`check_bucket_mb`, or ``"auto"``."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    return check_bucket_mb(value, where)
+
+
+def choose_buckets(
+    exposed_s: Sequence[float], step_s: Sequence[float], threshold: float = AUTO_SHARE
+) -> tuple[float, float]:
+    """``auto``'s choice: (bucket MB, the share of a step its sum took), from every rank's median time of
+    the gradient sum after the backward pass (``exposed_s``) and of a step (``step_s``): buckets of
+    :data:`AUTO_MB` when the largest share reaches ``threshold`` (TFDIST_BUCKET_AUTO_SHARE, default
+    :data:`AUTO_SHARE`), else none. Pure; the same answer on every rank given the same table.
+
+    Input/Output: ``choose_buckets([0.046, 0.044], [0.170, 0.168])`` -> ``(2.0, 0.27...)``;
+    ``choose_buckets([0.011], [0.130])`` -> ``(0.0, 0.08...)``.
+    """
+    share = max(e / s for e, s in zip(exposed_s, step_s, strict=True) if s > 0)
+    return (AUTO_MB if share >= threshold else 0.0), share
+
+
+def check_auto_share(value: object, where: str) -> float:
+    """``value`` as auto's threshold, a share of a step from 0 to 1; ConfigError naming ``where``."""
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or not 0 <= number <= 1:
+        raise ConfigError(f"{where}={value!r} is not a share of a step; give a number from 0 to 1, e.g. 0.2.")
     return float(number)
 
 
 @dataclass(frozen=True)
 class WireOptions:
-    """How the MPI backend sums gradients: the wire's compression and the bucket size."""
+    """How the MPI backend sums gradients: the wire's compression and the bucket size (``auto``: none
+    until the first steps measured, then as :func:`choose_buckets` says)."""
 
     compression: str = "none"
-    bucket_mb: float = 0.0
+    bucket_mb: float | str = 0.0
 
     def __post_init__(self) -> None:
         check_compression(self.compression, "compression")
-        check_bucket_mb(self.bucket_mb, "bucket_mb")
+        check_bucket_setting(self.bucket_mb, "bucket_mb")
+
+    @property
+    def auto(self) -> bool:
+        """Whether the bucket size is still to be measured."""
+        return self.bucket_mb == AUTO
+
+    @property
+    def bucket_size(self) -> float:
+        """The bucket size the step is traced with now (MB; ``auto``: 0 until decided)."""
+        return 0.0 if self.bucket_mb == AUTO else float(self.bucket_mb)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> WireOptions:
         """TFDIST_COMPRESSION and TFDIST_BUCKET_MB (their defaults when unset)."""
         return cls(
             compression=check_compression(variables.get("TFDIST_COMPRESSION", environ), "TFDIST_COMPRESSION"),
-            bucket_mb=check_bucket_mb(variables.get("TFDIST_BUCKET_MB", environ), "TFDIST_BUCKET_MB"),
+            bucket_mb=check_bucket_setting(variables.get("TFDIST_BUCKET_MB", environ), "TFDIST_BUCKET_MB"),
         )
 
 

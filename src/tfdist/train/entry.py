@@ -80,7 +80,7 @@ def configure_wire(options: FitOptions) -> None:
 
     backend = context.current().backend
     if backend != "mpi":
-        if options.compression not in (None, "none") or options.bucket_mb:
+        if options.compression not in (None, "none") or options.bucket_mb not in (None, 0, 0.0, "auto"):
             given = f"compression={options.compression!r}, bucket_mb={options.bucket_mb!r}"
             raise ConfigError(
                 f"tfdist.fit({given}) is for the mpi backend, but this run's backend is {backend}. Hint: "

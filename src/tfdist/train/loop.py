@@ -431,6 +431,11 @@ class SyncTrainer:
                 values = self.reduce_totals(_sum(block)).numpy()
             self._check_finite(values, block, step, epoch)
             block = []
+            # auto gradient buckets (the MPI backend across nodes): decided at a sync point, the same
+            # step on every rank, from the steps measured so far; the step is traced again when they pay.
+            mpi: Any = self.sync  # only the MPI backend's has them (not in the Synchroniser protocol)
+            if getattr(mpi, "buckets_pending", False) and mpi.decide_buckets():
+                self._make_steps()
             self.timeline.append((step, time.time()))
             self.slow.observe(step, time.monotonic())
             totals += values[:-1]

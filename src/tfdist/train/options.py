@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import ConfigError
-from tfdist.sync.wire import check_bucket_mb, check_compression
+from tfdist.sync.wire import check_bucket_setting, check_compression
 from tfdist.train.scaling import RULES
 
 
@@ -44,7 +44,7 @@ class FitOptions:
     compression: str | None = None
     #: The MPI backend's gradient bucket size in MB (0: one sum after the backward pass); None:
     #: TFDIST_BUCKET_MB.
-    bucket_mb: float | None = None
+    bucket_mb: float | str | None = None
     #: Whether each worker's data is its own (tfdist.train.uneven); None: decided from the data.
     per_worker_data: bool | None = None
     #: The MPI backend: each rank keeps the optimizer's slots of 1/N of the weights (tfdist.sync.shard);
@@ -55,7 +55,7 @@ class FitOptions:
         if self.compression is not None:
             object.__setattr__(self, "compression", check_compression(self.compression, "compression"))
         if self.bucket_mb is not None:
-            object.__setattr__(self, "bucket_mb", check_bucket_mb(self.bucket_mb, "bucket_mb"))
+            object.__setattr__(self, "bucket_mb", check_bucket_setting(self.bucket_mb, "bucket_mb"))
         if self.timeline is not None and (not isinstance(self.timeline, str) or not self.timeline):
             raise ConfigError(f"timeline={self.timeline!r} must be a directory path (a non-empty string).")
         if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs <= 0:
