@@ -67,11 +67,11 @@ def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
     return {f"fit_overhead/{k}": v for k, v in figures.items()}
 
 
-def bench(src: Path, out: Path, steps: int, prefix: str, *grid: str) -> dict[str, float]:
+def bench(src: Path, out: Path, steps: int, prefix: str, *grid: str, warmup: int = 10) -> dict[str, float]:
     """One ``tfdist bench`` of the commit at ``src``: examples/s and step time (ms) of each configuration,
     named ``PREFIX/CONFIG`` and ``PREFIX/CONFIG/step_ms``."""
     cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += ["--steps", str(steps), "--warmup", "10", "--repeats", "1", "--threads", "1"]
+    cmd += ["--steps", str(steps), "--warmup", str(warmup), "--repeats", "1", "--threads", "1"]
     cmd += ["--batch-size-per-replica", "64", "--out", str(out), *grid]
     run(cmd, src, 3600)
     figures: dict[str, float] = {}
@@ -113,6 +113,12 @@ def main() -> int:
     parser.add_argument("--base", help="the commit to compare with (default: the newest tag)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="steps before the measured ones (20: auto buckets decided first)",
+    )
     parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
     parser.add_argument("--fit", action="store_true", help="also benchmarks/fit_overhead.py (one device)")
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
@@ -134,14 +140,23 @@ def main() -> int:
                 src = trees[which]
                 figures = fit_overhead(src, work, args.steps) if args.fit else {}
                 grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
-                figures.update(bench(src, work / "one-host", args.steps, "one host", *grid))
+                figures.update(
+                    bench(src, work / "one-host", args.steps, "one host", *grid, warmup=args.warmup)
+                )
                 for link in links:
                     for name in ("node1", "node2"):
                         hosts("cap", name, "off" if link == "uncapped" else link)
                     across = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST)
                     across += ("--backend", "mpi", "--compare", "independent,raw-tf")
                     figures.update(
-                        bench(src, work / f"two-hosts-{link}", args.steps, f"2 hosts {link}", *across)
+                        bench(
+                            src,
+                            work / f"two-hosts-{link}",
+                            args.steps,
+                            f"2 hosts {link}",
+                            *across,
+                            warmup=args.warmup,
+                        )
                     )
                 return figures
 
