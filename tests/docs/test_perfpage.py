@@ -29,6 +29,14 @@ def test_the_committed_page_is_what_the_generator_writes(perfpage: ModuleType) -
     assert committed == perfpage.render(), "docs/performance.md is stale: python devtools/perfpage.py"
 
 
+def test_readme_s_speed_lines_are_what_the_generator_writes(perfpage: ModuleType) -> None:
+    """README's "How fast" lines come from compare_commits.json, with the day and its single-step time."""
+    committed = (ROOT / "README.md").read_text()
+    assert committed == perfpage.readme(), "README.md's speed lines are stale: python devtools/perfpage.py"
+    block = committed.split(perfpage.BEGIN, 1)[1].split(perfpage.END, 1)[0]
+    assert "one unsynchronised mnist-cnn step took" in block and "| one host, 2 workers |" in block
+
+
 def test_every_section_says_when_on_what_and_what_ran(perfpage: ModuleType) -> None:
     page = (ROOT / "docs" / "performance.md").read_text()
     sections = page.split("\n## ")[1:]
@@ -62,7 +70,7 @@ def test_a_new_result_is_one_entry(perfpage: ModuleType, tmp_path: Path) -> None
     [
         ("local-w1-r1", "1 worker"),
         ("mpi-w2-r1", "MPI backend (`--backend mpi`), 2 workers"),
-        ("mpi-b2-n2-w2-r1", "MPI backend, 2 MB buckets (the default)"),
+        ("mpi-b2-n2-w2-r1", "MPI backend, 2 MB buckets (`--bucket-mb 2`)"),
         ("something-new-w2-r1", "`something-new-w2-r1`"),
     ],
 )
