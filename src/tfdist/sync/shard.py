@@ -19,16 +19,19 @@ reads only that element's gradient and slots, weight decay included), so updatin
 arithmetic as updating the whole. Clipping by a norm is not element-wise and is refused with one line, as
 is what would need the per-variable identity the flat slice loses (weight-decay exclusions).
 
-The collectives are plain MPI over the backend's communicator (``sync.comm``), not its shared-memory
+The collectives are plain MPI over a duplicate of the backend's communicator, not its shared-memory
 all-reduce: a reduce-scatter and an all-gather move the same bytes as one all-reduce between them. The
 all-gather of the updated weights is float32 whatever the wire: every rank must hold the same exact weights.
+
 With gradient buckets (``bucket_mb``: a size asked for, on any number of nodes; ``auto``, the default,
-measures steps whose layout a shard cannot change afterwards: one piece), each bucket is reduce-scattered on its own, as soon as the backward pass produced its
-gradients (the backend's coordinator thread matches them by name across ranks, as it does unsharded
-buckets), and rank r owns its slice of every bucket (:class:`ShardLayout`). That is also ZeRO stage 2's
-saving: a bucket's full gradients are released once its reduce-scatter took them, so a rank never holds
-the job's whole gradient, summed or not, beyond the buckets still in flight; without buckets the
-backward pass's gradients and their packed copy exist at once (stage 1).
+measures steps whose layout a shard could not change afterwards, so it means one piece here), each bucket
+is reduce-scattered on its own as soon as the backward pass produced its gradients (the backend's
+coordinator thread matches them by name across ranks, as it does unsharded buckets), and rank r owns its
+slice of every bucket (:class:`ShardLayout`). That is also ZeRO stage 2's saving: a bucket's gradients are
+released once its reduce-scatter took them, so a rank never holds the job's whole gradient packed for
+sending, nor the summed gradient beyond its own slices; without buckets the backward pass's gradients and
+their packed copy exist at once (stage 1).
+
 Every wait goes through the backend's :class:`~tfdist.sync.reduce.Waiter` (polled, with the collective
 timeout) and each collective is named for a timeout's line.
 
