@@ -1,8 +1,8 @@
-"""docs/performance.md and README's "How fast" lines, written from the committed results under
-``benchmarks/results/`` (README's from ``compare_commits.json``: the previous state and this one, one day).
+"""docs/performance.md, written from the committed results under ``benchmarks/results/`` (and README's
+"How fast" lines, :func:`how_fast`, which docs/hooks.py writes as a generated block).
 
-    python devtools/perfpage.py           # rewrite docs/performance.md and README's lines
-    python devtools/perfpage.py --check   # exit 1 when either differs from what this writes
+    python devtools/perfpage.py           # rewrite docs/performance.md
+    python devtools/perfpage.py --check   # exit 1 when the committed page differs from what this writes
 
 Every figure on the page comes from a JSON file, with the day it was measured, the machine and the
 configuration in words. A new result is one entry in ``RESULTS``: its file, what was run, on what, and a
@@ -448,8 +448,8 @@ def compare_commits(payloads: list[Any]) -> Table:
         [
             "where",
             "configuration",
-            f"examples/s, {report['base']}",
-            f"examples/s, {report['head']}",
+            "examples/s, before",
+            "examples/s, now",
             "now / before",
             "now against the limit",
             "now against the tutorial loop",
@@ -473,7 +473,8 @@ def compare_commits(payloads: list[Any]) -> Table:
 
 
 def how_fast(report: dict[str, Any]) -> str:
-    """README's few lines on speed, from compare_commits.json: the day, how fast it was, the ratios."""
+    """README's lines on speed, from compare_commits.json: the day, how fast it was, the ratios (the
+    docs' generated block ``how-fast``, docs/hooks.py)."""
     head = report["median_examples_per_sec"]["head"]
 
     def ratio(place: str, config: str, against: str) -> str:
@@ -481,7 +482,9 @@ def how_fast(report: dict[str, Any]) -> str:
 
     lines = [
         f"Measured {report['date'][:10]} on a 2-core CPU machine, where one unsynchronised mnist-cnn step "
-        f"took {report['single_step_ms']:.0f} ms that day (a slower day lowers every ratio across a link):",
+        f"took {report['single_step_ms']:.0f} ms that day (a slower day lowers every ratio across a link). "
+        "Every figure, with its setup: [Performance](docs/performance.md); to measure your own cluster: "
+        "[Benchmarking](docs/guides/benchmarking.md).",
         "",
         "| where | MPI backend against the limit | against TensorFlow's tutorial loop "
         "| TF backend against the loop |",
@@ -870,31 +873,16 @@ def render(results_dir: Path = RESULTS_DIR) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-README = ROOT / "README.md"
-BEGIN, END = "<!-- generated:how-fast:begin -->\n\n", "\n\n<!-- generated:how-fast:end -->"
-
-
-def readme(results_dir: Path = RESULTS_DIR) -> str:
-    """README with its "How fast" lines made again from compare_commits.json."""
-    text = README.read_text()
-    before, rest = text.split(BEGIN, 1)
-    after = rest.split(END, 1)[1]
-    report = json.loads((results_dir / "compare_commits.json").read_text())
-    return before + BEGIN + how_fast(report) + END + after
-
-
 def main(argv: list[str]) -> int:
-    """Rewrite the page and README's speed lines, or with ``--check`` say whether either is stale
-    (exit 1)."""
-    wanted = {PAGE: render(), README: readme()}
+    """Rewrite the page, or with ``--check`` say whether it is stale (exit 1)."""
+    text = render()
     if "--check" in argv:
-        stale = [path for path, text in wanted.items() if path.read_text() != text]
-        for path in stale:
-            print(f"stale: {path.relative_to(ROOT)}; run python devtools/perfpage.py", file=sys.stderr)
-        return 1 if stale else 0
-    for path, text in wanted.items():
-        path.write_text(text)
-        print(f"wrote {path.relative_to(ROOT)}")
+        if PAGE.read_text() != text:
+            print(f"stale: {PAGE.relative_to(ROOT)}; run python devtools/perfpage.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import html
 import importlib.util
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -129,6 +130,16 @@ def _supported_stacks() -> str:
     return str(module.results_table())
 
 
+def _how_fast() -> str:
+    spec = importlib.util.spec_from_file_location("perfpage", ROOT / "devtools" / "perfpage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    report = json.loads((ROOT / "benchmarks" / "results" / "compare_commits.json").read_text())
+    return str(module.how_fast(report))
+
+
 def _variables_table() -> str:
     from tfdist import variables
 
@@ -139,6 +150,7 @@ def _variables_table() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "variables": _variables_table,
     "supported-stacks": _supported_stacks,
+    "how-fast": _how_fast,
 }
 #: Pages outside docs/ with generated blocks.
 OTHER_PAGES = (ROOT / "README.md",)

@@ -29,14 +29,6 @@ def test_the_committed_page_is_what_the_generator_writes(perfpage: ModuleType) -
     assert committed == perfpage.render(), "docs/performance.md is stale: python devtools/perfpage.py"
 
 
-def test_readme_s_speed_lines_are_what_the_generator_writes(perfpage: ModuleType) -> None:
-    """README's "How fast" lines come from compare_commits.json, with the day and its single-step time."""
-    committed = (ROOT / "README.md").read_text()
-    assert committed == perfpage.readme(), "README.md's speed lines are stale: python devtools/perfpage.py"
-    block = committed.split(perfpage.BEGIN, 1)[1].split(perfpage.END, 1)[0]
-    assert "one unsynchronised mnist-cnn step took" in block and "| one host, 2 workers |" in block
-
-
 def test_every_section_says_when_on_what_and_what_ran(perfpage: ModuleType) -> None:
     page = (ROOT / "docs" / "performance.md").read_text()
     sections = page.split("\n## ")[1:]
