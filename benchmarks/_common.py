@@ -92,6 +92,14 @@ def by_key(rows: Iterable[Mapping[str, float]]) -> dict[str, list[float]]:
     return figures
 
 
+def stack() -> dict[str, Any]:
+    """What a result ran on: TensorFlow's and Keras' versions and the CPU cores (imports TensorFlow)."""
+    import keras
+    import tensorflow as tf
+
+    return {"tensorflow": tf.__version__, "keras": keras.__version__, "cpu_cores": os.cpu_count()}
+
+
 def write_json(path: str | Path, report: Mapping[str, Any]) -> None:
     """``report`` as indented JSON at ``path`` (its folder made); written whole or not at all, so a run
     stopped while it writes leaves the previous result."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, write_json
+from _common import ROOT, stack, write_json
 
 #: (name, batch per replica, optimizer): small to >100M parameters, dense and convolutional.
 CASES = (
@@ -101,17 +101,12 @@ def main() -> None:
                 f"measured {measured['peak_mib']:7.0f} MiB ({error:+.1f} %)",
                 flush=True,
             )
-    import keras
-    import tensorflow as tf
-
     write_json(
         ROOT / "benchmarks" / "results" / "estimate_accuracy.json",
         {
             "what": "tfdist estimate vs the peak RSS (VmHWM) of one CPU process running model.fit",
             "steps": STEPS,
-            "tensorflow": tf.__version__,
-            "keras": keras.__version__,
-            "cpu_cores": os.cpu_count(),
+            **stack(),
             "rows": rows,
         },
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, write_json
+from _common import ROOT, stack, write_json
 from estimate_accuracy import measure
 
 #: (model, batch): ResNet-50 at three batches and two image sizes, conv + batch-norm + ReLU stacks of two
@@ -107,17 +107,12 @@ def main() -> None:
         order = [name for name, _ in CASES]
         rows = sorted(kept + rows, key=lambda r: (order.index(r["model"]), r["batch"]))
     if rows:
-        import keras
-        import tensorflow as tf
-
         write_json(
             out,
             {
                 "what": "peak RSS (VmHWM) of one CPU process running model.fit (Adam, 4 steps) against "
                 "tfdist estimate's terms without margin; unexplained = measured - estimate",
-                "tensorflow": tf.__version__,
-                "keras": keras.__version__,
-                "cpu_cores": os.cpu_count(),
+                **stack(),
                 "rows": rows,
             },
         )

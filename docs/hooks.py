@@ -121,23 +121,23 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
-def _supported_stacks() -> str:
-    spec = importlib.util.spec_from_file_location("compat", ROOT / "devtools" / "compat.py")
+def _devtool(name: str) -> Any:
+    """``devtools/NAME.py`` as a module (devtools is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "devtools" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
-    return str(module.results_table())
+    return module
+
+
+def _supported_stacks() -> str:
+    return str(_devtool("compat").results_table())
 
 
 def _how_fast() -> str:
-    spec = importlib.util.spec_from_file_location("perfpage", ROOT / "devtools" / "perfpage.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
     report = json.loads((ROOT / "benchmarks" / "results" / "compare_commits.json").read_text())
-    return str(module.how_fast(report))
+    return str(_devtool("perfpage").how_fast(report))
 
 
 def _variables_table() -> str:

@@ -189,11 +189,6 @@ class ShardLayout:
         """Every rank's shard together: P with each bucket padded to N slices."""
         return self.shard * self.size
 
-    @property
-    def offsets(self) -> tuple[int, ...]:
-        """Where each variable starts in the flat vector of every weight in the model's order."""
-        return tuple(int(x) for x in np.cumsum((0, *self.sizes[:-1])))
-
     def segments(self, rank: int | None = None) -> tuple[tuple[int, int, int, int], ...]:
         """(variable, start, stop, at): each run of a variable's own flat elements in the shard of
         ``rank`` (default: this layout's), with where the run starts in that shard."""
@@ -394,8 +389,7 @@ class ShardedOptimizer:
         for grad in grads:
             flat = grad.reshape(-1)
             if dtype == np.uint16:  # float32 in: rounded here; 16-bit in (cast in the graph): their bits
-                flat = flat.view(np.uint16) if flat.dtype.itemsize == 2 else encode(flat, self.compression)
-                flat = flat.view(np.uint16)
+                flat = (flat if flat.dtype.itemsize == 2 else encode(flat, self.compression)).view(np.uint16)
             buffer[at : at + flat.size] = flat
             at += flat.size
         buffer[at:] = 0
