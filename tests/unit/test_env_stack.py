@@ -137,6 +137,15 @@ def test_the_mpi_backend_and_horovod_api_need_mpi4py_and_its_launcher(
         (StackFacts(), False, "TensorFlow is not installed", ""),  # the extras line names cpu for it
         (replace(CPU, tensorflow_dist="tensorflow", cuda_build=True), False, "TensorFlow sees no GPU", ""),
         (replace(CPU, tensorflow_dist="tensorflow", cuda_build=True, gpus=4), True, "4 GPU(s)", ""),
+        # The driver's GPUs beside what TensorFlow sees: the machine has GPUs this TensorFlow cannot use.
+        (StackFacts(driver_gpus=1), False, "TensorFlow is not installed; the driver shows 1 GPU(s)", ""),
+        (replace(CPU, driver_gpus=2), False, "built without CUDA; the driver shows 2 GPU(s)", ""),
+        (
+            replace(CPU, tensorflow_dist="tensorflow", cuda_build=True, driver_gpus=8),
+            False,
+            "TensorFlow sees no GPU; the driver shows 8 GPU(s)",
+            "",
+        ),
     ],
 )
 def test_gpu_says_whether_tensorflow_has_cuda_and_sees_gpus(

@@ -195,7 +195,11 @@ def test_one_gpu_count_for_every_command(
         monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: no library
     else:
         fake = types.SimpleNamespace(
-            nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: nvml
+            nvmlInit=lambda: None,
+            nvmlShutdown=lambda: None,
+            nvmlDeviceGetCount=lambda: nvml,
+            nvmlDeviceGetHandleByIndex=lambda i: i,
+            nvmlDeviceGetName=lambda handle: b"NVIDIA A100-SXM4-80GB",
         )
         monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(
@@ -212,5 +216,17 @@ def test_one_gpu_count_for_every_command(
             (gpus / name).mkdir(parents=True)
     monkeypatch.setattr(machine, "NVIDIA_GPUS_DIR", str(gpus))
     assert nodes.gpu_count() == count
+    assert len(nodes.gpu_names()) == count
     assert nodes.visible_gpus({}) == [str(i) for i in range(count)]
     assert nodes.visible_gpus({"CUDA_VISIBLE_DEVICES": "3,1"}) == ["3", "1"]
+
+
+def test_gpu_names_come_from_nvidia_smi_listing() -> None:
+    listing = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1a2b)\n"
+        "  MIG 1g.10gb      Device  0: (UUID: MIG-3c4d)\n"
+        "GPU 1: Tesla V100-SXM2-32GB (UUID: GPU-5e6f)\n"
+        "GPU 2: (UUID: GPU-7a8b)\n"
+    )
+    assert machine.smi_names(listing) == ["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB", "NVIDIA GPU"]
+    assert machine.smi_names("") == []

@@ -86,16 +86,27 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
     from tfdist.strategy import LocalDevices, discover_devices, options_from_environ, plan_strategy
 
     env = detect_environment(environ)
+    driver = driver_gpus(environ)
     try:
         devices = discover_devices()
+        tensorflow = True
     except ImportError:  # tfdist without TensorFlow: say what is missing rather than fail here
+        tensorflow = False
         devices = LocalDevices(gpus=(), cpu_cores=os.cpu_count() or 1)
-    plan = plan_strategy(env, devices, options_from_environ(environ))
+    # Without TensorFlow the plan counts the driver's GPUs: what tfdist.strategy() builds once it is there.
+    planned = devices if tensorflow else LocalDevices(gpus=tuple(driver), cpu_cores=devices.cpu_cores)
+    plan = plan_strategy(env, planned, options_from_environ(environ))
     info = env.describe()
+    if not tensorflow:
+        info["warnings"] = [
+            *env.warnings,
+            "TensorFlow is not installed: nothing can train here; the strategy above counts the driver's "
+            "GPUs. Hint: pip install 'tfdist[gpu]' (or 'tfdist[cpu]' without a GPU).",
+        ]
     mpi = mpi_status(environ)
     return {
         **info,
-        "devices": {"gpus": list(devices.gpus), "cpu_cores": devices.cpu_cores},
+        "devices": {"gpus": list(devices.gpus), "driver_gpus": driver, "cpu_cores": devices.cpu_cores},
         "strategy": plan.describe(),
         "versions": _versions(),
         "variables": relevant_variables(environ),
@@ -103,8 +114,28 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
         "inside_slurm_allocation": "SLURM_JOB_ID" in environ and env.kind != "slurm",
         "ray_cluster": find_cluster(environ),
         "mpi": mpi,
-        "stack": describe(read_stack(environ, len(devices.gpus), mpi)),
+        "stack": describe(read_stack(environ, len(devices.gpus), mpi, len(driver))),
     }
+
+
+def driver_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The NVIDIA driver's GPUs this process may use (CUDA_VISIBLE_DEVICES applied), each as ``"id: name"``.
+
+    Input/Output: GPUs ``["NVIDIA A100", "NVIDIA A100"]`` and ``CUDA_VISIBLE_DEVICES=1`` ->
+    ``["1: NVIDIA A100"]``; a UUID in CUDA_VISIBLE_DEVICES is shown as it is.
+    """
+    from tfdist.nodes import gpu_names, parse_gpu_list
+
+    names = gpu_names()
+    if "CUDA_VISIBLE_DEVICES" not in environ:
+        return [f"{i}: {name}" for i, name in enumerate(names)]
+    shown = []
+    for gpu in parse_gpu_list(environ["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES"):
+        if gpu.isdigit() and int(gpu) < len(names):
+            shown.append(f"{gpu}: {names[int(gpu)]}")
+        elif not gpu.isdigit():
+            shown.append(gpu)
+    return shown
 
 
 def _installed(distribution: str) -> str | None:
@@ -129,9 +160,12 @@ def _tensorflow_distribution() -> tuple[str, str | None]:
     return "", None
 
 
-def read_stack(environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any]) -> StackFacts:
+def read_stack(
+    environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any], driver_gpus: int = 0
+) -> StackFacts:
     """This machine's stack for :func:`tfdist.env.stack.plan_features`: versions from package metadata,
-    the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), and sbatch on PATH."""
+    the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), sbatch on PATH, the GPUs TensorFlow
+    sees (``gpus``) and those the driver shows (``driver_gpus``)."""
     import shutil
 
     from tfdist.keras import adapters
@@ -163,6 +197,7 @@ def read_stack(environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any]) ->
         sbatch=shutil.which("sbatch", path=environ.get("PATH")) or "",
         cuda_build=cuda,
         gpus=gpus,
+        driver_gpus=driver_gpus,
     )
 
 
@@ -201,6 +236,8 @@ def keras_fix_status(environ: Mapping[str, str]) -> str:
 
     version = fix.keras_version()
     low, high = fix.TESTED_KERAS
+    if _installed("keras") is None:
+        return "off: Keras is not installed"
     if not fix.enabled_by_env(dict(environ)):
         return f"off (TFDIST_KERAS_PATCH={variables.raw('TFDIST_KERAS_PATCH', environ)})"
     if not fix.keras_in_tested_range(version):
@@ -228,7 +265,8 @@ def _print_tables(info: dict[str, Any]) -> None:
         where.add_row(key, str(info[key]))
     for role, addrs in info["cluster_spec"].items():
         where.add_row(f"cluster[{role}]", ", ".join(addrs))
-    where.add_row("GPUs", ", ".join(info["devices"]["gpus"]) or "none")
+    where.add_row("GPUs (TensorFlow)", ", ".join(info["devices"]["gpus"]) or "none")
+    where.add_row("GPUs (driver)", ", ".join(info["devices"]["driver_gpus"]) or "none")
     where.add_row("CPU cores", str(info["devices"]["cpu_cores"]))
     console.print(where)
     strat = Table(title="strategy tfdist.strategy() would build", show_header=False)
@@ -261,7 +299,8 @@ def _print_tables(info: dict[str, Any]) -> None:
     lines += [
         f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
         f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
-        f"- GPUs: {len(info['devices']['gpus'])}, CPU cores: {info['devices']['cpu_cores']}",
+        f"- GPUs: {len(info['devices']['gpus'])} seen by TensorFlow, {len(info['devices']['driver_gpus'])} "
+        f"on the driver, CPU cores: {info['devices']['cpu_cores']}",
         f"- tf.keras: {info['stack']['tf_keras']}",
         f"- Keras fix: {info['keras_fix']}",
         *(f"- {line}" for line in _mpi_lines(info["mpi"])),

@@ -43,6 +43,7 @@ class StackFacts:
     sbatch: str = ""  # sbatch's path on PATH
     cuda_build: bool | None = None  # TensorFlow built with CUDA (None: unknown)
     gpus: int = 0  # GPUs TensorFlow sees
+    driver_gpus: int = 0  # GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES applied)
 
     @property
     def builtin_keras2(self) -> bool:
@@ -144,17 +145,27 @@ def _mpi(facts: StackFacts, name: str, uses: str) -> Feature:
 
 def _gpu(facts: StackFacts) -> Feature:
     name = "GPU"
+    # What the driver shows, beside what TensorFlow sees: a GPU machine whose TensorFlow cannot use its
+    # GPUs (no TensorFlow, a CPU-only wheel, missing CUDA libraries) is the case this line must name.
+    driver = f"; the driver shows {facts.driver_gpus} GPU(s)" if facts.driver_gpus else ""
     if facts.tensorflow is None:
         # Not in the extras line: it already names cpu, and a venv holds one TensorFlow flavour.
         fix = "pip install 'tfdist[gpu]' instead of [cpu], on an NVIDIA GPU machine"
-        return Feature(name, False, "TensorFlow is not installed", fix)
+        return Feature(name, False, "TensorFlow is not installed" + driver, fix)
     if facts.gpus:
         return Feature(name, True, f"{facts.gpus} GPU(s) visible to TensorFlow")
     if facts.cuda_build is False or facts.tensorflow_dist == "tensorflow-cpu":
-        why = f"{facts.tensorflow_dist or 'TensorFlow'} {facts.tensorflow} is built without CUDA"
+        why = f"{facts.tensorflow_dist or 'TensorFlow'} {facts.tensorflow} is built without CUDA" + driver
         # One venv per flavour: tensorflow-cpu and tensorflow write the same package directory, so no extra
         # adds a GPU to this venv.
         return Feature(name, False, why, "pip install 'tfdist[gpu]' in a venv without tensorflow-cpu")
+    if facts.driver_gpus:
+        return Feature(
+            name,
+            False,
+            f"TensorFlow sees no GPU{driver}",
+            "pip install 'tfdist[gpu]' (TensorFlow's CUDA libraries), and check CUDA_VISIBLE_DEVICES",
+        )
     return Feature(
         name, False, "TensorFlow sees no GPU", "check nvidia-smi and CUDA_VISIBLE_DEVICES on a GPU node"
     )

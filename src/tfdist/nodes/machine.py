@@ -50,15 +50,28 @@ def parse_gpu_list(value: str, source: str) -> tuple[str, ...]:
 
 def gpu_count() -> int:
     """The NVIDIA GPUs of this node, counted the same way by every command (``tfdist launch``, ``tfdist
-    run`` under srun, ``tfdist train``, ``tfdist bench``): NVML, else ``nvidia-smi -L``, else the driver's
-    :data:`NVIDIA_GPUS_DIR`; 0 without a driver. CUDA_VISIBLE_DEVICES is not applied here
-    (:func:`visible_gpus` does)."""
+    run`` under srun, ``tfdist train``, ``tfdist bench``, ``tfdist env``): :func:`gpu_names`' length; 0
+    without a driver. CUDA_VISIBLE_DEVICES is not applied here (:func:`visible_gpus` does)."""
+    return len(gpu_names())
+
+
+def gpu_names() -> list[str]:
+    """The model name of each NVIDIA GPU of this node, in the driver's order: NVML, else ``nvidia-smi -L``,
+    else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver.
+
+    From the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` must show the
+    GPUs of a machine whose TensorFlow is missing or cannot use them.
+    """
     try:
         import pynvml  # nvidia-ml-py, installed with the gpu extra
 
         pynvml.nvmlInit()
         try:
-            return int(pynvml.nvmlDeviceGetCount())
+            names = []
+            for index in range(int(pynvml.nvmlDeviceGetCount())):
+                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+                names.append(name.decode() if isinstance(name, bytes) else str(name))
+            return names
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no library, no driver, or no device: fall through to nvidia-smi
@@ -69,12 +82,26 @@ def gpu_count() -> int:
                 ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=15, check=False
             )
         except (OSError, subprocess.TimeoutExpired):
-            return 0
-        return sum(1 for row in out.stdout.splitlines() if row.startswith("GPU "))
+            return []
+        return smi_names(out.stdout)
     try:
-        return len(os.listdir(NVIDIA_GPUS_DIR))
+        return ["NVIDIA GPU"] * len(os.listdir(NVIDIA_GPUS_DIR))
     except OSError:
-        return 0
+        return []
+
+
+def smi_names(listing: str) -> list[str]:
+    """The GPU names of ``nvidia-smi -L``'s output (MIG lines under a GPU are not GPUs).
+
+    Input/Output: ``"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1a2b)\n  MIG 1g.10gb Device 0: ..."`` ->
+    ``["NVIDIA H100 80GB HBM3"]``.
+    """
+    names = []
+    for row in listing.splitlines():
+        if row.startswith("GPU "):
+            name = row.partition(": ")[2].split("(UUID:", 1)[0].strip()
+            names.append(name or "NVIDIA GPU")
+    return names
 
 
 def gpu_memory() -> tuple[str, int] | None:
