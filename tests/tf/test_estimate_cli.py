@@ -50,7 +50,7 @@ def terms(report: dict) -> dict[str, int]:
 def test_a_workload(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     code, out, err = cli(
-        capsys, "estimate", "--workload", "mnist-cnn", "--batch-per-replica", "64", "--json", str(path)
+        capsys, "estimate", "--workload", "mnist-cnn", "--batch-size-per-replica", "64", "--json", str(path)
     )
     assert code == 0, err
     assert "activations" in out and "margin" in out
@@ -62,7 +62,7 @@ def test_a_workload(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 def test_a_scripts_builder_with_its_compiled_optimizer(
     capsys: pytest.CaptureFixture[str], script: Path
 ) -> None:
-    report = read_json(capsys, f"{script}:build_model", "--batch-per-replica", "32", "--replicas", "8")
+    report = read_json(capsys, f"{script}:build_model", "--batch-size-per-replica", "32", "--replicas", "8")
     params = 784 * 512 + 512 + 512 * 10 + 10
     assert report["params"] == params
     assert (report["optimizer"], report["optimizer_slots"]) == ("rmsprop", 2)
@@ -80,7 +80,7 @@ def test_a_keras_file_read_without_its_weights(capsys: pytest.CaptureFixture[str
     model.compile(optimizer="sgd", loss="mse")
     path = tmp_path / "m.keras"
     model.save(path)
-    report = read_json(capsys, str(path), "--batch-per-replica", "4", "--precision", "mixed_float16")
+    report = read_json(capsys, str(path), "--batch-size-per-replica", "4", "--mixed-precision", "fp16")
     assert report["params"] == model.count_params()
     assert (report["optimizer"], report["optimizer_slots"]) == ("sgd", 0)
     assert terms(report)["activations"] == 4 * (30 * 30 * 8 + 10) * 2  # Flatten is a view
@@ -96,14 +96,15 @@ def test_a_device_too_small_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["{script}:missing"], "has no function 'missing'"),
         (["{script}:not_a_model"], "returned int, not a Keras model"),
-        (["--workload", "mnist-cnn", "--batch-per-replica", "0"], "at least one example"),
-        (["--workload", "mnist-cnn", "--batch-per-replica", "-3"], "at least one example"),
+        (["--workload", "mnist-cnn", "--batch-size-per-replica", "0"], "at least one example"),
+        (["--workload", "mnist-cnn", "--batch-size-per-replica", "-3"], "at least one example"),
         (["--workload", "mnist-cnn", "--device-memory", "lots"], "'lots' is not a memory size"),
         (["--workload", "mnist-cnn", "--optimizer", "lamb"], "unknown optimizer 'lamb'"),
         (["{tmp}/absent.py:build_model"], "absent.py: no such file"),
         (["{tmp}/absent.keras"], "absent.keras: no such file"),
         (["--workload", "vgg"], "unknown workload 'vgg'"),
         ([], "give one model"),
+        (["--workload", "mnist-cnn", "--mixed-precision", "fp8"], "--mixed-precision 'fp8'; choose bf16"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(
@@ -116,3 +117,30 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert code == 2
     assert line in err and err.count("\n") == 1, err
     assert out == "" and not out_json.exists()
+
+
+def test_train_flag_names_and_the_old_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """The batch and precision flags are named as tfdist train names them; the old names still work, with
+    one line naming the new spelling."""
+    new = read_json(
+        capsys, "--workload", "mnist-cnn", "--batch-size-per-replica", "16", "--mixed-precision", "bf16"
+    )
+    assert (new["batch_per_replica"], new["precision"]) == (16, "mixed_bfloat16")
+    code, out, err = cli(
+        capsys,
+        "estimate",
+        "--workload",
+        "mnist-cnn",
+        "--batch-per-replica",
+        "16",
+        "--precision",
+        "mixed_bfloat16",
+        "--format",
+        "json",
+        "--device-memory",
+        "80GB",
+    )
+    assert code == 0, err
+    assert "--batch-per-replica is an old spelling: write --batch-size-per-replica." in err
+    assert "--precision is an old spelling: write --mixed-precision." in err
+    assert json.loads(out) == new

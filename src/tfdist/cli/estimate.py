@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from tfdist.cli.argtypes import integer, number
+from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
 
 #: Input shape of a built-in workload when --input-shape is not given: the synthetic dataset's 28x28x1,
@@ -43,13 +44,25 @@ def register(sub: Any) -> None:
         "and mobilenetv2) and for subclassed models",
     )
     p.add_argument("--classes", type=integer, default=10, help="--workload: output classes (default 10)")
-    p.add_argument("--batch-per-replica", type=integer, default=32, help="examples per replica per step")
+    p.add_argument(
+        "--batch-size-per-replica",
+        dest="batch_per_replica",
+        type=integer,
+        default=32,
+        help="examples per replica per step (default 32)",
+    )
     p.add_argument(
         "--optimizer",
         default=None,
         help="sgd | momentum | adam | adamw | rmsprop (default: the model's compiled optimizer, else adam)",
     )
-    p.add_argument("--precision", default="float32", help="float32 | mixed_float16 | mixed_bfloat16")
+    p.add_argument(
+        "--mixed-precision",
+        dest="precision",
+        default=None,
+        help="bf16 | fp16, as tfdist train takes it (or Keras' policy name: mixed_bfloat16 | mixed_float16); "
+        "default float32",
+    )
     p.add_argument(
         "--replicas", type=integer, default=1, help="replicas of the job (adds the all-reduce buffer)"
     )
@@ -70,6 +83,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--format", default="table", help="table | json (json: the estimate on stdout)")
     p.set_defaults(run=run)
+    # The flags tfdist train and tfdist bench take for the same things; the old names keep working.
+    with_old_spellings(p, RENAMED)
+
+
+#: Old flag names of ``tfdist estimate`` -> the names ``tfdist train`` uses for the same settings.
+RENAMED = {"--batch-per-replica": "--batch-size-per-replica", "--precision": "--mixed-precision"}
+#: ``--mixed-precision``'s words (train's, and Keras' policy names) -> the estimate's precision policy.
+PRECISION_WORDS = {
+    "bf16": "mixed_bfloat16",
+    "fp16": "mixed_float16",
+    "mixed_bfloat16": "mixed_bfloat16",
+    "mixed_float16": "mixed_float16",
+    "float32": "float32",
+}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -94,7 +121,7 @@ def _check(args: argparse.Namespace) -> Any:
     if (args.model is None) == (args.workload is None):
         raise ConfigError(
             "give one model: SCRIPT.py:FUNCTION, FILE.keras or --workload NAME. "
-            "Hint: tfdist estimate train.py:build_model --batch-per-replica 64"
+            "Hint: tfdist estimate train.py:build_model --batch-size-per-replica 64"
         )
     if args.format not in ("table", "json"):
         raise ConfigError(f"--format {args.format!r}; choose table or json.")
@@ -105,10 +132,13 @@ def _check(args: argparse.Namespace) -> Any:
     if args.json_path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json_path))):
         raise ConfigError(f"--json {args.json_path}: its folder does not exist.")
     margin = DEFAULT_MARGIN if args.margin is None else args.margin
+    precision = PRECISION_WORDS.get(args.precision or "float32")
+    if precision is None:
+        raise ConfigError(f"--mixed-precision {args.precision!r}; choose bf16 or fp16 (default: float32).")
     return EstimateConfig(
         batch_per_replica=args.batch_per_replica,
         optimizer=args.optimizer,
-        precision=args.precision,
+        precision=precision,
         replicas=args.replicas,
         backend=args.backend,
         margin=margin,

@@ -115,7 +115,7 @@ class EstimateConfig:
     def __post_init__(self) -> None:
         if self.batch_per_replica < 1:
             raise ConfigError(
-                f"--batch-per-replica {self.batch_per_replica}: a batch holds at least one example."
+                f"--batch-size-per-replica {self.batch_per_replica}: a batch holds at least one example."
             )
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}.")
