@@ -51,6 +51,19 @@ def test_bf16_rounds_to_nearest_even_and_keeps_specials() -> None:
     assert back[5] == 0.0 and np.signbit(back[6]) and np.isfinite(back[7])
 
 
+def test_fp16_decodes_every_value_as_numpy_does() -> None:
+    """The wire's float16 decoding (a table, fast for subnormals too) gives NumPy's float32 bits for every
+    one of the 65,536 patterns: zeros, subnormals, normals, infinities and NaN payloads."""
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    expected = every.view(np.float16).astype(np.float32)
+    assert np.array_equal(decode(every, "fp16").view(np.uint32), expected.view(np.uint32))
+    assert np.array_equal(decode(every.view(np.float16), "fp16").view(np.uint32), expected.view(np.uint32))
+    out = np.empty(65536, np.float32)
+    assert decode(every, "fp16", out=out) is out and np.array_equal(
+        out.view(np.uint32), expected.view(np.uint32)
+    )
+
+
 def test_fp16_overflows_to_inf_as_stated() -> None:
     back = decode(encode(np.array([70000.0, -70000.0, 1e-9], np.float32), "fp16"), "fp16")
     assert np.isposinf(back[0]) and np.isneginf(back[1]) and back[2] == 0.0

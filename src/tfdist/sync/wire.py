@@ -159,10 +159,21 @@ def plan_buckets(sizes: Sequence[int], bucket_bytes: float) -> list[list[int]]:
     return buckets if buckets[0] else []
 
 
+_FP16_TABLE: np.ndarray | None = None  # every float16 bit pattern's float32 value, made on first use
+
+
+def _fp16_table() -> np.ndarray:
+    global _FP16_TABLE
+    if _FP16_TABLE is None:
+        _FP16_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    return _FP16_TABLE
+
+
 def encode(values: np.ndarray, compression: str) -> np.ndarray:
     """float32 ``values`` as the 16 bits that travel (round to nearest, ties to even)."""
     if compression == "fp16":
-        return values.astype(np.float16)
+        with np.errstate(over="ignore"):  # beyond 65,504: inf, as the module says
+            return values.astype(np.float16)
     if compression == "bf16":
         bits = values.view(np.uint32)
         # Round to nearest even on the upper 16 bits; NaN kept a (quiet) NaN, which rounding could turn
@@ -182,7 +193,11 @@ def decode(wire: np.ndarray, compression: str, out: np.ndarray | None = None) ->
         wide = wire.view(np.uint16).astype(np.uint32) << np.uint32(16)
         values = wide.view(np.float32)
     else:
-        values = wire.view(np.float16).astype(np.float32)
+        # A table of all 65,536 values, not ``astype``: NumPy converts float16 one value at a time, and
+        # float16's subnormals (a fifth of mnist-cnn's summed gradient, a third more are zeros) take a slow
+        # path. That gradient's 1.2M values: 2.4 ms through the table, 7.4 ms through ``astype``; the
+        # table's time does not depend on the values.
+        values = _fp16_table()[wire.view(np.uint16)]
     if out is None:
         return values
     out[...] = values
