@@ -65,6 +65,25 @@ def test_grid_across_nodes(tmp_path: Path) -> None:
     assert two_per_node.threads == 2  # a node's cores shared by its workers, not by the whole job's
 
 
+@pytest.mark.parametrize(
+    ("kw", "warmup"),
+    [
+        ({}, 10),  # one node: nothing decides during the run
+        ({"nodes": (2,), "backends": ("mpi",)}, 20),  # auto buckets decide and trace again in the warm-up
+        ({"nodes": (2,), "backends": ("mpi",), "bucket_mb": (0.0, "auto")}, 20),
+        ({"nodes": (2,), "backends": ("mpi",), "bucket_mb": (0.0, 2.0)}, 10),  # sizes given: no decision
+        ({"nodes": (2,), "backends": ("tf",)}, 10),
+        ({"nodes": (2,), "backends": ("mpi",), "warmup": 5}, 5),  # given: kept
+        ({"nodes": (), "backends": ("mpi",)}, 20),  # --hosts without --nodes: one node and every host
+    ],
+)
+def test_the_warmup_covers_the_auto_buckets_decision_across_nodes(
+    tmp_path: Path, kw: dict[str, object], warmup: int
+) -> None:
+    across = {"hosts": ("n1", "n2"), "on_host": ON} if "nodes" in kw else {}
+    assert config(tmp_path, **across, **kw).warmup_steps == warmup
+
+
 def test_each_node_starts_its_own_launch(tmp_path: Path) -> None:
     kw = {"python": "py", "threads": 1, "gpus": 0, "run_dir": "/r", "log_path": "/l/x.log", "timeout": 60.0}
     hosts = ("n1", "n2", "n3")

@@ -83,7 +83,7 @@ class Bench:
 
     def _sample(self, finished: Finished) -> Sample:
         """The run's timing, plus its CPU/GPU use over the measured steps only (no startup, no warm-up)."""
-        warmup, started = self.config.warmup, finished.started_at
+        warmup, started = self.config.warmup_steps, finished.started_at
         shared = common_window(finished.results, warmup) if len(finished.results) > 1 else None
         copies = [sample_from_summary(r, warmup, started, within=shared) for r in finished.results]
         self.params = max([self.params, *(int(r.get("params") or 0) for r in finished.results)])
@@ -117,7 +117,7 @@ class Bench:
     def _read_timeline(self, spec: RunSpec, folder: Path) -> None:
         """The run's step breakdown (:mod:`tfdist.bench.breakdown`), when it wrote traces."""
         traces = [json.loads(p.read_text()) for p in sorted(folder.glob("timeline-r*.json"))]
-        parts = breakdown(traces, self.config.warmup) if traces else {}
+        parts = breakdown(traces, self.config.warmup_steps) if traces else {}
         if parts:
             self.parts.setdefault(spec.name, []).append(parts)
 
@@ -256,6 +256,7 @@ class Bench:
             "tool": "tfdist bench",
             "settings": {
                 **{k: v for k, v in vars(self.config).items() if k != "out"},
+                "warmup": self.config.warmup_steps,  # the steps run, the default resolved
                 "threads": self.plan.threads,
                 "log_every": self.config.log_every,
             },

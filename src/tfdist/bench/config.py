@@ -80,6 +80,12 @@ def parse_compare(text: str) -> tuple[str, ...]:
     )
 
 
+#: Warm-up steps by default, and across nodes where auto buckets decide during the first
+#: :data:`~tfdist.sync.wire.AUTO_STEPS` + 2 steps (a results read every 10 steps: the decision at step 10,
+#: the second trace at step 11).
+WARMUP, WARMUP_AUTO = 10, 20
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """A benchmark grid (workers x replicas x backends), its lengths and where the results go."""
@@ -92,7 +98,8 @@ class BenchConfig:
     backends: tuple[str, ...] = ("tf",)
     compare: tuple[str, ...] = ()
     steps: int = 50
-    warmup: int = 10
+    #: Steps before measuring as given; None: the default (:attr:`warmup_steps` is the number used).
+    warmup: int | None = None
     repeats: int = 3
     batch_size_per_replica: int = 64
     threads: int | None = None
@@ -120,11 +127,11 @@ class BenchConfig:
         self._check_nodes()
         if self.steps < 1:
             raise ConfigError(f"--steps={self.steps} must be at least 1 measured step.")
-        if self.warmup == 0 and self.steps < 2:
+        if self.warmup_steps == 0 and self.steps < 2:
             raise ConfigError(
                 "--warmup 0 --steps 1: the first step (tracing) is never timed; use --steps 2 or more."
             )
-        if self.warmup < 0:
+        if self.warmup_steps < 0:
             raise ConfigError(f"--warmup={self.warmup} must be 0 or more steps.")
         if self.repeats < 1:
             raise ConfigError(f"--repeats={self.repeats} must be at least 1.")
@@ -197,9 +204,21 @@ class BenchConfig:
             batch_size_per_replica=self.batch_size_per_replica,
             lr=0.01,
             output_dir=output_dir,
-            steps_per_epoch=self.warmup + self.steps,
+            steps_per_epoch=self.warmup_steps + self.steps,
             seed=self.seed,
         )
+
+    @property
+    def warmup_steps(self) -> int:
+        """The steps run before measuring: ``warmup`` as given, else :data:`WARMUP_AUTO` when a measured run
+        crosses nodes on the MPI backend with ``auto`` buckets (the default size), which decides at its
+        first results read after :data:`~tfdist.sync.wire.AUTO_STEPS` timed sums and may trace its step
+        again, both of which must fall in the warm-up; else :data:`WARMUP`."""
+        if self.warmup is not None:
+            return self.warmup
+        across = any(n > 1 for n in self.node_counts)
+        auto = not self.bucket_mb or "auto" in self.bucket_mb
+        return WARMUP_AUTO if across and auto and "mpi" in self.backends else WARMUP
 
     @property
     def log_every(self) -> int:
@@ -210,7 +229,7 @@ class BenchConfig:
         import math
 
         block = math.gcd(self.steps, 10)
-        return math.gcd(block, self.warmup) if self.warmup else block
+        return math.gcd(block, self.warmup_steps) if self.warmup_steps else block
 
 
 #: What one measured process does: the real step, the step on one in-memory batch, the input alone, or the
@@ -246,7 +265,7 @@ class WorkerSpec:
             workload=config.workload,
             dataset=config.dataset,
             batch_size_per_replica=config.batch_size_per_replica,
-            warmup=config.warmup,
+            warmup=config.warmup_steps,
             steps=config.steps,
             log_every=config.log_every,
             seed=config.seed,

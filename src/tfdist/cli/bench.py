@@ -42,7 +42,12 @@ def register(sub: Any) -> None:
         "--steps", type=integer, default=50, metavar="N", help="measured steps per run (default 50)"
     )
     p.add_argument(
-        "--warmup", type=integer, default=10, metavar="STEPS", help="steps run before measuring (default 10)"
+        "--warmup",
+        type=integer,
+        default=None,
+        metavar="STEPS",
+        help="steps run before measuring (default 10; 20 across nodes on the MPI backend with auto buckets, "
+        "whose decision and second trace then fall in the warm-up)",
     )
     p.add_argument(
         "--repeats",
