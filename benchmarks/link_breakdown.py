@@ -34,7 +34,15 @@ from _common import ROOT, testhosts, tfdist_bench, write_json
 HOSTS = str(ROOT / "scripts" / "testhosts.sh")
 HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": "tfdl", "TFDIST_HOSTS_SUBNET": "10.95.0"}
 ON_HOST = f"{HOSTS} exec {{host}} --"
-KEYS = ("step", "forward + backward", "all-reduce", "update", "all-reduce + update", "mb_across_nodes")
+KEYS = (
+    "step",
+    "forward + backward",
+    "all-reduce",
+    "update",
+    "all-reduce + update",
+    "mb_across_nodes",
+    "waiting for the slowest rank",
+)
 
 
 def hosts(*args: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tfdist.bench.breakdown import bounds, breakdown, step_parts, wire_ms
+from tfdist.bench.breakdown import WAIT, bounds, breakdown, step_parts, waiting, wire_ms
 
 
 def span(name: str, start_ms: float, dur_ms: float, tid: int = 0, **args: Any) -> dict[str, Any]:
@@ -47,6 +47,23 @@ def test_breakdown_takes_every_ranks_steps_together() -> None:
     parts = breakdown([trace(4, 60, 30, 2, 4_800_000, 2), trace(4, 64, 26, 2, 4_800_000, 2)], skip=1)
     assert parts["step"] == 92.0 and parts["forward + backward"] == 62.0 and parts["all-reduce"] == 28.0
     assert parts["mb_across_nodes"] == 4.8 and parts["nodes"] == 2
+
+
+def test_the_wait_for_the_slowest_rank_is_read_per_step() -> None:
+    """Rank 1 ends its backward pass 4 ms after rank 0 in every step (their steps start together): each
+    step one rank waits 4 ms, the other 0, 2 ms on average; a lone rank waits for nobody."""
+    fast, slow = trace(4, 60, 30, 2, 0, 1), trace(4, 64, 26, 2, 0, 1)
+    assert waiting([fast, slow], skip=1) == pytest.approx(2.0)
+    assert breakdown([fast, slow], skip=1)[WAIT] == pytest.approx(2.0)
+    assert waiting([fast], skip=0) is None and WAIT not in breakdown([fast], skip=0)
+    three = [trace(3, 60, 30, 2, 0, 1), trace(3, 66, 24, 2, 0, 1), trace(3, 60, 30, 2, 0, 1)]
+    assert waiting(three, skip=0) == pytest.approx(4.0)  # (6 + 0 + 6) / 3
+    # A step whose parts one rank did not record is left out, not counted as no wait.
+    partial = trace(4, 64, 26, 2, 0, 1)
+    partial["traceEvents"] = [
+        e for e in partial["traceEvents"] if not (e["name"] == "forward + backward" and e["ts"] > 0)
+    ]
+    assert waiting([fast, partial], skip=0) == pytest.approx(2.0)
 
 
 def test_a_step_that_crossed_nothing_has_no_bytes() -> None:

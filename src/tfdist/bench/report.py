@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import files
+from tfdist.bench.breakdown import WAIT
 
 CSV_COLUMNS = (
     "name",
@@ -143,9 +144,9 @@ def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         "",
         "## Where the time goes (from the timelines, medians of every rank's measured steps, ms)",
         "",
-        "| configuration | step | forward + backward | all-reduce left after it | update | MB across nodes "
-        "| wire time | compute + wire bound | overlap bound |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| configuration | step | forward + backward | all-reduce left after it | of it, waiting for the "
+        "slowest rank | update | MB across nodes | wire time | compute + wire bound | overlap bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in timed:
         p, b = r["breakdown"], r.get("bounds", {})
@@ -154,7 +155,7 @@ def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         overlap = f"{b['overlap_bound']:.1f} ({b['vs_overlap_bound']:.2f}x)" if b else "-"
         lines.append(
             f"| {r['name']} | {_ms(p, 'step')} | {_ms(p, 'forward + backward')} | {reduce_} | "
-            f"{_ms(p, 'update')} | {_mb(p)} | {_ms(b, 'wire')} | {serial} | "
+            f"{_ms(p, WAIT)} | {_ms(p, 'update')} | {_mb(p)} | {_ms(b, 'wire')} | {serial} | "
             f"{overlap} |"
         )
     lines += [
@@ -162,7 +163,10 @@ def _breakdown_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         "Wire time: the least an all-reduce of those bytes needs at the link's measured rate (2 (n - 1) / n "
         "of them in and out of each node). Bounds: compute (the unsynchronised copies' forward + backward "
         "pass when they ran) + wire + update for a sum after the backward pass, max(compute, wire) + update "
-        "for one that overlaps it; in brackets the bound over the step (1.00x: the wire's pace).",
+        "for one that overlaps it; in brackets the bound over the step (1.00x: the wire's pace). Waiting "
+        "for the slowest rank: how long, per step, the ranks' gradients waited on average for the last "
+        "rank's backward pass to end (the ranks' clocks as they are): what only ranks that compute alike "
+        "remove.",
     ]
     return lines
 
