@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.cli import cli
-from tfdist.cli.spellings import rewrite, translate
+from tfdist.cli.spellings import rewrite
 
 K8S = ("k8s", "manifest", "--image", "img:1")
 
@@ -55,7 +55,6 @@ def test_a_check_below_the_cli_names_the_flag_the_user_can_type(capsys: pytest.C
     code, out, err = cli(capsys, *K8S, "--pods", "2", "--nproc-per-pod", "4", "--gpus-per-pod", "2")
     assert code == 2 and out == ""
     assert "--gpus-per-pod 2" in err and "--gpus-per-worker" not in err
-    assert translate("--workers 0: no", {"--workers": "--pods"}) == "--pods 0: no"
 
 
 def test_old_names_are_not_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer
-from tfdist.cli.spellings import translate, with_command_guard, with_old_spellings
+from tfdist.cli.spellings import with_command_guard, with_old_spellings
 from tfdist.errors import ConfigError
 
 #: Old flag -> new flag. A "worker" elsewhere in tfdist is one training process; here it was a pod, and
@@ -115,10 +115,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    try:
-        return _spec(K8sJobSpec, args, command)
-    except ConfigError as exc:
-        raise ConfigError(translate(str(exc), RENAMED)) from None
+    return _spec(K8sJobSpec, args, command)
 
 
 def _spec(cls: Any, args: argparse.Namespace, command: list[str]) -> Any:

@@ -70,14 +70,6 @@ def with_old_spellings(parser: Any, renames: Mapping[str, str]) -> None:
     parser.__class__ = OldSpellingsParser
 
 
-def translate(message: str, renames: Mapping[str, str]) -> str:
-    """A message that names an old flag, with the new names (the checks below the CLI keep the old ones
-    in their text; the user reads the flags they can type)."""
-    for old, new in renames.items():
-        message = message.replace(old + " ", new + " ").replace(old + "=", new + "=")
-    return message
-
-
 def flag_after_command(argv: Sequence[str], parser: Any) -> str | None:
     """The first of ``parser``'s own flags typed after the start of the command, when no ``--`` marks
     where the command starts; None otherwise.

@@ -77,19 +77,19 @@ class K8sJobSpec:
 
     def _check_numbers(self) -> None:
         if self.workers < 1:
-            raise ConfigError(f"--workers {self.workers}: a job needs at least 1 worker (one pod each).")
+            raise ConfigError(f"--pods {self.workers}: a job needs at least 1 worker (one pod each).")
         if self.gpus_per_worker < 0:
-            raise ConfigError(f"--gpus-per-worker {self.gpus_per_worker} is negative; give 0 or more.")
+            raise ConfigError(f"--gpus-per-pod {self.gpus_per_worker} is negative; give 0 or more.")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port} is not a port (1-65535).")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} is negative; give 0 or more.")
         self._check_procs()
-        for flag, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+        for flag, value in (("--cpus-per-pod", self.cpu), ("--memory-per-pod", self.memory)):
             if value is not None and (not _QUANTITY.match(value) or not float(_number_part(value))):
                 raise ConfigError(
-                    f"{flag} {value!r} is not a positive Kubernetes quantity. Hint: e.g. --cpu 4 or 500m, "
-                    "--memory 16Gi."
+                    f"{flag} {value!r} is not a positive Kubernetes quantity. Hint: e.g. --cpus-per-pod 4 or "
+                    "500m, --memory-per-pod 16Gi."
                 )
 
     def _check_procs(self) -> None:
@@ -105,8 +105,8 @@ class K8sJobSpec:
             )
         if self.gpus_per_worker not in (0, k):
             raise ConfigError(
-                f"--nproc-per-pod {k} with --gpus-per-worker {self.gpus_per_worker}: each process drives one "
-                f"GPU. Hint: --gpus-per-worker {k} (or 0 on CPU)."
+                f"--nproc-per-pod {k} with --gpus-per-pod {self.gpus_per_worker}: each process drives one "
+                f"GPU. Hint: --gpus-per-pod {k} (or 0 on CPU)."
             )
         if self.port + k - 1 > 65535:
             raise ConfigError(f"--port {self.port} with --nproc-per-pod {k} passes port 65535.")
