@@ -122,7 +122,7 @@ def launched_run(
         out = os.path.join(tmp, "result.json")
         cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--backend", backend]
         proc = subprocess.run(
-            [*cmd, "--log-dir", os.path.join(tmp, "logs"), worker, *args, out],
+            [*cmd, "--run-dir", os.path.join(tmp, "logs"), worker, *args, out],
             capture_output=True,
             text=True,
             timeout=timeout,

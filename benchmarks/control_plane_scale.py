@@ -310,7 +310,7 @@ def launch_once(workers: int, src: str | None, lines: int, pause: float) -> dict
             "-n",
             str(workers),
             "--cpu",
-            "--log-dir",
+            "--run-dir",
             logs,
             script,
         ]

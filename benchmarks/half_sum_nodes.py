@@ -104,7 +104,7 @@ def run_link(iters: int, port: int, tmp: Path, extra: dict[str, str]) -> dict[st
     common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(port)]
     procs = []
     for rank, host in enumerate(("node1", "node2")):
-        argv = [*common, "--node-rank", str(rank), "--log-dir", str(tmp / f"logs-{port}-{host}")]
+        argv = [*common, "--node-rank", str(rank), "--run-dir", str(tmp / f"logs-{port}-{host}")]
         argv += [__file__, "worker", str(iters), str(out)]
         command = [
             HOSTS,

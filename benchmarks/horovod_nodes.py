@@ -72,7 +72,7 @@ def run(config: str, steps: int, tmp: Path) -> float:
     procs = []
     for rank, host in enumerate(("node1", "node2")):
         where = ["--node-rank", str(rank)] if variables is not None else []
-        argv = [*common, *where, "--log-dir", str(folder / f"logs-{host}")]
+        argv = [*common, *where, "--run-dir", str(folder / f"logs-{host}")]
         argv += [WORKER, mode, str(steps), str(folder / f"{host}.json")]
         procs.append(
             subprocess.Popen(

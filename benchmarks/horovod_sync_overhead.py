@@ -75,7 +75,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-        cmd += ["--quiet-workers", "--log-dir", str(Path(tmp) / "logs"), __file__]
+        cmd += ["--quiet-workers", "--run-dir", str(Path(tmp) / "logs"), __file__]
         cmd += ["--iters", str(args.iters), "--blocks", str(args.blocks), "--worker", str(result)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:

@@ -29,7 +29,7 @@ def command(name: str, repeat: int, log_root: str) -> list[str]:
     --cpu``) or ``wrapped`` (one process through the Slurm task wrapper, ``tfdist run --``)."""
     if name == "launched":
         launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu"]
-        return [*launch, "--log-dir", f"{log_root}/run{repeat}", SCRIPT]
+        return [*launch, "--run-dir", f"{log_root}/run{repeat}", SCRIPT]
     if name == "wrapped":
         return [sys.executable, "-m", "tfdist", "run", "--", sys.executable, SCRIPT]
     return [sys.executable, SCRIPT]

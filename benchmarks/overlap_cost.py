@@ -139,7 +139,7 @@ def run_link(iters: int, compute_ms: float, port: int, tmp: Path) -> dict[str, A
     common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(port)]
     procs = []
     for rank, host in enumerate(("node1", "node2")):
-        argv = [*common, "--node-rank", str(rank), "--log-dir", str(tmp / f"logs-{port}-{host}")]
+        argv = [*common, "--node-rank", str(rank), "--run-dir", str(tmp / f"logs-{port}-{host}")]
         argv += [__file__, "worker", str(iters), str(compute_ms), str(out)]
         command = [
             HOSTS,

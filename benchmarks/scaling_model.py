@@ -61,7 +61,7 @@ def measure(backend: str) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "allreduce.json")
         cmd = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--quiet-workers"]
-        cmd += ["--log-dir", os.path.join(tmp, "logs")] + (["--backend", "mpi"] if backend == "mpi" else [])
+        cmd += ["--run-dir", os.path.join(tmp, "logs")] + (["--backend", "mpi"] if backend == "mpi" else [])
         cmd += ["-m", "tfdist.bench.probes", "allreduce", "--backend", backend]
         cmd += ["--floats", ",".join(map(str, SIZES)), "--iters", "20", "--out", result]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}

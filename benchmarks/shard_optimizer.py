@@ -117,7 +117,7 @@ def run(mode: str, ranks: int, steps: int) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(ranks), "--cpu", "--backend", "mpi"]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
         proc = subprocess.run(
-            [*cmd, "--log-dir", os.path.join(tmp, "logs"), __file__, "worker", mode, str(steps), out],
+            [*cmd, "--run-dir", os.path.join(tmp, "logs"), __file__, "worker", mode, str(steps), out],
             capture_output=True,
             text=True,
             timeout=900,

@@ -137,7 +137,7 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
             "-n",
             "2",
             "--cpu",
-            "--log-dir",
+            "--run-dir",
             str(Path(tmp, "logs")),
         ]
         proc = subprocess.run(

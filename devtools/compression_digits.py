@@ -38,7 +38,7 @@ def train(
         "--global-batch-size",
         str(batch),
     ]
-    cmd += ["--output-dir", str(out), *extra]
+    cmd += ["--run-dir", str(out), *extra]
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=1800)

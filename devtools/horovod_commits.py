@@ -40,7 +40,7 @@ def hvd_tape(mode: str, src: Path, tmp: Path, steps: int) -> float:
     """examples/s of ``_hvd_worker.py MODE`` (hvd-tape | tfdist-fit) on 2 ranks."""
     out = tmp / f"{mode}.json"
     cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-    cmd += ["--quiet-workers", "--log-dir", str(tmp / f"{mode}-logs")]
+    cmd += ["--quiet-workers", "--run-dir", str(tmp / f"{mode}-logs")]
     cmd += [str(HVD_WORKER), mode, str(steps), str(out)]
     run(cmd, src, 900)
     return float(json.loads(out.read_text())["examples_per_sec"])

@@ -144,7 +144,7 @@ def main() -> int:
             "--cpu",
             "--timeout",  # the launcher ends its ranks itself (a killed launcher would leave them)
             str(args.timeout),
-            "--log-dir",
+            "--run-dir",
             str(tmp / "logs"),
             str(WORKER),
             str(tmp / "parallel" / f"test_{args.suite}.py"),

@@ -38,7 +38,7 @@ def python() -> Path:
 def launch(python: Path, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TF_CONFIG")}
     env.update(compat.ENV)
-    cmd = [str(python), "-m", "tfdist", "launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "logs")]
+    cmd = [str(python), "-m", "tfdist", "launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "logs")]
     return subprocess.run([*cmd, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -97,7 +97,7 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
     run = tmp_path / "run"
     began = time.monotonic()
     demo = ["train", "--workers", "2", "--dataset", "digits", "--workload", "mnist-cnn", "--epochs", "1"]
-    output = _run(venv, tmp_path, venv.tfdist, *demo, "--output-dir", run, timeout=600)
+    output = _run(venv, tmp_path, venv.tfdist, *demo, "--run-dir", run, timeout=600)
     demo_s = time.monotonic() - began
     assert "Traceback" not in output
     assert json.loads((run / "train.json").read_text())["epochs"] == 1
@@ -117,7 +117,7 @@ def test_the_installed_wheel_runs_the_demo_outside_the_checkout(
         "-n",
         "2",
         "--cpu",
-        "--log-dir",
+        "--run-dir",
         tmp_path / "logs",
         KERAS_FIT,
         two,

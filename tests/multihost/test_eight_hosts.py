@@ -51,7 +51,7 @@ def on_every_host(tmp_path: Path, *args: str, nnodes: str = str(NODES)) -> dict[
     endpoint = f"node1:{next(_ports)}"
     common = ("--nnodes", nnodes, "--rdzv", endpoint, "--rdzv-timeout", "300", "--cpu", "-n", "1")
     return {
-        f"node{i}": launch_on(f"node{i}", ENV, *common, "--log-dir", str(tmp_path / f"run-node{i}"), *args)
+        f"node{i}": launch_on(f"node{i}", ENV, *common, "--run-dir", str(tmp_path / f"run-node{i}"), *args)
         for i in range(NODES, 0, -1)
     }
 

@@ -82,7 +82,7 @@ def start_job(
     ]
     return {
         f"node{i}": launch_on(
-            f"node{i}", *common, "--log-dir", str(tmp_path / f"run-node{i}"), *args, *script
+            f"node{i}", *common, "--run-dir", str(tmp_path / f"run-node{i}"), *args, *script
         )
         for i in range(nodes, 0, -1)
         if not only or i in only

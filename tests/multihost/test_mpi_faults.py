@@ -47,7 +47,7 @@ def start(
             *common,
             "--backend",
             "mpi",
-            "--log-dir",
+            "--run-dir",
             str(tmp_path / f"run-node{i}"),
             *args,
             *script,

@@ -45,7 +45,7 @@ def train_on_hosts(tmp_path: Path, nodes: int, wire: dict[str, str]) -> list[np.
             *common,
             "--node-rank",
             str(rank),
-            "--log-dir",
+            "--run-dir",
             str(tmp_path / f"run-{name}"),
             PROBE,
             str(out),

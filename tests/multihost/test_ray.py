@@ -157,7 +157,7 @@ def test_model_fit_script_as_written_matches_one_process(ray_cluster: RayCluster
         "--cpu",
         "--ray-strategy",
         "strict-spread",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         script,
         str(out),
@@ -199,7 +199,7 @@ def test_model_fit_script_as_written_matches_one_process(ray_cluster: RayCluster
 def test_what_the_cluster_cannot_hold_is_one_line_and_nothing_stays_pending(
     ray_cluster: RayCluster, tmp_path: Path, args: tuple[str, ...], expected: str
 ) -> None:
-    proc = ray_cluster.launch(*args, "--log-dir", str(tmp_path / "run"), str(HELPERS / "plain_mwms.py"), "x")
+    proc = ray_cluster.launch(*args, "--run-dir", str(tmp_path / "run"), str(HELPERS / "plain_mwms.py"), "x")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in proc.stderr
@@ -242,7 +242,7 @@ def test_plain_mwms_custom_loop_matches_one_process(ray_cluster: RayCluster, tmp
     single, out = tmp_path / "single", tmp_path / "out"
     single.mkdir(), out.mkdir()
     one_process(script, str(single))
-    proc = ray_cluster.launch("-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), script, str(out))
+    proc = ray_cluster.launch("-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), script, str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     placed_on_both_nodes(proc.stderr)  # spread, the default
     reference = np.load(single / "weights-0.npy")
@@ -260,7 +260,7 @@ def test_placement_strategies_place_as_named_and_train_the_same(
     single, out = tmp_path / "single", tmp_path / "out"
     single.mkdir(), out.mkdir()
     one_process(script, str(single))
-    args = ("-n", "2", "--cpu", "--ray-strategy", strategy, "--log-dir", str(tmp_path / "run"))
+    args = ("-n", "2", "--cpu", "--ray-strategy", strategy, "--run-dir", str(tmp_path / "run"))
     proc = ray_cluster.launch(*args, script, str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stderr.splitlines() if "placed 2 worker(s)" in line)
@@ -278,13 +278,13 @@ def test_killed_worker_restarts_from_the_checkpoint(ray_cluster: RayCluster, tmp
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     whole.mkdir(), resumed.mkdir()
     common = ("-n", "2", "--cpu", "--ray-strategy", "strict-spread", "--grace", "2")
-    proc = ray_cluster.launch(*common, "--log-dir", str(tmp_path / "run0"), script, str(whole))
+    proc = ray_cluster.launch(*common, "--run-dir", str(tmp_path / "run0"), script, str(whole))
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = ray_cluster.launch(
         *common,
         "--max-restarts",
         "1",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run1"),
         script,
         str(resumed),

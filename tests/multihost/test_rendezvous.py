@@ -66,7 +66,7 @@ def on_every_host(
             "--rdzv-timeout",
             rdzv_timeout,
             "--cpu",
-            "--log-dir",
+            "--run-dir",
             str(tmp_path / f"run-node{i}"),
             *launch_args,
         )
@@ -246,7 +246,7 @@ def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path:
     one_process(script, str(single))
     port = next(_ports)
     common = ("--nnodes", "2", "--rdzv", f"node1:{port}", "--rdzv-timeout", "120", "--cpu", "-n", "1")
-    server = launch_on("node1", *common, "--log-dir", str(tmp_path / "r1"), script, str(out))
+    server = launch_on("node1", *common, "--run-dir", str(tmp_path / "r1"), script, str(out))
     launcher = psutil.Process(server.pid)  # testhosts.sh execs into the launcher: this is its process
     deadline = time.monotonic() + 60
     while not listening(server.pid, port):
@@ -266,7 +266,7 @@ def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path:
         assert "refused this node: its token is not this job's" in said[0], said
         assert said[1].startswith("rogues ready 200"), said
         peak_threads, peak_rss = launcher.num_threads(), launcher.memory_info().rss
-        second = launch_on("node2", *common, "--log-dir", str(tmp_path / "r2"), script, str(out))
+        second = launch_on("node2", *common, "--run-dir", str(tmp_path / "r2"), script, str(out))
         results = finish([server, second])
     finally:
         rogue.kill()
@@ -319,7 +319,7 @@ def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_pa
     received = received_bytes("tfdr", "node2")
     launcher = launch_on(
         "node1", "-H", "node1:1,node2:1", "--ssh", ssh, "--cpu", "--backend", "horovod",
-        "--log-dir", str(tmp_path / "runs"), script, str(out),
+        "--run-dir", str(tmp_path / "runs"), script, str(out),
     )  # fmt: skip
     [(code, output)] = finish([launcher])
     assert code == 0, output[-3000:]
@@ -339,7 +339,7 @@ def test_horovodrun_style_h_from_one_host_equals_one_process(hosts: None, tmp_pa
     one_process(probe, str(single))
     launcher = launch_on(
         "node1", "-H", "node1:2,node2:2", "--ssh", ssh, "--cpu", "--backend", "mpi",
-        "--log-dir", str(tmp_path / "fit-runs"), probe, str(out),
+        "--run-dir", str(tmp_path / "fit-runs"), probe, str(out),
     )  # fmt: skip
     [(code, output)] = finish([launcher])
     assert code == 0, output[-3000:]

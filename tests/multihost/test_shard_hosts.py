@@ -35,7 +35,7 @@ def sharded_on_two_hosts(
     common = ["--nnodes", "2", "--rdzv", endpoint, "--rdzv-timeout", "120", "--cpu", "--backend", "mpi"]
     procs = []
     for i in (2, 1):  # the endpoint's node last: the other waits for it
-        run = ["--log-dir", str(tmp_path / f"run-node{i}"), SCRIPT, str(out), "adam", "--shard"]
+        run = ["--run-dir", str(tmp_path / f"run-node{i}"), SCRIPT, str(out), "adam", "--shard"]
         procs.append(hosts.launch_on(f"node{i}", *common, *run, env=env))
     results = finish(procs)
     for code, output in results:

@@ -172,7 +172,7 @@ def test_one_launcher_per_node_forms_one_job(
         "#SBATCH --nodes=2\n"
         "#SBATCH --ntasks-per-node=1\n"
         f"#SBATCH --output={run}/slurm-%j.out\n"
-        f"srun {PY} -m tfdist launch -n 2 --cpu --backend {backend} --log-dir {run}/logs {path} {out}\n"
+        f"srun {PY} -m tfdist launch -n 2 --cpu --backend {backend} --run-dir {run}/logs {path} {out}\n"
     )
     proc = cluster.on("node1", "sbatch", "--parsable", str(job))
     assert proc.returncode == 0, proc.stderr
@@ -214,7 +214,7 @@ def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, t
         *train,
         "--batch-size-per-replica",
         "16",
-        "--output-dir",
+        "--run-dir",
         str(tmp_path / "out"),
     )
     assert proc.returncode == 0, proc.stderr
@@ -235,7 +235,7 @@ def test_tfdist_train_picks_the_fastest_backend_across_nodes(cluster: Cluster, t
         *train,
         "--batch-size-per-replica",
         "64",
-        "--output-dir",
+        "--run-dir",
         str(tmp_path / "one"),
     )
     one = json.loads((tmp_path / "one" / "metrics.json").read_text())

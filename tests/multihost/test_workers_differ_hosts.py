@@ -35,7 +35,7 @@ def on_both_hosts(hosts: Hosts, backend: str, tmp_path: Path, *script: str) -> N
             "--cpu",
             "--backend",
             backend,
-            "--log-dir",
+            "--run-dir",
             str(tmp_path / f"run-node{i}"),
             *script,
             env=env,

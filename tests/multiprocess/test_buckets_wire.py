@@ -17,7 +17,7 @@ HELPERS = Path(__file__).parent.parent / "helpers"
 
 
 def launch(out: Path, script: str, *args: str, env: dict[str, str]) -> None:
-    argv = ["launch", "--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(out / "run")]
+    argv = ["launch", "--backend", "mpi", "-n", "2", "--cpu", "--run-dir", str(out / "run")]
     proc = tfdist(
         *argv, str(HELPERS / script), str(out), *args, env={"TFDIST_MPI_SHM": "0", **env}, timeout=300
     )

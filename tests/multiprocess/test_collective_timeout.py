@@ -30,7 +30,7 @@ def run(argv: list[str], timeout_s: int = TIMEOUT_S) -> subprocess.CompletedProc
 
 
 def launch(mode: str, out: Path, timeout_s: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(out / "run"), HELPER, mode, str(out)]
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--run-dir", str(out / "run"), HELPER, mode, str(out)]
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TFDIST_COLLECTIVE_TIMEOUT": str(timeout_s)}
     return tfdist("launch", *args, env=env, timeout=240)
 

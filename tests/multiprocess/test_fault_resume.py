@@ -30,7 +30,7 @@ def command(out: Path, workload: str, backend: str) -> list[str]:
         *TFDIST, "train", "--workload", workload, "--dataset", "digits",
         "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size-per-replica", "16",
         "--checkpoint-every", "2", "--lr", "0.01", "--workers", "2", "--backend", backend.split("-")[0],
-        "--max-restarts", "1", "--output-dir", str(out), *sharded,
+        "--max-restarts", "1", "--run-dir", str(out), *sharded,
     ]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ def run_probe(
     out: Path, env: dict[str, str] | None = None, launch: list[str] | None = None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True, exist_ok=True)
-    prefix = [*TFDIST, "launch", *launch, "--log-dir", str(out / "run")] if launch else [sys.executable]
+    prefix = [*TFDIST, "launch", *launch, "--run-dir", str(out / "run")] if launch else [sys.executable]
     proc = subprocess.run(
         [*prefix, PROBE, str(out), *extra],
         env={**os.environ, **(env or {})},
@@ -100,7 +100,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
             "-n",
             "2",
             "--cpu",
-            "--log-dir",
+            "--run-dir",
             str(out / "run"),
             PROBE,
             str(out),
@@ -160,7 +160,7 @@ def test_sharding_asked_of_a_parameter_server_job_is_one_line(tmp_path: Path) ->
     out = tmp_path / "ps"
     out.mkdir()
     proc = subprocess.run(
-        [*TFDIST, "launch", "-n", "2", "--ps", "1", "--cpu", "--log-dir", str(out / "run"), PROBE, str(out)],
+        [*TFDIST, "launch", "-n", "2", "--ps", "1", "--cpu", "--run-dir", str(out / "run"), PROBE, str(out)],
         env={**os.environ, "TFDIST_SHARD_OPTIMIZER": "1"},
         capture_output=True,
         text=True,

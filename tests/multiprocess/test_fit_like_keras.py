@@ -69,6 +69,6 @@ def test_two_workers_equal_keras_model_fit_in_one_process(
     backend: str, keras_reference: Path, tmp_path: Path
 ) -> None:
     launch = [*TFDIST, "launch", "-n", "2", "--cpu", "--backend", backend]
-    run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
+    run([*launch, "--run-dir", str(tmp_path / "logs")], tmp_path / "out")
     for rank in range(2):
         assert_matches_keras(keras_reference, tmp_path / "out", rank)

@@ -75,7 +75,7 @@ def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: 
         run([sys.executable], tmp_path / "out")
     else:
         launch = [*TFDIST, "launch", "-n", "2", "--cpu", "--backend", backend]
-        run([*launch, "--log-dir", str(tmp_path / "logs")], tmp_path / "out")
+        run([*launch, "--run-dir", str(tmp_path / "logs")], tmp_path / "out")
     for name in SCENARIOS:
         w_ref, ref = load(keras_reference, name, 0)
         for rank in range(workers):

@@ -43,7 +43,7 @@ def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 def test_collectives_follow_horovods_semantics(ranks: int, tmp_path: Path) -> None:
     script = [str(HELPERS / "hvd_collectives.py"), str(tmp_path)]
     if ranks == 2:  # through tfdist's launcher
-        proc = launch("mpi", 2, "--log-dir", str(tmp_path / "run"), *script)
+        proc = launch("mpi", 2, "--run-dir", str(tmp_path / "run"), *script)
     else:  # under a plain MPI launcher: ranks come from MPI alone
         mpiexec = str(Path(sys.executable).parent / "mpiexec")
         proc = run([mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", *script])
@@ -60,7 +60,7 @@ def test_keras_script_on_two_ranks_equals_one_process_with_the_summed_batch(
     one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
     ranks = tmp_path / "ranks"
-    proc = launch("mpi", 2, "--log-dir", str(tmp_path / "run"), str(HELPERS / "hvd_keras.py"), str(ranks))
+    proc = launch("mpi", 2, "--run-dir", str(tmp_path / "run"), str(HELPERS / "hvd_keras.py"), str(ranks))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     single = one_process_reference(HELPERS / "hvd_keras.py", "--batch", "64", "--lr-ranks", "2")
     w0, w1, w_one = weights(ranks / "rank0.npz"), weights(ranks / "rank1.npz"), weights(single / "rank0.npz")
@@ -80,7 +80,7 @@ def test_custom_loop_with_distributed_gradient_tape_equals_one_process(
     one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
     ranks, single = tmp_path / "ranks", one_process_reference(HELPERS / "hvd_loop.py", "--batch", "64")
-    proc = launch("mpi", 2, "--log-dir", str(tmp_path / "run"), str(HELPERS / "hvd_loop.py"), str(ranks))
+    proc = launch("mpi", 2, "--run-dir", str(tmp_path / "run"), str(HELPERS / "hvd_loop.py"), str(ranks))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     w0, w1 = weights(ranks / "rank0.npz"), weights(ranks / "rank1.npz")
     assert max_diff(w0, w1) == 0.0
@@ -94,7 +94,7 @@ def test_unchanged_horovod_import_runs_through_the_launcher(tmp_path: Path) -> N
     """`import horovod.tensorflow.keras as hvd`, warm-up included, under --backend horovod without Horovod."""
     out = tmp_path / "out"
     script = [str(HELPERS / "hvd_keras.py"), str(out), "--import", "horovod", "--warmup-epochs", "2"]
-    proc = launch("horovod", 2, "--log-dir", str(tmp_path / "run"), *script)
+    proc = launch("horovod", 2, "--run-dir", str(tmp_path / "run"), *script)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     notices = [line for line in proc.stderr.splitlines() if "Horovod is not installed here" in line]
     assert len(notices) == 1, proc.stderr[-2000:]
@@ -118,7 +118,7 @@ def test_unchanged_horovod_import_runs_through_the_launcher(tmp_path: Path) -> N
 def test_faults_end_the_job_instead_of_hanging(mode: str, expected: str, tmp_path: Path) -> None:
     started = time.monotonic()
     proc = launch(
-        "mpi", 2, "--log-dir", str(tmp_path / "run"), str(HELPERS / "hvd_faults.py"), mode, timeout=240
+        "mpi", 2, "--run-dir", str(tmp_path / "run"), str(HELPERS / "hvd_faults.py"), mode, timeout=240
     )
     assert proc.returncode != 0
     assert expected in proc.stdout + proc.stderr

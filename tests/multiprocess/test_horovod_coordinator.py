@@ -12,7 +12,7 @@ HELPER = Path(__file__).parent.parent / "helpers" / "hvd_coordinator.py"
 
 
 def test_mpi_sums_pair_by_name_and_fail_alike_on_every_rank(tmp_path: Path) -> None:
-    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run")]
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run")]
     args += [str(HELPER), str(tmp_path)]
     proc = tfdist("launch", *args, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

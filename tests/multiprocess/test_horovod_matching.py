@@ -12,7 +12,7 @@ HELPER = Path(__file__).parent.parent / "helpers" / "hvd_matching.py"
 
 
 def test_names_gradients_reducescatter_and_mismatches_follow_horovod(tmp_path: Path) -> None:
-    args = ["--backend", "mpi", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run")]
+    args = ["--backend", "mpi", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run")]
     args += [str(HELPER), str(tmp_path)]
     proc = tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

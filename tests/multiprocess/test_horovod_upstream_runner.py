@@ -52,7 +52,7 @@ def outcomes(report: Path) -> dict[str, str]:
 def test_a_collective_one_rank_never_joins_fails_its_test_and_the_run_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_lonely.py").write_text(SUITE)
     args = ["--backend", "horovod", "-n", "2", "--cpu", "--timeout", "200"]
-    args += ["--log-dir", str(tmp_path / "logs")]
+    args += ["--run-dir", str(tmp_path / "logs")]
     args += [str(WORKER), str(tmp_path / "test_lonely.py"), str(tmp_path / "reports"), "8"]
     proc = tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -37,7 +37,7 @@ def run_launch(
 ):
     """`tfdist launch -n N --cpu [extra] SCRIPT [OUT ARGS...]` (OUT is left out for another script)."""
     out.mkdir(parents=True, exist_ok=True)
-    argv = ["-n", str(n), "--cpu", *extra, "--log-dir", str(out / "logs"), script]
+    argv = ["-n", str(n), "--cpu", *extra, "--run-dir", str(out / "logs"), script]
     argv += [*((str(out),) if script == SCRIPT else ()), *args]
     return tfdist("launch", *argv, base_env=env, timeout=300)
 

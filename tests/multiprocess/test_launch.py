@@ -53,7 +53,7 @@ def read_pids(out: Path, n: int) -> list[int]:
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_worker_gets_its_rank_and_output_is_prefixed(n: int, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = run("-n", str(n), "--cpu", "--log-dir", str(tmp_path / "run"), WORKER, "ranks", str(out))
+    proc = run("-n", str(n), "--cpu", "--run-dir", str(tmp_path / "run"), WORKER, "ranks", str(out))
     assert proc.returncode == 0, proc.stderr
     seen = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(n)]
     assert [s["TFDIST_RANK"] for s in seen] == [str(r) for r in range(n)]
@@ -76,7 +76,7 @@ def test_no_prefix_and_quiet_workers(tmp_path: Path) -> None:
         "--cpu",
         "--no-prefix",
         "--quiet-workers",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "r"),
         WORKER,
         "ranks",
@@ -93,7 +93,7 @@ def test_plain_tf_distribute_script_trains_with_identical_weights(tmp_path: Path
         "-n",
         "2",
         "--cpu",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         str(HELPERS / "plain_mwms.py"),
         str(tmp_path),
@@ -110,7 +110,7 @@ def test_kill_9_of_one_worker_stops_the_group(tmp_path: Path) -> None:
     out = tmp_path / "out"
     launcher = subprocess.Popen(
         launch_cmd(
-            "-n", "2", "--cpu", "--grace", "3", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)
+            "-n", "2", "--cpu", "--grace", "3", "--run-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)
         ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -142,7 +142,7 @@ def test_sigterm_to_launcher_ends_everything_within_grace(tmp_path: Path) -> Non
             "--cpu",
             "--grace",
             str(grace),
-            "--log-dir",
+            "--run-dir",
             str(tmp_path / "run"),
             WORKER,
             "stubborn",
@@ -169,7 +169,7 @@ def test_sigterm_to_launcher_ends_everything_within_grace(tmp_path: Path) -> Non
 def test_launcher_killed_with_sigkill_leaves_no_workers(tmp_path: Path) -> None:
     out = tmp_path / "out"
     launcher = subprocess.Popen(
-        launch_cmd("-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)),
+        launch_cmd("-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), WORKER, "sleep", str(out)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -193,7 +193,7 @@ def test_first_failure_code_is_the_exit_code(tmp_path: Path) -> None:
         "--cpu",
         "--grace",
         "2",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         WORKER,
         "exit",
@@ -232,7 +232,7 @@ def test_restart_after_one_failure_succeeds_on_attempt_1(tmp_path: Path) -> None
         "1",
         "--grace",
         "2",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         WORKER,
         "fail-once",
@@ -259,7 +259,7 @@ def test_watchdog_fires_on_a_silent_worker(tmp_path: Path) -> None:
         str(watchdog),
         "--grace",
         "1",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         WORKER,
         "silent",
@@ -284,7 +284,7 @@ def test_watchdog_ends_a_hung_job_within_the_timeout_plus_5_s_whatever_the_grace
         str(watchdog),
         "--grace",
         "30",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         WORKER,
         "stubborn",
@@ -309,7 +309,7 @@ def test_heartbeat_file_keeps_a_silent_worker_alive(tmp_path: Path) -> None:
         "--cpu",
         "--watchdog-timeout",
         "1.5",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         str(script),
         timeout=60,
@@ -326,7 +326,7 @@ def test_run_timeout(tmp_path: Path) -> None:
         "2",
         "--grace",
         "1",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         WORKER,
         "silent",
@@ -343,7 +343,7 @@ def test_parameter_server_job_completes(tmp_path: Path) -> None:
         "--ps",
         "1",
         "--cpu",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         str(HELPERS / "ps_chief.py"),
         str(tmp_path),
@@ -378,11 +378,11 @@ def test_cpu_workers_are_bound_to_their_own_cores(backend: str, tmp_path: Path) 
     n = min(2, len(cpus))
     b, f = tmp_path / "b", tmp_path / "f"
     b.mkdir(), f.mkdir()
-    bound = run("--backend", backend, "-n", str(n), "--cpu", "--log-dir", str(b / "run"), str(script), str(b))
+    bound = run("--backend", backend, "-n", str(n), "--cpu", "--run-dir", str(b / "run"), str(script), str(b))
     assert bound.returncode == 0, bound.stdout[-2000:] + bound.stderr[-2000:]
     share = len(cpus) // n
     assert reported_cpus(b) == [cpus[i * share : (i + 1) * share] for i in range(n)]
-    argv = ["--backend", backend, "-n", str(n), "--cpu", "--bind-to", "none", "--log-dir", str(f / "run")]
+    argv = ["--backend", backend, "-n", str(n), "--cpu", "--bind-to", "none", "--run-dir", str(f / "run")]
     free = run(*argv, str(script), str(f))
     assert free.returncode == 0
     assert reported_cpus(f) == [cpus] * n
@@ -392,7 +392,7 @@ def test_core_binding_with_more_workers_than_cores_is_one_line(tmp_path: Path) -
     script = tmp_path / "cpus.py"
     script.write_text(AFFINITY)
     n = len(os.sched_getaffinity(0)) + 1
-    argv = ["-n", str(n), "--cpu", "--bind-to", "core", "--log-dir", str(tmp_path / "run")]
+    argv = ["-n", str(n), "--cpu", "--bind-to", "core", "--run-dir", str(tmp_path / "run")]
     proc = run(*argv, str(script), str(tmp_path))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--bind-to core" in proc.stderr

@@ -40,7 +40,7 @@ def test_32_workers_every_line_logged_and_shown_with_a_bounded_launcher(tmp_path
     script.write_text(SCRIPT)
     logs = tmp_path / "run"
     console = tmp_path / "console.txt"
-    cmd = [*TFDIST, "launch", "-n", str(WORKERS), "--cpu", "--log-dir", str(logs), str(script)]
+    cmd = [*TFDIST, "launch", "-n", str(WORKERS), "--cpu", "--run-dir", str(logs), str(script)]
     with console.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         launcher = psutil.Process(proc.pid)
@@ -76,7 +76,7 @@ def test_a_line_longer_than_a_pipe_arrives_whole(tmp_path: Path, lines: int) -> 
     script = tmp_path / "long_line.py"
     script.write_text(f"for i in range({lines}):\n    print(str(i) * 200_000, flush=True)\n")
     proc = subprocess.run(
-        [*TFDIST, "launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(script)],
+        [*TFDIST, "launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), str(script)],
         capture_output=True,
         text=True,
         timeout=120,

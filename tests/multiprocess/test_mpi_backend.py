@@ -29,7 +29,7 @@ def launch(
 def two_ranks(backend: str, out: Path) -> Path:
     """fit_probe.py with its defaults on 2 ranks of ``backend``, uninterrupted."""
     out.mkdir()
-    proc = launch("--backend", backend, "-n", "2", "--cpu", "--log-dir", str(out / "run"), PROBE, str(out))
+    proc = launch("--backend", backend, "-n", "2", "--cpu", "--run-dir", str(out / "run"), PROBE, str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -84,7 +84,7 @@ def test_a_dying_rank_ends_the_job_without_a_hang(tmp_path: Path) -> None:
         "--cpu",
         "--grace",
         "2",
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "run"),
         str(script),
         timeout=120,
@@ -140,7 +140,7 @@ def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(mpi_ranks: Pat
         "1",
         "--grace",
         "2",
-        "--log-dir",
+        "--run-dir",
         str(resumed / "run"),
         PROBE,
         str(resumed),
@@ -161,7 +161,7 @@ def test_packed_allreduce_sums_every_layout(
 ) -> None:
     """3 ranks (chunks of unequal length): shared-memory path, and MPI alone as across nodes."""
     script = str(Path(__file__).parent.parent / "helpers" / "allreduce_probe.py")
-    argv = ["--backend", "mpi", "-n", "3", "--cpu", "--log-dir", str(tmp_path / "run"), script, str(tmp_path)]
+    argv = ["--backend", "mpi", "-n", "3", "--cpu", "--run-dir", str(tmp_path / "run"), script, str(tmp_path)]
     proc = launch(*argv, timeout=120, env={"TFDIST_MPI_SHM": shm})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     reports = [json.loads((tmp_path / f"ok-{r}.json").read_text()) for r in range(3)]

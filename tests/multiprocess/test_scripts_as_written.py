@@ -15,7 +15,7 @@ NEVER_JOINS = str(HELPERS / "never_joins.py")
 
 
 def launch(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return tfdist("launch", "--log-dir", str(tmp_path / "run"), *args, timeout=timeout)
+    return tfdist("launch", "--run-dir", str(tmp_path / "run"), *args, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ def ranks(n: int, out: Path, *args: str, env: dict[str, str] | None = None, back
     """shard_fit.py on ``n`` ranks of ``backend``; asserts it succeeded."""
     out.mkdir(parents=True, exist_ok=True)
     proc = tfdist(
-        "launch", "--backend", backend, "-n", str(n), "--cpu", "--log-dir", str(out / "logs"),
+        "launch", "--backend", backend, "-n", str(n), "--cpu", "--run-dir", str(out / "logs"),
         SCRIPT, str(out), *args, env=env, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -168,7 +168,7 @@ def test_a_checkpoint_resumes_across_rank_counts_and_sharding(
 def test_sharding_on_the_tf_backend_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoints"
     proc = tfdist(
-        "launch", "--backend", "tf", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "logs"),
+        "launch", "--backend", "tf", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "logs"),
         SCRIPT, str(tmp_path), "adam", "--shard", "--checkpoint", str(checkpoint), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-3000:]

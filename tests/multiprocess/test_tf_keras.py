@@ -57,7 +57,7 @@ def test_a_tf_keras_script_on_two_workers_equals_one_process(
     two.mkdir()
     run([sys.executable, str(SCRIPT), str(one), mode], {**keras2_env, "TFDIST_RANK": "0"})
     launch = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--backend", backend]
-    run([*launch, "--log-dir", str(tmp_path / "run"), str(SCRIPT), str(two), mode], keras2_env)
+    run([*launch, "--run-dir", str(tmp_path / "run"), str(SCRIPT), str(two), mode], keras2_env)
     reference = np.load(one / "weights-0.npy")
     for rank in (0, 1):
         assert float(np.abs(np.load(two / f"weights-{rank}.npy") - reference).max()) <= 1e-5, rank

@@ -13,7 +13,7 @@ LINE = "ConfigError: global batch 9 is not divisible by the 2 replicas; use 8 or
 
 def test_a_config_error_in_a_worker_is_not_restarted_and_ends_with_its_line(tmp_path: Path) -> None:
     out, run = tmp_path / "out", tmp_path / "run"
-    argv = ["-n", "2", "--cpu", "--max-restarts", "3", "--log-dir", str(run), HELPER, str(out)]
+    argv = ["-n", "2", "--cpu", "--max-restarts", "3", "--run-dir", str(run), HELPER, str(out)]
     proc = tfdist("launch", *argv, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -52,7 +52,7 @@ def launch(backend: str, workers: int, tmp_path: Path) -> list[str]:
         "--cpu",
         "--backend",
         backend,
-        "--log-dir",
+        "--run-dir",
         str(tmp_path / "logs"),
     ]
 

@@ -146,7 +146,7 @@ def test_preempted_job_checkpoints_requeues_and_ends_at_the_exact_step(
     reference = tmp_path / "reference"
     reference.mkdir()
     ref = tfdist(
-        "launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "ref-run"), PROBE, str(reference),
+        "launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "ref-run"), PROBE, str(reference),
         "--checkpoint", str(tmp_path / "ref-ckpt"), "--epochs", "2", "--steps", STEPS,
         timeout=600,
     )  # fmt: skip

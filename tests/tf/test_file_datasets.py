@@ -157,7 +157,7 @@ def test_two_workers_shard_tfrecord_files(tfrecords: str, tmp_path: Path) -> Non
     out = tmp_path / "run"
     proc = tfdist(
         "train", "--workers", "2", "--workload", "mnist-cnn", "--dataset", f"tfrecord:{tfrecords}",
-        "--epochs", "2", "--batch-size-per-replica", "4", "--output-dir", str(out),
+        "--epochs", "2", "--batch-size-per-replica", "4", "--run-dir", str(out),
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -126,7 +126,7 @@ CLI_CASES = [
 def test_train_cli_bad_input(
     argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = cli(capsys, "train", "--output-dir", str(tmp_path / "run"), *argv)
+    code, _, err = cli(capsys, "train", "--run-dir", str(tmp_path / "run"), *argv)
     assert code == 2
     assert expected in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
@@ -137,7 +137,7 @@ def test_train_refuses_to_overwrite_checkpoints_without_resume(
 ) -> None:
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "checkpoint").write_text("x")
-    code, _, err = cli(capsys, "train", "--output-dir", str(tmp_path))
+    code, _, err = cli(capsys, "train", "--run-dir", str(tmp_path))
     assert code == 2 and "--resume" in err
 
 
@@ -145,7 +145,7 @@ def test_train_refuses_to_overwrite_checkpoints_without_resume(
 @pytest.mark.slow  # 10 epochs; the first tier runs the same command for 1 epoch (the README's example)
 def test_readme_main_job_reaches_090_on_digits(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = tfdist("train", "--workers", "2", "--epochs", "10", "--output-dir", str(out), timeout=400)
+    proc = tfdist("train", "--workers", "2", "--epochs", "10", "--run-dir", str(out), timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     import json
 

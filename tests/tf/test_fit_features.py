@@ -72,9 +72,7 @@ def test_lr_scaling_and_warmup_reach_the_scaled_rate() -> None:
 @pytest.mark.parametrize("flags", [["--xla"], ["--mixed-precision", "bf16"]])
 def test_train_with_xla_or_mixed_precision(flags: list[str], tmp_path: Path) -> None:
     out = str(tmp_path / "run")
-    proc = tfdist(
-        "train", "--epochs", "1", "--steps-per-epoch", "5", "--output-dir", out, *flags, timeout=300
-    )
+    proc = tfdist("train", "--epochs", "1", "--steps-per-epoch", "5", "--run-dir", out, *flags, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "test accuracy" in proc.stdout
     assert any((tmp_path / "run" / "tensorboard").iterdir())

@@ -72,7 +72,7 @@ def test_on_nan_continue_trains_on() -> None:
 def test_the_cli_says_it_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     code, _, stderr = cli(
-        capsys, "train", "--workload", "regression", "--lr", "1e30", "--epochs", "2", "--output-dir", str(out)
+        capsys, "train", "--workload", "regression", "--lr", "1e30", "--epochs", "2", "--run-dir", str(out)
     )
     err = stderr.strip().splitlines()
     assert code == 1

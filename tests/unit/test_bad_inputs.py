@@ -77,7 +77,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     ),
     (["launch", "--bind-to", "socket", "{script}"], {}, "invalid choice"),
     (["launch", "--bind-to", "core", "--ps", "1", "{script}"], {}, "--bind-to core"),
-    (["launch", "--log-dir", "afile", "{script}"], {}, "--log-dir 'afile' is a file"),
+    (["launch", "--run-dir", "afile", "{script}"], {}, "--run-dir 'afile' is a file"),
     (["launch", "-n", "2", "-m"], {}, "the following arguments are required: SCRIPT"),
     (
         ["launch", "-n", "2", "{script}"],
@@ -138,8 +138,8 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["train", "--workers", "0"], {}, "--workers=0 must be at least 1"),
     (["train", "--backend", "mpi"], {}, "--backend mpi needs --workers N"),
     (["train", "--workers", "2", "--backend", "gloo"], {}, "--backend='gloo'"),
-    (["train", "--resume", "--output-dir", "runs/none"], {}, "--resume: no checkpoint to resume in"),
-    (["train", "--output-dir", "afile"], {}, "--output-dir 'afile' is a file"),
+    (["train", "--resume", "--run-dir", "runs/none"], {}, "--resume: no checkpoint to resume in"),
+    (["train", "--run-dir", "afile"], {}, "--run-dir 'afile' is a file"),
     # ---- tfdist bench
     (["bench", "--workers", "1,1"], {}, "repeats a value"),
     (["bench", "--workers", ""], {}, "is empty"),

@@ -139,3 +139,33 @@ def test_every_command_prints_its_help() -> None:
     assert len(parsers) > 15
     for parser in parsers:
         assert parser.format_help().startswith("usage: ")
+
+
+def test_every_command_names_its_run_directory_run_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    """``tfdist launch --log-dir`` and ``tfdist train --output-dir`` were the run directory's older names:
+    they keep working, with one note each, and give what ``--run-dir`` gives; the script's own
+    ``--log-dir`` stays the script's."""
+    import argparse
+
+    from tfdist.cli import launch as launch_cli
+    from tfdist.cli import train as train_cli
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    launch_cli.register(sub)
+    train_cli.register(sub)
+    new = launch_cli.config_from_args(
+        parser.parse_args(["launch", "--run-dir", "runs/a", "t.py", "--log-dir", "x"])
+    )
+    assert capsys.readouterr().err == ""
+    old = launch_cli.config_from_args(
+        parser.parse_args(["launch", "--log-dir=runs/a", "t.py", "--log-dir", "x"])
+    )
+    assert old == new and new.log_dir == "runs/a" and new.command == ("t.py", "--log-dir", "x")
+    assert capsys.readouterr().err == "tfdist launch: --log-dir is an old spelling: write --run-dir.\n"
+    assert parser.parse_args(["train", "--run-dir", "runs/b"]).output_dir == "runs/b"
+    assert parser.parse_args(["train", "--output-dir", "runs/b"]).output_dir == "runs/b"
+    assert "--output-dir is an old spelling: write --run-dir." in capsys.readouterr().err
+    for command in ("launch", "train", "slurm submit"):
+        code, out, _ = cli(capsys, *command.split(), "--help")
+        assert code == 0 and "--run-dir" in out and "--log-dir" not in out and "--output-dir" not in out

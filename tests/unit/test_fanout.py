@@ -37,7 +37,7 @@ def test_every_host_runs_the_users_launch_with_the_jobs_nodes_and_rendezvous() -
         ["--cpu", "train.py"],
         ["--ps", "1", "--chief", "--grace", "2.5", "--max-restarts", "3", "--timeout", "90", "t.py", "--x"],
         ["--backend", "mpi", "--bind-to", "none", "--watchdog-timeout", "30", "--no-prefix", "t.py"],
-        ["--quiet-workers", "--strict", "--gpus-per-worker", "all", "--log-dir", "runs", "-m", "pkg.train"],
+        ["--quiet-workers", "--strict", "--gpus-per-worker", "all", "--run-dir", "runs", "-m", "pkg.train"],
         ["--no-python", "./run.sh", "a", "b"],
     ],
 )
@@ -49,11 +49,11 @@ def test_the_command_every_host_runs_parses_back_to_the_same_launch(argv: list[s
 
 
 def test_each_host_writes_its_own_run_directory_under_the_job_s() -> None:
-    config = LaunchConfig(command=("t.py", "--log-dir", "mine"), host_slots="localhost:1,n2:1", log_dir="/r")
+    config = LaunchConfig(command=("t.py", "--run-dir", "mine"), host_slots="localhost:1,n2:1", log_dir="/r")
     started = dict(commands(config, "localhost:29400", "/w"))
     assert set(started) == {"localhost", "n2"}
-    assert "--log-dir /r/localhost t.py --log-dir mine" in started["localhost"][-1]  # the script's own stays
-    assert started["n2"][:2] == ["ssh", "n2"] and "--log-dir /r/n2 " in started["n2"][-1]
+    assert "--run-dir /r/localhost t.py --run-dir mine" in started["localhost"][-1]  # the script's own stays
+    assert started["n2"][:2] == ["ssh", "n2"] and "--run-dir /r/n2 " in started["n2"][-1]
 
 
 def test_the_token_travels_on_standard_input_never_in_a_command_line() -> None:

@@ -93,7 +93,7 @@ def test_a_script_that_is_not_python_is_one_line(content: bytes, expected: str, 
 
     script = tmp_path / "train.sh"
     script.write_bytes(content)
-    code = main(["launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(script)])
+    code = main(["launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), str(script)])
     err = capsys.readouterr().err
     assert code == 2 and expected in err and "Hint: for another program use tfdist launch --no-python" in err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
@@ -106,7 +106,7 @@ def test_launch_inside_a_multi_task_slurm_step_says_what_to_write(tmp_path, caps
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
-    code = main(["launch", "-n", "2", "--cpu", "--log-dir", str(tmp_path / "run"), str(script)])
+    code = main(["launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), str(script)])
     err = capsys.readouterr().err
     assert code == 2 and "each of the 4 tasks of a Slurm step" in err
     assert "srun tfdist run -- python train.py" in err and not (tmp_path / "run").exists()

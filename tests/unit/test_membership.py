@@ -158,7 +158,7 @@ def test_flags_that_the_scheduler_already_answers_are_one_line(
         monkeypatch.setenv(key, value)
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
-    code = main(["launch", "-n", "1", *args, "--log-dir", str(tmp_path / "run"), str(script)])
+    code = main(["launch", "-n", "1", *args, "--run-dir", str(tmp_path / "run"), str(script)])
     err = capsys.readouterr().err
     assert code == 2 and expected in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()

@@ -15,7 +15,7 @@ from tfdist.errors import ConfigError
 from tfdist.slurm import SbatchSpec, render_sbatch
 
 GOLDEN = Path(__file__).parent.parent / "golden"
-COMMAND = ("python", "-m", "tfdist", "train", "--epochs", "3", "--output-dir", "runs/it's here")
+COMMAND = ("python", "-m", "tfdist", "train", "--epochs", "3", "--run-dir", "runs/it's here")
 
 VARIANTS = {
     "cpu": SbatchSpec(

@@ -225,7 +225,7 @@ def command_for(
     if spec.workers == 1:
         return Command((python, "-u", *program), env, run_dir, log_path)
     launch = [python, "-m", "tfdist", "launch", "-n", str(spec.workers), "--quiet-workers"]
-    launch += ["--log-dir", os.path.join(run_dir, "launch"), "--timeout", str(timeout)]
+    launch += ["--run-dir", os.path.join(run_dir, "launch"), "--timeout", str(timeout)]
     if spec.backend == "mpi":
         launch += ["--backend", "mpi"]
     if gpus == 0:
@@ -283,7 +283,7 @@ def node_commands(
                 *launch,
                 "--node-rank",
                 str(rank),
-                "--log-dir",
+                "--run-dir",
                 os.path.join(run_dir, f"launch-node{rank}"),
                 *program,
             ),

@@ -139,7 +139,11 @@ def register(sub: Any) -> None:
     ps.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     output = p.add_argument_group("output")
     output.add_argument(
-        "--log-dir", default=None, metavar="DIR", help="run directory (default ./tfdist-runs/<run-id>)"
+        "--run-dir",
+        dest="log_dir",
+        default=None,
+        metavar="DIR",
+        help="run directory: logs, attempts (default ./tfdist-runs/<run-id>)",
     )
     output.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     output.add_argument(
@@ -299,6 +303,8 @@ def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"ray": address, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
+#: Old flag names of ``tfdist launch`` -> their names now (every command names the run directory --run-dir).
+RENAMED = {"--log-dir": "--run-dir"}
 #: Options of ``tfdist launch`` that take a value (what follows them is not the script).
 _VALUE_OPTIONS: frozenset[str] = frozenset()
 
@@ -325,6 +331,10 @@ def old_spellings(argv: list[str]) -> list[str]:
             out += ["--ray-address", address]
             i += 1 if has_value else 2
             continue
+        if name in RENAMED:  # a plain rename: the same value under the new name
+            _deprecated(name, RENAMED[name])
+            arg = f"{RENAMED[name]}={value}" if has_value else RENAMED[name]
+            name = RENAMED[name]
         if name == "--gpus-per-worker" and ray:
             count = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
             if count.replace(".", "", 1).isdigit():

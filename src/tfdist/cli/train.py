@@ -10,6 +10,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer, number
+from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
 
 
@@ -67,9 +68,13 @@ def register(sub: Any) -> None:
         help="epochs of linear LR warm-up (default 0)",
     )
     p.add_argument(
-        "--output-dir", default=None, metavar="DIR", help="run directory (default ./tfdist-runs/<run-id>)"
+        "--run-dir",
+        dest="output_dir",
+        default=None,
+        metavar="DIR",
+        help="run directory: logs, checkpoints, history (default ./tfdist-runs/<run-id>)",
     )
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --output-dir")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --run-dir")
     p.add_argument(
         "--checkpoint-every",
         type=integer,
@@ -126,6 +131,8 @@ def register(sub: Any) -> None:
         "(ZeRO-1; with buckets also the gradients, ZeRO-2); checkpoints stay whole",
     )
     p.set_defaults(run=run)
+    # Every command names the run directory --run-dir; the old name keeps working.
+    with_old_spellings(p, {"--output-dir": "--run-dir"})
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

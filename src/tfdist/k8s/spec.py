@@ -115,7 +115,7 @@ class K8sJobSpec:
         """What every pod runs: ``tfdist run -- CMD``, or ``tfdist launch -n K ...`` for K processes.
 
         Input/Output: ``python train.py --epochs 3`` with K=4 and 4 GPUs ->
-        ``python -m tfdist launch -n 4 --log-dir /tmp/tfdist-run train.py --epochs 3`` (``--cpu`` without
+        ``python -m tfdist launch -n 4 --run-dir /tmp/tfdist-run train.py --epochs 3`` (``--cpu`` without
         GPUs; ``-m pkg.mod`` kept; a command that is not Python gets ``--no-python``).
         """
         k = self.nproc_per_pod
@@ -133,7 +133,7 @@ class K8sJobSpec:
             script = ("--no-python", *self.command)
         cpu = ("--cpu",) if not self.gpus_per_worker else ()
         # /tmp: a container's working directory may be read-only; the logs also go to `kubectl logs`.
-        launch = (self.python, "-m", "tfdist", "launch", "-n", str(k), *cpu, "--log-dir", "/tmp/tfdist-run")
+        launch = (self.python, "-m", "tfdist", "launch", "-n", str(k), *cpu, "--run-dir", "/tmp/tfdist-run")
         return (*launch, *script)
 
     def _check_text(self) -> None:

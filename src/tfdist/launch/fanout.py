@@ -37,13 +37,13 @@ def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
     """The ``tfdist launch`` arguments every host runs for a ``-H`` launch: the job's ``--nnodes`` and
     ``--rdzv``, the workers per host, then every option of ``config`` that is not its default (the inverse
     of the CLI's parser: tests/unit/test_fanout.py parses it back), then the script and its arguments.
-    ``--log-dir`` names the job's directory: :func:`commands` gives each host its own under it."""
+    ``--run-dir`` names the job's directory: :func:`commands` gives each host its own under it."""
     defaults = LaunchConfig()
     args = ["--nnodes", str(len(config.host_slots)), "--rdzv", endpoint, "-n", str(config.nproc_per_node)]
     flags: list[tuple[str, object, object]] = [
         ("--ps", config.ps, defaults.ps),
         ("--gpus-per-worker", config.gpus_per_worker, defaults.gpus_per_worker),
-        ("--log-dir", config.log_dir, defaults.log_dir),
+        ("--run-dir", config.log_dir, defaults.log_dir),
         ("--grace", config.grace, defaults.grace),
         ("--max-restarts", config.max_restarts, defaults.max_restarts),
         ("--watchdog-timeout", config.watchdog_timeout, defaults.watchdog_timeout),

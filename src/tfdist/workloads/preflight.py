@@ -11,23 +11,23 @@ from tfdist.workloads.config import TrainConfig
 def preflight(config: TrainConfig) -> None:
     """The weights file exists; the run directory is new, or resumed on purpose, and writable."""
     if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
-        raise ConfigError(f"--output-dir {config.output_dir!r} is a file. Hint: give a directory.")
+        raise ConfigError(f"--run-dir {config.output_dir!r} is a file. Hint: give a directory.")
     if config.resume and not _has_checkpoint(config.checkpoint_dir):
         raise ConfigError(
             f"--resume: no checkpoint to resume in {os.path.abspath(config.checkpoint_dir)!r}. Hint: give "
-            "the --output-dir of the run to continue, or drop --resume to start a new run."
+            "the --run-dir of the run to continue, or drop --resume to start a new run."
         )
     if config.weights and not os.path.isfile(config.weights):
         raise ConfigError(f"--weights {config.weights!r} does not exist.")
     if os.path.isdir(config.checkpoint_dir) and os.listdir(config.checkpoint_dir) and not config.resume:
         raise ConfigError(
-            f"--output-dir {config.output_dir!r} already holds checkpoints. "
-            "Hint: add --resume to continue it, or choose a new --output-dir."
+            f"--run-dir {config.output_dir!r} already holds checkpoints. "
+            "Hint: add --resume to continue it, or choose a new --run-dir."
         )
     parent = os.path.dirname(os.path.abspath(config.output_dir))
     if os.path.exists(parent) and not os.access(parent, os.W_OK):
         raise ConfigError(
-            f"--output-dir {config.output_dir!r} is not writable. Hint: choose a directory you own."
+            f"--run-dir {config.output_dir!r} is not writable. Hint: choose a directory you own."
         )
 
 
