@@ -716,11 +716,14 @@ RESULTS: tuple[Result, ...] = (
         command="python benchmarks/link_breakdown.py --no-one-host --backends mpi --buckets 0,2,auto "
         "--warmup 20 --repeats 3 --out benchmarks/results/auto-buckets  # needs root (test hosts)",
         table=step_breakdown,
-        date="2026-11-26",
         reading="A fast day: one unsynchronised copy's step took 46 ms. At 1 Gbit/s the sum after the "
-        "backward pass was 46 % of a step, so auto turned 2 MB buckets on (1.31x the tutorial loop, "
-        "against 1.18x with one sum); on the uncapped link it kept one sum (0.88x the limit, against 0.81x "
-        "with buckets). Each time the faster of the two.",
+        "backward pass took 42 ms of an 89 ms step, so auto turned 2 MB buckets on: 1.40x the tutorial "
+        "loop, against 1.19x with one sum and 1.36x with buckets given. On the uncapped link it kept one "
+        "sum (its forward + backward pass stayed at one sum's 41-43 ms, not the buckets' 55): 0.85x the "
+        "limit here, 0.92x for the same choice given as `--bucket-mb 0`, against 0.74x with buckets; the "
+        "two one-sum rows differ by the run-to-run spread of this machine (0.81-0.94x in five runs of the "
+        "day). Waiting for the slower rank is under 1 ms of the uncapped link's 7-8 ms sum: the rest is "
+        "TCP moving 4.8 MB through the shared cores, where the wire itself needs 2 ms.",
     ),
     Result(
         title="This state against the previous one, the same day",
