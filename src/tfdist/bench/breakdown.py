@@ -12,6 +12,7 @@ update``. ``vs bound`` is the bound over the measured step: 1.0 is the wire's pa
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -84,8 +85,9 @@ def ready_times(events: Sequence[Mapping[str, Any]], skip: int) -> list[float | 
     )
     out: list[float | None] = []
     for step in steps:
-        inside = [t for t in ends if step["ts"] <= t <= step["ts"] + step["dur"]]
-        out.append(inside[0] if inside else None)
+        first = bisect.bisect_left(ends, step["ts"])  # the first end at or after the step's start
+        inside = first < len(ends) and ends[first] <= step["ts"] + step["dur"]
+        out.append(ends[first] if inside else None)
     return out
 
 

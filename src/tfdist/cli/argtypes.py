@@ -1,6 +1,7 @@
 """argparse value types whose errors read as one line: ``'abc' is not an integer``.
 
 Range checks are not done here: the Config dataclasses own them, so the CLI and the Python API agree.
+Also the one option several commands share by name: ``--run-dir`` (:func:`add_run_dir`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,19 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
+
+
+def add_run_dir(parser: Any, dest: str, holds: str) -> None:
+    """``--run-dir DIR`` on ``parser`` (a parser or an argument group), stored in ``dest``: every command
+    that writes a run names its directory so; ``holds`` says what the command puts there."""
+    parser.add_argument(
+        "--run-dir",
+        dest=dest,
+        default=None,
+        metavar="DIR",
+        help=f"run directory: {holds} (default ./tfdist-runs/<run-id>)",
+    )
 
 
 def integer(text: str) -> int:

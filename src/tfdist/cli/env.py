@@ -124,17 +124,15 @@ def driver_gpus(environ: Mapping[str, str]) -> list[str]:
     Input/Output: GPUs ``["NVIDIA A100", "NVIDIA A100"]`` and ``CUDA_VISIBLE_DEVICES=1`` ->
     ``["1: NVIDIA A100"]``; a UUID in CUDA_VISIBLE_DEVICES is shown as it is.
     """
-    from tfdist.nodes import gpu_names, parse_gpu_list
+    from tfdist.nodes import gpu_names, visible_gpus
 
     names = gpu_names()
-    if "CUDA_VISIBLE_DEVICES" not in environ:
-        return [f"{i}: {name}" for i, name in enumerate(names)]
     shown = []
-    for gpu in parse_gpu_list(environ["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES"):
-        if gpu.isdigit() and int(gpu) < len(names):
-            shown.append(f"{gpu}: {names[int(gpu)]}")
-        elif not gpu.isdigit():
+    for gpu in visible_gpus(environ, len(names)):
+        if not gpu.isdigit():
             shown.append(gpu)
+        elif int(gpu) < len(names):  # an index the node does not have is no GPU
+            shown.append(f"{gpu}: {names[int(gpu)]}")
     return shown
 
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from tfdist import nodes
-from tfdist.cli.argtypes import integer, node_range, seconds
+from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
@@ -138,13 +138,7 @@ def register(sub: Any) -> None:
     )
     ps.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     output = p.add_argument_group("output")
-    output.add_argument(
-        "--run-dir",
-        dest="log_dir",
-        default=None,
-        metavar="DIR",
-        help="run directory: logs, attempts (default ./tfdist-runs/<run-id>)",
-    )
+    add_run_dir(output, "log_dir", "logs, attempts")
     output.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     output.add_argument(
         "--quiet-workers", action="store_true", help="show only the chief (or w0) on the console"

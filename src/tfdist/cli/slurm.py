@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import integer, node_range
+from tfdist.cli.argtypes import add_run_dir, integer, node_range
 from tfdist.cli.spellings import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
@@ -96,11 +96,7 @@ def register(sub: Any) -> None:
         )
         a.add_argument("--config", default=None, help="TOML file with the same options; flags win")
         if name == "submit":
-            a.add_argument(
-                "--run-dir",
-                default=None,
-                help="where the script and logs go (default ./tfdist-runs/<run-id>)",
-            )
+            add_run_dir(a, "run_dir", "the sbatch script and the job's logs")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run by every task")
         a.set_defaults(run=run_script if name == "script" else run_submit)
         with_command_guard(a, f"tfdist slurm {name} --nodes 2 -- python train.py")

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import integer, number
+from tfdist.cli.argtypes import add_run_dir, integer, number
 from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
 
@@ -67,13 +67,7 @@ def register(sub: Any) -> None:
         metavar="EPOCHS",
         help="epochs of linear LR warm-up (default 0)",
     )
-    p.add_argument(
-        "--run-dir",
-        dest="output_dir",
-        default=None,
-        metavar="DIR",
-        help="run directory: logs, checkpoints, history (default ./tfdist-runs/<run-id>)",
-    )
+    add_run_dir(p, "output_dir", "logs, checkpoints, history")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --run-dir")
     p.add_argument(
         "--checkpoint-every",

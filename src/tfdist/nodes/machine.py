@@ -125,11 +125,12 @@ def gpu_memory() -> tuple[str, int] | None:
         pynvml.nvmlShutdown()
 
 
-def visible_gpus(environ: Mapping[str, str]) -> list[str]:
-    """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of :func:`gpu_count`."""
+def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[str]:
+    """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of the node (``count``, or
+    :func:`gpu_count` when None)."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         return list(parse_gpu_list(environ["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES"))
-    return [str(i) for i in range(gpu_count())]
+    return [str(i) for i in range(gpu_count() if count is None else count)]
 
 
 def address_of(host: str) -> str | None:

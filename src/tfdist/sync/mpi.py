@@ -306,10 +306,11 @@ class MPISync(ProcessLevel):
         An all-to-all of the 16-bit slices (one op), then in the graph: the received slices widened to
         float32, added in rank order and rounded back to 16 bits, then the all-gather of every rank's sum
         with the exact metric sums (one op). The same values, bit for bit, as the NumPy middle (both round to
-        nearest even and add float32 in rank order), in about a third of its time: NumPy converts float16
-        one value at a time, slowly for subnormals, of which a summed gradient has many (mnist-cnn at
-        1 Gbit/s: 8.8 ms for decoding, adding and encoding 0.6M values, the all-to-all and all-gather 9-11 ms
-        each). Returns the summed 16-bit gradients (flat pieces, reshaped by the caller) and the sums.
+        nearest even and add float32 in rank order; tests/tf/test_wire_casts.py), without its cost: NumPy
+        converts float16 one value at a time, slowly for subnormals, of which a summed gradient has many
+        (mnist-cnn across 1 Gbit/s: the NumPy middle took 13.6 ms of the step; the sum after the backward
+        pass went from 42 to 25 ms with it in the graph, the wire time being 20). Returns the summed 16-bit
+        gradients (flat pieces, reshaped by the caller) and the sums.
         """
         import tensorflow as tf
 
@@ -345,8 +346,8 @@ class MPISync(ProcessLevel):
             with self._reducing:
                 self.reducer.wire = (np.dtype(wire.as_numpy_dtype), 2 * total_size)
                 self.reducer.crossed += 2 * total_size
-            if self.options.auto and started:  # auto buckets time the whole sum (see _timed)
-                self._sums_timed.append((started[0], time.perf_counter() - started[0]))
+            if self.options.auto and started:  # auto buckets time the whole sum, as _timed does
+                self._note_sum(started[0])
             return [gathered, sums]
 
         gathered, total = tf.numpy_function(
@@ -413,6 +414,10 @@ class MPISync(ProcessLevel):
             return
         start = time.perf_counter()
         yield
+        self._note_sum(start)
+
+    def _note_sum(self, start: float) -> None:
+        """One gradient sum after the backward pass, from ``start`` to now, for ``auto``'s decision."""
         self._sums_timed.append((start, time.perf_counter() - start))
 
     @property

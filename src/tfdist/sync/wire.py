@@ -20,6 +20,7 @@ Pure: no TensorFlow, no MPI.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -159,14 +160,10 @@ def plan_buckets(sizes: Sequence[int], bucket_bytes: float) -> list[list[int]]:
     return buckets if buckets[0] else []
 
 
-_FP16_TABLE: np.ndarray | None = None  # every float16 bit pattern's float32 value, made on first use
-
-
+@functools.cache
 def _fp16_table() -> np.ndarray:
-    global _FP16_TABLE
-    if _FP16_TABLE is None:
-        _FP16_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-    return _FP16_TABLE
+    """Every float16 bit pattern's float32 value (256 KB), made on first use."""
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 def encode(values: np.ndarray, compression: str) -> np.ndarray:
