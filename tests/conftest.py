@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,31 @@ def helpers() -> Path:
     return HELPERS
 
 
+#: Wall time of each folder's tests (setup, call and teardown), so a regression in time is seen the day
+#: it lands: ``./dev test`` prints them at its end.
+FOLDER_TIME_S: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    started = time.monotonic()
+    yield
+    try:
+        folder = item.path.relative_to(TESTS).parts[0]
+    except ValueError:
+        folder = "other"
+    FOLDER_TIME_S[folder] = FOLDER_TIME_S.get(folder, 0.0) + time.monotonic() - started
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say how many tests ran on test hosts: they skip (with the reason) where namespaces cannot be made."""
+    """Say how long each folder took, and how many tests ran on test hosts: they skip (with the reason)
+    where namespaces cannot be made."""
+    if FOLDER_TIME_S:
+        times = sorted(FOLDER_TIME_S.items(), key=lambda kv: -kv[1])
+        terminalreporter.write_line(
+            f"time per folder ({sum(FOLDER_TIME_S.values()) / 60:.1f} min in all): "
+            + ", ".join(f"{folder} {seconds:.0f} s" for folder, seconds in times)
+        )
     counts: dict[str, int] = {}
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, []):

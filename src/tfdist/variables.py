@@ -144,7 +144,7 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable("TFDIST_WORLD_SIZE", "int", "1", "training processes in the job", "launcher"),
     Variable("TFDIST_LOCAL_WORLD_SIZE", "int", "1", "training processes on this node", "launcher"),
     Variable("TFDIST_ROLE", "str", None, "chief, worker, ps or evaluator", "launcher"),
-    Variable("TFDIST_RUN_DIR", "path", None, "the launch's run directory", "launcher"),
+    Variable("TFDIST_RUN_DIR", "path", None, "the run directory of the launch or the Slurm job", "launcher"),
     Variable(
         "TFDIST_ATTEMPT_DIR", "path", None, "this attempt's directory (error and join records)", "launcher"
     ),

@@ -215,6 +215,17 @@ def test_what_the_cluster_cannot_hold_is_one_line_and_nothing_stays_pending(
     assert "PENDING" not in groups.stdout and "STATES" in groups.stdout, groups.stderr
 
 
+def test_a_failing_worker_is_the_exit_code_of_the_job(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    """Worker 1 (on the second node: spread) exits 7 while worker 0 would run for two minutes."""
+    worker = str(HELPERS / "worker.py")
+    run_dir = str(tmp_path / "run")
+    proc = ray_cluster.launch(
+        "-n", "2", "--cpu", "--grace", "2", "--run-dir", run_dir, worker, "exit", "x", "7"
+    )
+    assert proc.returncode == 7, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "w1 failed first: exited with code 7" in proc.stderr
+
+
 def test_unreachable_address_is_one_line(ray_cluster: RayCluster, tmp_path: Path) -> None:
     proc = ray_cluster.on(
         "node1",
@@ -236,7 +247,6 @@ def test_unreachable_address_is_one_line(ray_cluster: RayCluster, tmp_path: Path
     )
 
 
-@pytest.mark.slow
 def test_plain_mwms_custom_loop_matches_one_process(ray_cluster: RayCluster, tmp_path: Path) -> None:
     script = str(HELPERS / "plain_mwms.py")
     single, out = tmp_path / "single", tmp_path / "out"

@@ -142,6 +142,16 @@ def test_tfdist_fit_on_the_mpi_backend_two_ranks_on_each_of_two_hosts(hosts: Non
     assert_ranks_equal_one_process(single, out, 4)
 
 
+def test_a_failing_worker_on_one_node_is_the_exit_code_on_every_node(hosts: None, tmp_path: Path) -> None:
+    """Rank 1, node2's worker, exits 7 while rank 0 on node1 would run for two minutes: both launchers
+    end at once with 7, the failure's code, not the stop's."""
+    started = time.monotonic()
+    worker = str(HELPERS / "worker.py")
+    results = on_every_host(2, tmp_path, "--grace", "2", worker, "exit", str(tmp_path / "out"), "7")
+    assert [code for code, _ in results] == [7, 7], results
+    assert time.monotonic() - started < 60
+
+
 def _bad(host: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     [(code, output)] = finish([launch_on(host, "--cpu", *args, env=env)], timeout=120)
     return code, output
@@ -238,6 +248,7 @@ time.sleep(40)
     return code
 
 
+@pytest.mark.slow  # the first tier: tests/unit/test_rendezvous_protocol.py's strangers and wrong tokens
 def test_strangers_at_the_endpoint_do_not_disturb_the_job(hosts: None, tmp_path: Path) -> None:
     script = str(HELPERS / "plain_mwms.py")
     single, out = tmp_path / "single", tmp_path / "out"

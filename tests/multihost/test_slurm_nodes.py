@@ -99,7 +99,7 @@ def test_keras_model_fit_across_two_nodes(
         assert np.allclose(preds, np.load(single / "rank-0.predictions.npy"), atol=1e-5, rtol=0)
 
 
-@pytest.mark.slow  # the first tier: 2 x 2 MPI ranks through --rdzv; the MPI backend under sbatch below
+@pytest.mark.slow  # the first tier: 2 x 2 MPI ranks through --rdzv (test_rendezvous.py); Horovod's API below
 def test_mpi_backend_two_tasks_on_each_of_two_nodes(
     cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -124,6 +124,8 @@ def test_mpi_backend_two_tasks_on_each_of_two_nodes(
         assert max_diff(np.load(out / f"weights-{rank}.npy"), reference) <= 1e-5
 
 
+# The first tier: srun --mpi=pmi2 across nodes in test_unchanged_horovod_keras_script_across_two_nodes.
+@pytest.mark.slow
 def test_mpi_backend_from_a_hand_written_sbatch(
     cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -154,7 +156,12 @@ def test_mpi_backend_from_a_hand_written_sbatch(
 
 @pytest.mark.parametrize(
     ("backend", "script"),
-    [("tf", "plain_mwms.py"), pytest.param("mpi", "fit_probe.py", marks=pytest.mark.slow)],
+    # The first tier: one launcher per node in test_k8s_pods.py (pods run tfdist launch), Slurm across nodes
+    # in test_keras_model_fit_across_two_nodes.
+    [
+        pytest.param("tf", "plain_mwms.py", marks=pytest.mark.slow),
+        pytest.param("mpi", "fit_probe.py", marks=pytest.mark.slow),
+    ],
 )
 def test_one_launcher_per_node_forms_one_job(
     cluster: Cluster, one_process_reference: Callable[..., Path], tmp_path: Path, backend: str, script: str

@@ -48,6 +48,7 @@ def breakdown_of(tmp_path: Path) -> dict:
     return row["breakdown"]
 
 
+@pytest.mark.slow  # the first tier: test_bench_runs.py's runs; the timeline's parsing in tests/unit
 def test_tf_backend_timeline(tmp_path: Path) -> None:
     for rank, trace in enumerate(traces(tmp_path, "tf")):
         assert trace["otherData"] == {"rank": rank, "synchroniser": "tf", "nodes": 1}

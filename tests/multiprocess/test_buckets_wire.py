@@ -68,6 +68,7 @@ def test_buckets_and_compression_against_one_process(
         assert "4 gradient(s) in 3 bucket(s)" in said
 
 
+@pytest.mark.slow  # the first tier: the fp16 wire above; buckets in test_shard_optimizer.py
 def test_horovod_tape_gradients_in_buckets_equal_one_process(
     one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -86,7 +87,11 @@ def test_horovod_tape_gradients_in_buckets_equal_one_process(
     assert "Horovod: 4 gradient(s) in 4 bucket(s)" in said, said[-3000:]
 
 
-@pytest.mark.parametrize(("share", "on"), [("0.01", True), pytest.param("1", False, marks=pytest.mark.slow)])
+# The first tier: buckets in test_shard_optimizer.py; the auto decision's rule in tests/unit.
+@pytest.mark.parametrize(
+    ("share", "on"),
+    [pytest.param("0.01", True, marks=pytest.mark.slow), pytest.param("1", False, marks=pytest.mark.slow)],
+)
 def test_auto_buckets_decided_from_the_first_steps(
     share: str, on: bool, one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:

@@ -53,6 +53,7 @@ CASES = [
         r"CollectiveError: allreduce 'HorovodGroupedAllreduce_\w+' waited \d+ s on rank 1 \(collective #4, "
         r"TFDIST_COLLECTIVE_TIMEOUT=5\): rank 0 had not arrived: it did not answer within 2 s",
         id="horovod-uneven-batches-without-join",
+        marks=pytest.mark.slow,  # the first tier: the same wait's report in the other two cases
     ),
     pytest.param(
         "fit-sleep",

@@ -82,6 +82,8 @@ def test_resume_after_kill_matches_uninterrupted_run(two_workers: Path, tmp_path
     assert len(seen) == 1 and seen.pop().endswith("-12"), seen
 
 
+# The first tier: the preempted Slurm job of tests/slurm (the signal, the checkpoint, the resume).
+@pytest.mark.slow
 def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Path) -> None:
     """Preemption: SIGTERM to the launcher reaches every worker; all stop at the same step after a
     checkpoint."""
@@ -141,7 +143,8 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_resume_is_exact(tmp_path: Pa
 # Arrays in the first tier; a dataset and a dataset_fn in the second (./dev test --all).
 @pytest.mark.parametrize(
     "data",
-    ["arrays", pytest.param("dataset", marks=pytest.mark.slow), pytest.param("fn", marks=pytest.mark.slow)],
+    # The first tier: test_launch.py's parameter-server job.
+    [pytest.param(d, marks=pytest.mark.slow) for d in ("arrays", "dataset", "fn")],
 )
 def test_parameter_server_fit_reaches_the_single_process_loss_band(data: str, tmp_path: Path) -> None:
     args = ["--epochs", "3", "--steps", "12"]

@@ -67,7 +67,10 @@ def assert_events_match(expected: list, got: list, name: str) -> None:
 
 # In one process (no launcher) in the second tier: the first tier's one-process tfdist.fit ≡ model.fit is
 # test_fit_like_keras.py; here both backends' workers.
-@pytest.mark.parametrize("backend", [pytest.param("one-process", marks=pytest.mark.slow), "tf", "mpi"])
+# The first tier: test_keras_fit.py's model.fit script on 2 workers, test_mpi_backend.py's ranks.
+@pytest.mark.parametrize(
+    "backend", [pytest.param(b, marks=pytest.mark.slow) for b in ("one-process", "tf", "mpi")]
+)
 def test_two_workers_equal_one_process_model_fit(backend: str, keras_reference: Path, tmp_path: Path) -> None:
     """2 workers on the TF and MPI backends, and tfdist.fit in one process (no launcher)."""
     workers = 1 if backend == "one-process" else 2

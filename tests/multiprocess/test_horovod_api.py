@@ -39,7 +39,7 @@ def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3: the same path
 def test_collectives_follow_horovods_semantics(ranks: int, tmp_path: Path) -> None:
     script = [str(HELPERS / "hvd_collectives.py"), str(tmp_path)]
     if ranks == 2:  # through tfdist's launcher

@@ -125,6 +125,7 @@ def test_bad_mpi_launches(argv: list[str], expected: str, tmp_path: Path) -> Non
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow  # the first tier: test_fit_equivalence.py's resume after a kill (the TF backend)
 def test_resume_after_a_killed_rank_matches_the_uninterrupted_run(mpi_ranks: Path, tmp_path: Path) -> None:
     """Rank 1 SIGKILLs itself after epoch 2; MPI aborts the job, the launcher restarts it from the
     checkpoint."""

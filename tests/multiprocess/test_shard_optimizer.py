@@ -64,6 +64,7 @@ def assert_equal_runs(got: Path, n: int, reference: Path) -> float:
     return diff
 
 
+@pytest.mark.slow  # the first tier: test_sharded_in_buckets_equals_one_process[2]
 def test_adam_with_a_schedule_sharded_on_2_ranks_equals_one_process(
     one_process_reference: Callable[..., Path], tmp_path: Path
 ) -> None:

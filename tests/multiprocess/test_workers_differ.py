@@ -84,8 +84,9 @@ def one_process(one_process_reference: Callable[..., Path]) -> Path:
     return one_process_reference(DIFFER)
 
 
-# The TF backend's cases run across two test hosts in the first tier (tests/multihost), here in the second.
-BOTH = [pytest.param("tf", marks=pytest.mark.slow), "mpi"]
+# The second tier: the first tier's model.fit with file-writing callbacks is test_keras_fit.py's, and its
+# uneven batches test_collective_timeout.py's join.
+BOTH = [pytest.param("tf", marks=pytest.mark.slow), pytest.param("mpi", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("backend", BOTH)
@@ -117,7 +118,8 @@ def test_chief_only_callbacks_equal_one_process(backend: str, one_process: Path,
     assert list((out / "backup" / "backup").glob("ckpt-*.index"))
 
 
-@pytest.mark.parametrize("backend", ["tf", "mpi"])
+# tf in the second tier: the first tier's failures on the TF backend are test_launch.py's.
+@pytest.mark.parametrize("backend", [pytest.param("tf", marks=pytest.mark.slow), "mpi"])
 def test_a_callback_that_raises_on_one_worker_is_the_reported_failure(backend: str, tmp_path: Path) -> None:
     """Rank 1's callback raises at epoch 1, batch 3: the launch reports rank 1's own exception (not a
     collective error of rank 0) and every process is gone within the launcher's grace period."""

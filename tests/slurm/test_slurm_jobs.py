@@ -83,16 +83,20 @@ def test_two_task_mnist_cnn_job_completes_with_identical_weights(
     assert logs.returncode == 0 and logs.stdout == log
 
 
-def test_failing_task_makes_the_job_failed(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    job_id = submit(
-        slurm_env,
-        tmp_path / "run",
-        sys.executable,
-        "-c",
-        "import os, sys; sys.exit(3 if os.environ['SLURM_PROCID'] == '1' else 0)",
-    )
+#: Task 1 fails with exit code 3 at once; task 0 would run for a minute, so srun always stops it (143).
+FAILS_WHILE_A_PEER_RUNS = (
+    "import os, sys, time; time.sleep(60 if os.environ['SLURM_PROCID'] == '0' else 0); sys.exit(3)"
+)
+
+
+def test_failing_task_makes_the_job_failed_with_its_exit_code(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    job_id = submit(slurm_env, tmp_path / "run", sys.executable, "-c", FAILS_WHILE_A_PEER_RUNS)
     job = wait_state(job_id, FINAL, 120)
-    assert job["JobState"] == "FAILED" and job["ExitCode"].startswith("3:")
+    assert time.monotonic() - started < 50, "task 0 was not stopped"
+    assert job["JobState"] == "FAILED" and job["ExitCode"] == "3:0", job
     status = tfdist("slurm", "status", job_id, base_env=slurm_env, timeout=60)
     assert "FAILED" in status.stdout and "exit code 3:0" in status.stdout
 

@@ -155,3 +155,28 @@ def test_a_rank_srun_started_without_tfdist_run_gets_the_netmod_before_mpi_init(
     proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ofi"
+
+
+def test_the_step_reports_its_first_failure_and_the_stopped_tasks_repeat_it(tmp_path) -> None:
+    from tfdist.worker.task import first_failure_record, step_exit_code
+
+    environ = srun_task(1, SLURM_STEP_ID="0", TFDIST_RUN_DIR=str(tmp_path))
+    record = first_failure_record(environ)
+    assert record == str(tmp_path / "first-failure-4242.0-r0")
+    assert step_exit_code(record, 3, failed_first=True) == 3  # task 1 failed first
+    assert step_exit_code(record, 1, failed_first=True) == 3  # a consequence, later: the first one's code
+    assert step_exit_code(record, 143, failed_first=False) == 3  # stopped by srun
+    assert sorted(os.listdir(tmp_path)) == ["first-failure-4242.0-r0"]  # no temporary file left
+    requeued = first_failure_record({**environ, "SLURM_RESTART_COUNT": "1"})
+    assert requeued is not None and step_exit_code(requeued, 143, failed_first=False) == 143  # scancel
+
+
+@pytest.mark.parametrize(
+    "missing", ["TFDIST_RUN_DIR", "SLURM_STEP_ID", "SLURM_JOB_ID"], ids=lambda name: f"no {name}"
+)
+def test_outside_a_slurm_step_of_a_run_the_command_is_execd(tmp_path, missing: str) -> None:
+    from tfdist.worker.task import first_failure_record
+
+    environ = srun_task(0, SLURM_STEP_ID="0", TFDIST_RUN_DIR=str(tmp_path))
+    del environ[missing]
+    assert first_failure_record(environ) is None

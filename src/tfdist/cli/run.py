@@ -13,7 +13,7 @@ def register(sub: Any) -> None:
         help="run COMMAND as this task's worker of the job (srun tfdist run -- python train.py)",
         description=(
             "Derive this task's worker environment from the scheduler (TF_CONFIG from the Slurm step, rank "
-            "variables, one GPU per task, the Keras model.fit fix) and exec COMMAND."
+            "variables, one GPU per task, the Keras model.fit fix) and run COMMAND."
         ),
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... (e.g. -- python train.py)")
@@ -21,11 +21,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exec the command; returns only through an error."""
-    from tfdist.worker.task import exec_task
+    """Run the command as this task's worker; its exit code (see :func:`tfdist.worker.task.run_task`)."""
+    from tfdist.worker.task import run_task
 
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    exec_task(command)
-    return 0  # not reached: exec_task replaces the process
+    return run_task(command)

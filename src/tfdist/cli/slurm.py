@@ -233,6 +233,8 @@ def run_submit(args: argparse.Namespace) -> int:
     run_dir = os.path.abspath(args.run_dir or os.path.join("tfdist-runs", new_run_id()))
     if spec.output == "tfdist-%j.out":
         spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
+    # The tasks record the step's first failure there, so the job ends with that task's exit code.
+    spec = replace(spec, exports={**spec.exports, "TFDIST_RUN_DIR": run_dir})
     made = not os.path.exists(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, "job.sbatch")

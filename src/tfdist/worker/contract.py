@@ -125,6 +125,11 @@ class RunFiles:
         """The files of attempt ``attempt`` (0 for the first start, +1 per restart)."""
         return AttemptFiles(os.path.join(self.run_dir, f"attempt-{attempt}"))
 
+    def first_failure(self, step: str) -> str:
+        """The exit code of a scheduler step's first failed task (``step``: ``JOB.STEP`` with the requeue
+        count, e.g. ``4242.0-r1``), written by the task that failed first (:mod:`tfdist.worker.task`)."""
+        return os.path.join(self.run_dir, f"first-failure-{step}")
+
 
 @dataclass(frozen=True)
 class TaskSpec:

@@ -1,16 +1,23 @@
 """``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE
-job, then become ``CMD``.
+job, then run ``CMD``.
 
-The task's environment is derived from the scheduler (pure: :func:`plan_task_env`) and the command is
-exec'd (:func:`exec_task`), so the wrapper leaves no process of its own behind and adds no time to the
-first step: it imports neither TensorFlow nor Keras.
+The task's environment is derived from the scheduler (pure: :func:`plan_task_env`); the wrapper imports
+neither TensorFlow nor Keras, so it adds no time to the first step. Where it can, the command is exec'd
+and no process of tfdist's stays behind. In a Slurm step of a job ``tfdist slurm submit`` wrote
+(``TFDIST_RUN_DIR`` set), the wrapper stays as the command's parent instead, so the job ends with the
+exit code of the task that failed FIRST: when one task fails, srun stops the others with SIGTERM and
+reports the highest exit code of all, which would be the stop's 143, not the failure's code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 
 from tfdist import variables
@@ -18,7 +25,7 @@ from tfdist.env.base import ClusterEnvironment
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
 from tfdist.nodes import gpu_count, loopback_peers
-from tfdist.worker.contract import TaskSpec, task_env
+from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 
 def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
@@ -80,8 +87,9 @@ def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) ->
         )
 
 
-def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
-    """Replace this process with ``command`` run as a worker of the job (never returns)."""
+def run_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
+    """Run ``command`` as a worker of the job: exec it (never returns), or, in a Slurm step with a run
+    directory, as a child whose exit code is reported as the step's first failure (see the module)."""
     from tfdist.env import detect_environment
 
     if not command:
@@ -97,4 +105,69 @@ def exec_task(command: Sequence[str], environ: Mapping[str, str] | None = None) 
     check_peer_addresses(cluster, base)
     env = plan_task_env(cluster, base, gpu_count())
     env.update(pmi1_safe_netmod(base, has_mpich_wheel()))
-    os.execve(program, list(command), env)
+    record = first_failure_record(base)
+    if record is None:
+        os.execve(program, list(command), env)
+    return _run_child(program, command, env, record)
+
+
+def first_failure_record(environ: Mapping[str, str]) -> str | None:
+    """Where this Slurm step's first failure is recorded: in the run directory (shared by the job's
+    nodes, as its output file is), one file per step and requeue; ``None`` outside such a step."""
+    run_dir = variables.raw("TFDIST_RUN_DIR", environ)
+    job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
+    if not run_dir or not job or step is None:
+        return None
+    return RunFiles(run_dir).first_failure(f"{job}.{step}-r{environ.get('SLURM_RESTART_COUNT', '0')}")
+
+
+#: Slurm signals every process of a step (the wrapper and its command alike), so the wrapper forwards
+#: nothing: it notes a stop and survives the signals a preemption handler expects (USR1/USR2), which by
+#: default would end it before the command had checkpointed.
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_NOTED = (*_STOPS, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _run_child(program: str, command: Sequence[str], env: Mapping[str, str], record: str) -> int:
+    stopped: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        if signum in _STOPS:
+            stopped.append(signum)
+
+    for signum in _NOTED:
+        signal.signal(signum, note)  # a handler, not SIG_IGN: handlers reset to default in the child
+    # Every descriptor stays open, as across an exec: srun's PMI plugins hand the task PMI_FD.
+    child = subprocess.Popen([program, *command[1:]], executable=program, env=dict(env), close_fds=False)
+    code = child.wait()
+    code = 128 - code if code < 0 else code
+    if code == 0:
+        return 0
+    return step_exit_code(record, code, failed_first=not stopped)
+
+
+def step_exit_code(record: str, code: int, failed_first: bool) -> int:
+    """The exit code this task reports: its own if it is the first of the step to fail (recorded for
+    the others), else the first failure's, so srun's highest code is the first failure's. A task stopped
+    by a signal (``failed_first=False``) with no failure recorded (scancel, the time limit) keeps its own.
+
+    Input/Output: task 1 exits 3 with no record -> 3 (recorded); task 0, stopped (143) -> 3.
+    """
+    if failed_first:
+        directory = os.path.dirname(record) or "."
+        with contextlib.suppress(OSError):
+            fd, temp = tempfile.mkstemp(dir=directory, prefix=".first-failure-")
+            with os.fdopen(fd, "w") as out:
+                out.write(f"{code}\n")
+            try:
+                os.link(temp, record)  # atomic, and fails if another task recorded first (NFS too)
+                return code
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(temp)
+    try:
+        with open(record) as recorded:
+            return int(recorded.read().strip())
+    except (OSError, ValueError):
+        return code
