@@ -33,10 +33,12 @@ READ_SLACK_S = 60.0
 
 
 class RemoteProcess:
-    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()`` and ``returncode``."""
+    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()``, ``returncode`` and
+    ``stdin`` (always ``None``: the launcher writes nothing to a worker on another node)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self.stdin = None
         self.returncode: int | None = None
         self.lost: str | None = None  # why the worker's node or actor stopped answering
 
