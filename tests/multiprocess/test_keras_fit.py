@@ -159,5 +159,23 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
 def test_an_unseeded_shuffle_is_named_with_its_fix(tmp_path: Path) -> None:
     proc = run_launch(2, tmp_path / "out", "--plain", "--epochs", "1", "--shuffle")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "shuffled without a seed" in proc.stdout + proc.stderr
+    assert (proc.stdout + proc.stderr).count(
+        "shuffled without a seed"
+    ) == 1  # the job's line, not each worker's
     assert "keras.utils.set_random_seed(SEED)" in proc.stdout + proc.stderr
+
+
+def test_model_fits_default_shuffle_shows_every_example_once_per_epoch(tmp_path: Path) -> None:
+    """model.fit(x, y) shuffles by default, unseeded: the workers agree each epoch's order, so together they
+    train on every example exactly once per epoch, in a new order each epoch, and nothing warns."""
+    script = str(Path(SCRIPT).parent / "shuffle_fit.py")
+    out = tmp_path / "out"
+    proc = run_launch(2, out, str(out), script=script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    seen = [json.loads((out / f"seen-{rank}.json").read_text()) for rank in (0, 1)]
+    epochs = [seen[0][epoch] + seen[1][epoch] for epoch in range(3)]
+    for both in epochs:
+        assert sorted(both) == list(range(64)), both
+    orders = [tuple(seen[0][epoch]) for epoch in range(3)]
+    assert len(set(orders)) == 3 and list(orders[0]) != sorted(orders[0])  # shuffled, anew each epoch

@@ -6,6 +6,7 @@ import warnings
 from typing import Any
 
 from tfdist.errors import ConfigError
+from tfdist.keras.callbacks import worker_identity
 
 _WARNED: set[str] = set()
 
@@ -30,7 +31,8 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
     adapter = getattr(iterator, "data_adapter", None)
     if adapter is None:
         return
-    if unseeded_shuffle(adapter):
+    chief, _ = worker_identity(strategy)
+    if chief and unseeded_shuffle(adapter):  # the chief's line is the job's
         warn_once(
             "tfdist: the training data is shuffled without a seed; every worker shuffles differently, and "
             "with DATA auto-sharding workers then skip and repeat examples. Hint: call "
@@ -39,7 +41,7 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
         )
     partial = getattr(adapter, "partial_batch_size", None)
     replicas = int(strategy.num_replicas_in_sync)
-    if partial and int(partial) % replicas:
+    if chief and partial and int(partial) % replicas:
         warn_once(
             f"tfdist: the last batch holds {int(partial)} examples for {replicas} replicas, so replicas get "
             "unequal (possibly empty) shares and that step's gradient is not the one-process gradient "
@@ -49,14 +51,10 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
 
 
 def unseeded_shuffle(adapter: Any) -> bool:
-    """True when the adapter shuffles with no seed, so two workers draw two different orders."""
+    """True when the user's own dataset shuffles with no seed, so two workers draw two different orders.
+    Keras' shuffle of arrays is agreed across workers by the fix (:mod:`tfdist.keras.shuffle`)."""
     import tensorflow as tf
-    from tensorflow.python.framework import random_seed
 
-    shuffle = getattr(adapter, "_shuffle", False)
-    if shuffle and type(adapter).__name__ == "ArrayDataAdapter":
-        # Keras shuffles arrays with tf.random.shuffle: unseeded unless a global seed is set.
-        return random_seed.get_seed(None) == (None, None)
     dataset = getattr(adapter, "_dataset", None)
     if not isinstance(dataset, tf.data.Dataset):
         return False

@@ -29,7 +29,7 @@ from typing import Any
 
 from tfdist import variables
 from tfdist.errors import ConfigError
-from tfdist.keras import adapters, callbacks, checks, gradients
+from tfdist.keras import adapters, callbacks, checks, gradients, shuffle
 from tfdist.keras.adapters import KerasAdapter
 from tfdist.keras.checks import is_multi_worker
 
@@ -209,7 +209,27 @@ def patch_trainer(trainer: Any) -> None:
 
     reduce_per_replica.__wrapped__ = original_reduce  # type: ignore[attr-defined]
     trainer.reduce_per_replica = reduce_per_replica
+    _agree_shuffles(trainer.TFEpochIterator)
     _STATE["installed"] = True
+
+
+def _agree_shuffles(cls: Any) -> None:
+    """A multi-worker epoch iterator that shuffles draws the same order on every worker
+    (:mod:`tfdist.keras.shuffle`)."""
+    original = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        strategy = kwargs.get("distribute_strategy", args[0] if args else None)
+        if not kwargs.get("shuffle") or strategy is None or not is_multi_worker(strategy):
+            original(self, *args, **kwargs)
+            return
+        with shuffle.agreed_shuffles(strategy) as agreed:
+            original(self, *args, **kwargs)
+        if agreed:
+            shuffle.agree_seed(strategy)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
 
 
 def _strategy_of(model: Any) -> Any:
