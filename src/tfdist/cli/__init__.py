@@ -3,21 +3,77 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tfdist.errors import ConfigError, SetupError, TfdistError
 
 
+#: The namespace attribute naming the deepest parser that was left words it does not know.
+_LEFT_OVER = "_tfdist_left_over_parser"
+
+
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line (what, and where to look) with exit code 2."""
+    """ArgumentParser whose errors are one line (what, and where to look) with exit code 2, and name the
+    nearest command, choice or flag when the word typed is close to one."""
 
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: error: <message> (see <prog> --help)`` and exit 2, without the usage block."""
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, and the parser that was left words it does not know, for :meth:`parse_args`."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, _LEFT_OVER):  # a sub-command's parser sets it first
+            setattr(namespace, _LEFT_OVER, self)
+        return namespace, extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """argparse's, with unknown flags reported by the sub-command's parser, which knows its flags:
+        ``tfdist launch: error: unrecognized arguments: --cpus (did you mean --cpu?)``."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        owner = vars(namespace).pop(_LEFT_OVER, self)
+        if extras:
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{owner.nearest_flags(extras)}")
+        return namespace
+
+    def nearest_flags(self, words: Sequence[str]) -> str:
+        """`` (did you mean --cpu?)`` for the unknown flags among ``words`` that are close to one of this
+        parser's; empty when none is.
+
+        Input/Output: ``["--cpus"]`` -> ``" (did you mean --cpu?)"``; ``["--cpus", "--nnode=2"]`` ->
+        ``" (did you mean --cpu for --cpus, --nnodes for --nnode?)"``; ``["x.py"]`` -> ``""``.
+        """
+        # Compared without the dashes, which every flag shares: --nprocs is not close to --ps.
+        known = {s.lstrip("-"): s for a in self._actions for s in a.option_strings}
+        pairs = []
+        for word in words:
+            name = word.partition("=")[0]
+            if name.startswith("-") and name not in known.values():
+                close = difflib.get_close_matches(name.lstrip("-"), known, n=1)
+                pairs += [(name, known[c]) for c in close]
+        if len(pairs) == 1:
+            return f" (did you mean {pairs[0][1]}?)"
+        return f" (did you mean {', '.join(f'{close} for {name}' for name, close in pairs)}?)" if pairs else ""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a choice (a sub-command's name too), naming the nearest choice first:
+        ``invalid choice: 'lauch' (did you mean launch? choose from 'env', 'launch', ...)``."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError:
+            choices = [str(c) for c in action.choices or ()]
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            if not close:
+                raise
+            listed = ", ".join(map(repr, choices))
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r} (did you mean {close[0]}? choose from {listed})"
+            ) from None
 
 
 def build_parser() -> Parser:
