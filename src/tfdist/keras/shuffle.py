@@ -83,6 +83,10 @@ def agree_seed(strategy: Any) -> None:
 
     chief, _ = worker_identity(strategy)
     drawn = secrets.randbelow(2**31) if chief else 0
-    # Every replica of the chief adds the draw: the sum is a multiple of it, the same on every worker.
-    summed = strategy.reduce("SUM", strategy.run(lambda: tf.constant(drawn, tf.int64)), axis=None)
-    _JOB_SEED.append(int(summed))
+
+    @tf.function  # eagerly, a collective strategy's run warns of its overhead on every worker
+    def agree() -> Any:
+        # Every replica of the chief adds the draw: the sum is a multiple of it, the same on every worker.
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(drawn, tf.int64)), axis=None)
+
+    _JOB_SEED.append(int(agree()))
