@@ -27,7 +27,12 @@ from tfdist.launch.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop, d
             {"failure_code": 137, "max_restarts": 2},
             Restart(Budget(restarts=2), "restarting all workers (restart 2/2).", True),
         ),
-        (Outcome.FAILED, Budget(restarts=2), {"failure_code": 137, "max_restarts": 2}, Stop(137, None, True)),
+        (
+            Outcome.FAILED,
+            Budget(restarts=2),
+            {"failure_code": 137, "max_restarts": 2},
+            Stop(137, "gave up after 3 attempts (--max-restarts 2).", True),
+        ),
         # A port taken between choosing and binding: new ports, without spending a restart.
         (
             Outcome.FAILED,
@@ -76,7 +81,12 @@ from tfdist.launch.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop, d
             {"max_restarts": 1},
             Restart(Budget(restarts=1), "restarting all workers (restart 1/1).", True),
         ),
-        (Outcome.PEER_FAILED, Budget(restarts=1), {"max_restarts": 1}, Stop(1, None, True)),
+        (
+            Outcome.PEER_FAILED,
+            Budget(restarts=1),
+            {"max_restarts": 1},
+            Stop(1, "gave up after 2 attempts (--max-restarts 1).", True),
+        ),
         # ... unless it ended the job for good: this node ends with its code, restarts left or not.
         (
             Outcome.PEER_STOPPED,

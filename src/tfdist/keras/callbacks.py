@@ -17,18 +17,11 @@ from typing import Any
 
 from tfdist import files
 from tfdist._log import get_logger
+from tfdist.keras.checks import is_multi_worker, worker_identity
 
 log = get_logger(__name__)
 #: The Keras module whose CallbackList is patched.
 TARGET = "keras.src.callbacks.callback_list"
-
-
-def worker_identity(strategy: Any) -> tuple[bool, int]:
-    """(is_chief, task index) of this process in a multi-worker strategy."""
-    chief = bool(getattr(strategy.extended, "should_checkpoint", True))
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_id = getattr(resolver, "task_id", 0) if resolver is not None else 0
-    return chief, int(task_id or 0)
 
 
 def private_dir(task_id: int) -> str:
@@ -114,8 +107,6 @@ def patch_callback_list(module: Any) -> None:
     original = cls.set_model
 
     def set_model(self: Any, model: Any) -> None:
-        from tfdist.keras.checks import is_multi_worker
-
         # Before Keras' own set_model: TensorBoard fixes its write directory there.
         strategy = getattr(model, "_distribute_strategy", None)
         if strategy is not None and is_multi_worker(strategy):

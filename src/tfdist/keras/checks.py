@@ -6,7 +6,6 @@ import warnings
 from typing import Any
 
 from tfdist.errors import ConfigError
-from tfdist.keras.callbacks import worker_identity
 
 _WARNED: set[str] = set()
 
@@ -80,6 +79,14 @@ def _is_unseeded(node: Any) -> bool:
         return False
     seeds = (getattr(node, "_seed", None), getattr(node, "_seed2", None))
     return all(seed is None or int(seed) == 0 for seed in seeds)
+
+
+def worker_identity(strategy: Any) -> tuple[bool, int]:
+    """(is_chief, task index) of this process in a multi-worker strategy."""
+    chief = bool(getattr(strategy.extended, "should_checkpoint", True))
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_id = getattr(resolver, "task_id", 0) if resolver is not None else 0
+    return chief, int(task_id or 0)
 
 
 def is_multi_worker(strategy: Any) -> bool:

@@ -103,7 +103,7 @@ def refusal(strategy: Any) -> None:
     where = os.path.dirname(getattr(keras, "__file__", "") or "") or "the Python path"
     tf = sys.modules.get("tensorflow")
     message = adapters.unsupported_message(keras_version(), where, getattr(tf, "__version__", None))
-    chief, _ = callbacks.worker_identity(strategy)
+    chief, _ = checks.worker_identity(strategy)
     if not chief and not isinstance(sys.stderr, _WithoutLine):
         sys.stderr = _WithoutLine(sys.stderr, message)
     raise ConfigError(message)

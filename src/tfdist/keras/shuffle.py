@@ -79,7 +79,7 @@ def agree_seed(strategy: Any) -> None:
         return
     import tensorflow as tf
 
-    from tfdist.keras.callbacks import worker_identity
+    from tfdist.keras.checks import worker_identity
 
     chief, _ = worker_identity(strategy)
     drawn = secrets.randbelow(2**31) if chief else 0

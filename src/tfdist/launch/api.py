@@ -156,7 +156,12 @@ def _supervise(
                 report(failure, final=isinstance(decision, Stop) and decision.with_tail)
             if decision.message:
                 console_print(f"tfdist launch: {decision.message}")
-            if isinstance(decision, Stop) and failure is not None and deterministic(failure):
+            if (
+                isinstance(decision, Stop)
+                and failure is not None
+                and deterministic(failure)
+                and failure.code == 2
+            ):
                 console_print(f"tfdist launch: error: {failure_line(failure)}")  # the user's one line, last
             if isinstance(decision, Stop):
                 elapsed = time.monotonic() - started

@@ -54,14 +54,36 @@ def failure_line(failure: FailureInfo) -> str:
     return failure.how
 
 
+#: Exceptions of a program's own logic: a restart runs the same code on the same inputs and meets them
+#: again. What a restart can cure (OSError, TensorFlow's errors of a lost peer or device, MemoryError,
+#: RuntimeError) is not among them.
+_PROGRAM_ERRORS = frozenset(
+    {
+        "ValueError",
+        "TypeError",
+        "AttributeError",
+        "NameError",
+        "UnboundLocalError",
+        "KeyError",
+        "IndexError",
+        "ZeroDivisionError",
+        "AssertionError",
+        "NotImplementedError",
+        "SyntaxError",
+        "IndentationError",
+        "ImportError",
+        "ModuleNotFoundError",
+    }
+)
+
+
 def deterministic(failure: FailureInfo | None) -> bool:
-    """A worker's user error (exit 2 with a ConfigError): the same inputs give it again on a restart."""
-    return (
-        failure is not None
-        and failure.code == 2
-        and bool(failure.error)
-        and (failure.error or {}).get("type") == _USER_ERROR
-    )
+    """A failure a restart gives again: a worker's user error (exit 2 with a ConfigError), or an exception
+    of the program's own logic (:data:`_PROGRAM_ERRORS`) in the worker that failed first."""
+    kind = (failure.error or {}).get("type") if failure is not None else None
+    if failure is None or not kind:
+        return False
+    return (failure.code == 2 and kind == _USER_ERROR) or kind in _PROGRAM_ERRORS
 
 
 def record_end(
@@ -89,13 +111,15 @@ def report(failure: FailureInfo, final: bool) -> None:
         console_print(f"tfdist launch: {failure.how}; this node's workers were stopped at once.")
         return
     lost = lost_contact(failure.log_path)
+    code = "" if failure.how == f"exited with code {failure.code}" else f" (exit code {failure.code})"
     lines = [
-        f"tfdist launch: {failure.name} failed first: {failure.how} (exit code {failure.code})",
+        f"tfdist launch: {failure.name} failed first: {failure.how}{code}",
         *error_lines(failure.error, failure.how),
         *([f"  {lost}"] if lost else []),
         f"  log: {failure.log_path}",
     ]
-    if final and failure.tail:
+    # A recorded exception is named above with its frame: its traceback is in the log (and was shown).
+    if final and failure.tail and not (failure.error and failure.error.get("type")):
         lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
         lines.extend(f"    {line}" for line in failure.tail)
     console_print("\n".join(lines))

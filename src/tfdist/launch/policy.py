@@ -98,4 +98,9 @@ def decide(
     if budget.restarts < max_restarts:
         used = replace(budget, restarts=budget.restarts + 1)
         return Restart(used, f"restarting all workers (restart {used.restarts}/{max_restarts}).", True)
-    return Stop(failure_code, report_failure=True)
+    gave_up = (
+        f"gave up after {budget.restarts + 1} attempts (--max-restarts {max_restarts})."
+        if max_restarts
+        else None
+    )
+    return Stop(failure_code, gave_up, report_failure=True)
