@@ -11,7 +11,6 @@ from typing import Any, NoReturn
 
 from tfdist.errors import ConfigError, SetupError, TfdistError
 
-
 #: The namespace attribute naming the deepest parser that was left words it does not know.
 _LEFT_OVER = "_tfdist_left_over_parser"
 
@@ -32,7 +31,7 @@ class Parser(argparse.ArgumentParser):
             setattr(namespace, _LEFT_OVER, self)
         return namespace, extras
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """argparse's, with unknown flags reported by the sub-command's parser, which knows its flags:
         ``tfdist launch: error: unrecognized arguments: --cpus (did you mean --cpu?)``."""
         namespace, extras = self.parse_known_args(args, namespace)
@@ -58,7 +57,9 @@ class Parser(argparse.ArgumentParser):
                 pairs += [(name, known[c]) for c in close]
         if len(pairs) == 1:
             return f" (did you mean {pairs[0][1]}?)"
-        return f" (did you mean {', '.join(f'{close} for {name}' for name, close in pairs)}?)" if pairs else ""
+        return (
+            f" (did you mean {', '.join(f'{close} for {name}' for name, close in pairs)}?)" if pairs else ""
+        )
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """argparse's check of a choice (a sub-command's name too), naming the nearest choice first:
@@ -74,6 +75,16 @@ class Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(
                 action, f"invalid choice: {value!r} (did you mean {close[0]}? choose from {listed})"
             ) from None
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """``add_parser`` keywords for a ``--help`` that ends with example commands (``COMMAND  # what it
+    does``), kept as written; indented under a blank line, the docs' command reference shows them as code.
+    """
+    return {
+        "epilog": "examples:\n\n" + "\n".join(f"    {line}" for line in lines),
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
 
 
 def build_parser() -> Parser:

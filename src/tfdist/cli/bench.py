@@ -6,12 +6,21 @@ import argparse
 import os
 from typing import Any
 
+from tfdist.cli import examples
 from tfdist.cli.argtypes import integer, number, seconds
+from tfdist.errors import ConfigError
 
 
 def register(sub: Any) -> None:
     """Add the ``bench`` sub-parser."""
-    p = sub.add_parser("bench", help="scaling table, plot and bottleneck diagnosis from real runs")
+    p = sub.add_parser(
+        "bench",
+        help="scaling table, plot and bottleneck diagnosis from real runs",
+        **examples(
+            "tfdist bench --workers 1,2                    # 1 and 2 workers, beside unsynchronised copies",
+            "tfdist bench --backend tf,mpi --diagnose      # two backends compared, the bottleneck named",
+        ),
+    )
     p.add_argument(
         "--workload",
         default="mnist-cnn",
@@ -26,6 +35,12 @@ def register(sub: Any) -> None:
         metavar="N,N",
         help="worker processes per node to measure, comma-separated, e.g. 1,2,4 (default: 1,2 on this "
         "machine, 1 with --hosts or --nodes)",
+    )
+    p.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="measure more workers than this machine's CPU cores (refused otherwise: they would time-slice "
+        "the cores, and the table would measure that, not scaling)",
     )
     p.add_argument(
         "--replicas", default="1", help="replicas per worker: GPUs, or logical CPU devices without GPUs"
@@ -123,6 +138,7 @@ def register(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated BenchConfig from parsed flags."""
+    from tfdist.bench.api import machine
     from tfdist.bench.config import (
         BenchConfig,
         parse_backends,
@@ -136,13 +152,17 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     nodes = parse_counts(args.nodes, "--nodes") if args.nodes else ()
     hosts, on_host = resolve_nodes(args.hosts, nodes, args.on_host, os.environ)
+    workers = parse_counts(
+        args.workers if args.workers is not None else ("1" if hosts else "1,2"), "--workers"
+    )
+    # Counts typed for this machine only: across nodes the workers run on the hosts' cores.
+    if args.workers is not None and not hosts and not args.oversubscribe:
+        _check_cores(args.workers, workers, machine()["cores"])
     return BenchConfig(
         out=args.out or os.path.join("tfdist-bench", new_run_id()),
         workload=args.workload,
         dataset=args.dataset,
-        workers=parse_counts(
-            args.workers if args.workers is not None else ("1" if hosts else "1,2"), "--workers"
-        ),
+        workers=workers,
         replicas=parse_counts(args.replicas, "--replicas"),
         backends=parse_backends(args.backend),
         compare=parse_compare(args.compare),
@@ -162,6 +182,19 @@ def config_from_args(args: argparse.Namespace) -> Any:
         timeline=args.timeline,
         compression=parse_compressions(args.compression),
         bucket_mb=parse_bucket_sizes(args.bucket_mb) if args.bucket_mb is not None else (),
+    )
+
+
+def _check_cores(typed: str, workers: tuple[int, ...], cores: int) -> None:
+    """Refuse more worker processes than this machine's cores, before anything is written: they would
+    time-slice the cores, and the scaling table would measure that (``--oversubscribe`` asks for it)."""
+    if max(workers) <= cores:
+        return
+    fitting = ",".join(str(w) for w in sorted({w for w in workers if w <= cores} | {cores}))
+    raise ConfigError(
+        f"--workers {typed} asks for {max(workers)} worker processes on this machine's {cores} CPU cores: "
+        "they would time-slice the cores, so the table would measure oversubscription, not scaling. "
+        f"Hint: --workers {fitting}, or add --oversubscribe to measure it anyway."
     )
 
 

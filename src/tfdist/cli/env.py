@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist import variables
+from tfdist.cli import examples
 from tfdist.env.stack import StackFacts, describe
 from tfdist.launch.ray.address import find_cluster
 
@@ -44,7 +45,12 @@ SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 def register(sub: Any) -> None:
     """Add the ``env`` sub-parser."""
     p = sub.add_parser(
-        "env", help="show the detected environment, devices and the strategy tfdist would build"
+        "env",
+        help="show the detected environment, devices and the strategy tfdist would build",
+        **examples(
+            "tfdist env          # where this process runs, its devices, the strategy tfdist would build",
+            "tfdist env --json   # the same as one JSON object",
+        ),
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(run=run)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from tfdist import nodes
+from tfdist.cli import examples
 from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds
+from tfdist.cli.spellings import flags_after_script
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
@@ -18,6 +21,10 @@ def register(sub: Any) -> None:
         "launch",
         help="start N distributed TensorFlow workers running a script",
         description="tfdist launch [options] SCRIPT.py [args...] | -m MODULE [args...]",
+        **examples(
+            "tfdist launch -n 2 --cpu train.py --epochs 3          # 2 CPU workers; --epochs 3 is train.py's",
+            "tfdist launch --nnodes 2 --rdzv node1:29400 train.py  # the same on node2: they meet at node1",
+        ),
     )
     workers = p.add_argument_group("workers on this machine")
     workers.add_argument(
@@ -345,8 +352,6 @@ def old_spellings(argv: list[str]) -> list[str]:
 
 
 def _deprecated(old: str, new: str) -> None:
-    import sys
-
     sys.stderr.write(f"tfdist launch: {old} is an old spelling: write {new}.\n")
 
 
@@ -362,8 +367,14 @@ def _launch_parser_class(base: type) -> type:
                 _VALUE_OPTIONS = frozenset(
                     s for a in self._actions if a.option_strings and a.nargs is None for s in a.option_strings
                 )
-            given = list(args) if args is not None else None
-            return super().parse_known_args(old_spellings(given) if given is not None else None, namespace)
+            given = old_spellings(list(args)) if args is not None else None
+            parsed, extras = super().parse_known_args(given, namespace)
+            if given is not None and getattr(parsed, "script", None) is not None:
+                before = given[: len(given) - len(parsed.args) - 1]
+                note = flags_after_script(self.prog, before, parsed.script, parsed.args, self)
+                if note:
+                    sys.stderr.write(note + "\n")
+            return parsed, extras
 
     return LaunchParser
 

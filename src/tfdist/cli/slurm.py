@@ -58,10 +58,21 @@ _LIST_FLAGS = (
     ("--sbatch", "extra_sbatch", "OPTION", "an extra #SBATCH line, e.g. --sbatch=--exclusive (repeatable)"),
 )
 
+#: The examples at the end of ``script --help`` and ``submit --help``.
+_EXAMPLES = {
+    "script": (
+        "tfdist slurm script --nodes 2 --gpus-per-node 4 -- python train.py   # print the job script",
+    ),
+    "submit": (
+        "tfdist slurm submit --nodes 2 --gpus-per-node 4 --time 60 -- python train.py",
+        "tfdist slurm submit --nodes 2 -- tfdist train --epochs 10   # on the fastest backend the nodes run",
+    ),
+}
+
 
 def register(sub: Any) -> None:
     """Add ``slurm`` and its sub-commands."""
-    from tfdist.cli import Parser
+    from tfdist.cli import Parser, examples
 
     p = sub.add_parser("slurm", help="write, submit and watch Slurm jobs")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
@@ -70,7 +81,7 @@ def register(sub: Any) -> None:
         ("script", "print the job script"),
         ("submit", "write the job script into a run directory and sbatch it"),
     ):
-        a = actions.add_parser(name, help=helptext)
+        a = actions.add_parser(name, help=helptext, **examples(*_EXAMPLES[name]))
         for flag, kwargs in _SPEC_FLAGS:
             a.add_argument(flag, default=None, **kwargs)
         for flag, dest, metavar, helptext in _LIST_FLAGS:

@@ -4,12 +4,14 @@
   new spelling (``tfdist k8s manifest: --workers is an old spelling: write --pods.``).
 - A sub-command that runs a command (``tfdist slurm submit ... -- python train.py``) refuses its own flags
   typed after that command without ``--``: argparse would hand them to the command, silently.
+  ``tfdist launch`` hands them to the script (torchrun's convention) with a one-line note (cli/launch.py).
 
 ``tfdist launch`` has its own rewriting (cli/launch.py): its old ``--ray ADDRESS`` depends on the next word.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -81,7 +83,6 @@ def flag_after_command(argv: Sequence[str], parser: Any) -> str | None:
     ``["--pods", "2", "--", "python", "t.py", "--image", "x"]`` -> None.
     """
     takes_value = _value_options(parser)
-    own = {s for a in parser._actions for s in a.option_strings}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -90,13 +91,67 @@ def flag_after_command(argv: Sequence[str], parser: Any) -> str | None:
         if arg.startswith("-"):
             i += 2 if arg in takes_value else 1
             continue
-        for later in argv[i + 1 :]:
-            if later == "--":
-                return None
-            if later.partition("=")[0] in own:
-                return later.partition("=")[0]
-        return None
+        later = list(argv[i + 1 :])
+        words = later[: later.index("--")] if "--" in later else later
+        found = own_flags(words, parser)
+        return words[found[0].start].partition("=")[0] if found else None
     return None
+
+
+def own_flags(words: Sequence[str], parser: Any) -> list[slice]:
+    """Where ``parser``'s flags are among ``words`` (its exact option strings, ``--flag=value`` too), each
+    with the value that follows it when it takes one: a command's own flags typed after the command, where
+    they are the command's words.
+
+    Input/Output: ``["--epochs", "3", "-n", "2", "--cpu"]`` with launch's parser ->
+    ``[slice(2, 4), slice(4, 5)]`` (``-n 2`` and ``--cpu``).
+    """
+    takes_value = _value_options(parser)
+    own = {s for a in parser._actions for s in a.option_strings}
+    found: list[slice] = []
+    i = 0
+    while i < len(words):
+        name, has_value, _ = words[i].partition("=")
+        if name in own:
+            end = i + 2 if not has_value and name in takes_value and i + 1 < len(words) else i + 1
+            found.append(slice(i, end))
+            i = end
+        else:
+            i += 1
+    return found
+
+
+def flags_after_script(
+    prog: str, before: Sequence[str], script: str, after: Sequence[str], parser: Any
+) -> str:
+    """A one-line note when flags of ``prog`` (``parser``'s, help aside) come after the script: they stay
+    the script's words (everything after the script is the script's, as with torchrun; the script may want
+    them), and the note shows the command that gives them to ``prog``. Empty when there are none, and for
+    a flag that ``before`` already gives ``prog``: typed again after the script, it is the script's own.
+
+    Input/Output: ``("tfdist launch", [], "quickstart.py", ["-n", "2", "--cpu"], parser)`` ->
+    ``"tfdist launch: -n 2 --cpu come after quickstart.py, so they go to the script, not to tfdist launch.
+    Hint: put them first: tfdist launch -n 2 --cpu quickstart.py"``; ``(..., ["-n", "2"], "t.py", ["-n",
+    "5"], parser)`` -> ``""``.
+    """
+    dest = {s: a.dest for a in parser._actions for s in a.option_strings}
+    given = {dest.get(word.partition("=")[0]) for word in before} - {None}
+    spans = [
+        s
+        for s in own_flags(after, parser)
+        if after[s.start] not in ("-h", "--help") and dest[after[s.start].partition("=")[0]] not in given
+    ]
+    if not spans:
+        return ""
+    moved = [word for s in spans for word in after[s]]
+    rest = [word for i, word in enumerate(after) if not any(s.start <= i < s.stop for s in spans)]
+    hint = [*prog.split(), *moved, *(w for w in before if w != "--"), script, *rest]
+    one = len(spans) == 1
+    they, them, go, come = ("it", "it", "goes", "comes") if one else ("they", "them", "go", "come")
+    return (
+        f"{prog}: {shlex.join(moved)} {come} after {script}, so {they} {go} to the script, not to {prog}. "
+        f"Hint: put {them} first: {shlex.join(hint)}"
+    )
 
 
 def with_command_guard(parser: Any, example: str) -> None:

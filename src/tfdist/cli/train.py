@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfdist import files
+from tfdist.cli import examples
 from tfdist.cli.argtypes import add_run_dir, integer, number
 from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
@@ -16,7 +17,14 @@ from tfdist.errors import ConfigError
 
 def register(sub: Any) -> None:
     """Add the ``train`` sub-parser."""
-    p = sub.add_parser("train", help="train a workload (default: mnist-cnn on the embedded digits data)")
+    p = sub.add_parser(
+        "train",
+        help="train a workload (default: mnist-cnn on the embedded digits data)",
+        **examples(
+            "tfdist train --epochs 1                          # mnist-cnn on the embedded digits, here",
+            "tfdist train --workers 2 --workload regression   # 2 workers on this machine",
+        ),
+    )
     p.add_argument(
         "--workload",
         default="mnist-cnn",
