@@ -75,10 +75,9 @@ def _image_parse(shape: tuple[int, ...]) -> Callable[..., Any]:
     return parse
 
 
-def load_folder(
-    path: str, shape: tuple[int, ...] = (64, 64, 3), test_fraction: float = 0.2, seed: int = 0
-) -> StreamDataset:
-    """One sub-folder per class; images are decoded and resized to ``shape``."""
+def folder_files(path: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """The class folders of ``folder:PATH`` and its images as ``(file, class index)``; ConfigError unless
+    there are at least 2 classes with images (checked before any worker starts, and by the loader)."""
     if not os.path.isdir(path):
         raise ConfigError(
             f"dataset folder:{path} does not exist. Hint: give a directory with one sub-folder per class."
@@ -95,6 +94,34 @@ def load_folder(
             f"dataset folder:{path} has {len(classes)} class folder(s) and {len(files)} image(s); it needs "
             f"at least 2 class sub-folders with images ({', '.join(IMAGE_EXTENSIONS)})."
         )
+    return classes, files
+
+
+def tfrecord_files(pattern: str) -> list[str]:
+    """The files ``tfrecord:GLOB`` matches, sorted; ConfigError when none."""
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise ConfigError(
+            f"dataset tfrecord:{pattern} matches no file. Hint: quote the glob, e.g. "
+            "'tfrecord:data/train-*.tfrecord'."
+        )
+    return files
+
+
+def check_source(name: str) -> None:
+    """ConfigError when a ``folder:`` or ``tfrecord:`` dataset has nothing to read on this machine."""
+    kind, _, arg = name.partition(":")
+    if kind == "folder":
+        folder_files(arg)
+    elif kind == "tfrecord":
+        tfrecord_files(arg)
+
+
+def load_folder(
+    path: str, shape: tuple[int, ...] = (64, 64, 3), test_fraction: float = 0.2, seed: int = 0
+) -> StreamDataset:
+    """One sub-folder per class; images are decoded and resized to ``shape``."""
+    classes, files = folder_files(path)
     order = np.random.default_rng(seed).permutation(len(files))
     cut = max(1, int(len(files) * test_fraction))
     test, train = [files[i] for i in order[:cut]], [files[i] for i in order[cut:]]
@@ -126,12 +153,7 @@ def load_tfrecord(pattern: str, test_fraction: float = 0.1) -> StreamDataset:
     """TFRecord files of tf.train.Example with ``image`` (encoded PNG/JPEG bytes) and ``label`` (int64)."""
     import tensorflow as tf
 
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise ConfigError(
-            f"dataset tfrecord:{pattern} matches no file. Hint: quote the glob, e.g. "
-            "'tfrecord:data/train-*.tfrecord'."
-        )
+    files = tfrecord_files(pattern)
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     first = tf.io.parse_single_example(next(iter(tf.data.TFRecordDataset(files[:1]))), spec)
     shape = tuple(int(d) for d in tf.io.decode_image(first["image"], expand_animations=False).shape)
