@@ -127,7 +127,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["train", "--workload", "gpt"], {}, "--workload 'gpt' is unknown"),
     (["train", "--dataset", "imagenet"], {}, "--dataset"),
     (["train", "--dataset", "folder:/no/such/dir"], {}, "does not exist"),
-    (["train", "--workers", "2", "--dataset", "folder:/no/such/dir"], {}, "does not exist"),  # no worker starts
+    (["train", "--workers", "2", "--dataset", "folder:/no/such/dir"], {}, "does not exist"),  # none starts
     (["train", "--workers", "2", "--dataset", "tfrecord:/no/such/*.tfrecord"], {}, "matches no file"),
     (["train", "--optimizer", "lamb"], {}, "--optimizer 'lamb' is unknown"),
     (["train", "--lr-scaling", "cubic"], {}, "--lr-scaling 'cubic' is unknown"),

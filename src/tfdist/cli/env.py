@@ -373,7 +373,11 @@ def run(args: argparse.Namespace) -> int:
     # This command computes nothing, so TensorFlow's start-up banners would only bury the report.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    info = collect(environ)
+    from rich.console import Console
+
+    # Importing TensorFlow takes seconds (20 on a busy machine): on a terminal, say so at once.
+    with Console(stderr=True).status("tfdist env: importing TensorFlow and reading this machine..."):
+        info = collect(environ)
     if args.json:
         json.dump(info, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
