@@ -16,8 +16,8 @@ log = get_logger(__name__)
 
 TIMEOUT_S = 30
 _HINT = (
-    "Hint: run on a Slurm login node, or start a local one with `scripts/slurm-local.sh start` and "
-    "`export SLURM_CONF=/tmp/tfdist-slurm/slurm.conf`."
+    "Hint: run on a login node of the cluster (or export SLURM_CONF=<its slurm.conf>), or start a local one "
+    "with `scripts/slurm-local.sh start` and `export SLURM_CONF=/tmp/tfdist-slurm/slurm.conf`."
 )
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 
@@ -25,12 +25,44 @@ _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
         raise SetupError(f"`{argv[0]}` is not on PATH, so tfdist cannot reach Slurm. {_HINT}")
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # Slurm's clients would retry reading it for a minute
+        raise SetupError(f"SLURM_CONF={conf} is not a file. {_HINT}")
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         raise SetupError(
             f"`{' '.join(argv)}` did not answer within {TIMEOUT_S} s: is slurmctld running? {_HINT}"
         ) from None
+    if proc.returncode != 0:
+        unreachable = no_controller(argv[0], proc.stderr + proc.stdout)
+        if unreachable:
+            raise SetupError(f"{unreachable} {_HINT}")
+    return proc
+
+
+#: What Slurm's clients print when this machine has no Slurm configuration, or its controller does not
+#: answer: then no job id, state or reason they give means anything.
+_NO_CONFIG = ("failed to fetch config", "Could not establish a configuration source")
+_NO_ANSWER = ("Unable to contact slurm controller", "Unable to establish controller")
+
+
+def no_controller(program: str, output: str) -> str | None:
+    """One line naming why Slurm's client could not reach a controller, or None when it did.
+
+    Input/Output: ``("sbatch", "sbatch: error: _establish_config_source: failed to fetch config")`` ->
+    ``"sbatch found no Slurm configuration on this machine (no SLURM_CONF, no /etc/slurm/slurm.conf, no
+    DNS SRV record): there is no cluster to reach from here."``
+    """
+    if any(marker in output for marker in _NO_CONFIG):
+        return (
+            f"{program} found no Slurm configuration on this machine (no SLURM_CONF, no "
+            "/etc/slurm/slurm.conf, no DNS SRV record): there is no cluster to reach from here."
+        )
+    if any(marker in output for marker in _NO_ANSWER):
+        conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+        return f"{program} cannot reach the Slurm controller named in {conf} (it does not answer)."
+    return None
 
 
 def check_job_id(job_id: str) -> str:
