@@ -176,6 +176,11 @@ def test_slurm_is_found_by_sbatch_and_its_fix_is_no_extra() -> None:
     works, detail, fix, extra = feature(CPU, "Slurm")
     assert (works, extra) == (False, "") and "no sbatch on PATH" in detail and "login node" in fix
     assert feature(replace(CPU, sbatch="/usr/bin/sbatch"), "Slurm")[:2] == (True, "sbatch at /usr/bin/sbatch")
+    down = "the Slurm controller does not answer (scontrol ping: Slurmctld(primary) at c1 is DOWN)"
+    assert feature(replace(CPU, sbatch="/usr/bin/sbatch", slurm_unreachable=down), "Slurm")[:2] == (
+        False,
+        down,
+    )
 
 
 def test_the_json_and_the_table_rows_hold_the_stack() -> None:

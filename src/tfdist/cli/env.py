@@ -173,6 +173,7 @@ def read_stack(
     import shutil
 
     from tfdist.keras import adapters
+    from tfdist.slurm.commands import unreachable
 
     dist, tf_version = _tensorflow_distribution()
     keras = _installed("keras")
@@ -199,6 +200,7 @@ def read_stack(
         tfds=_installed("tensorflow-datasets"),
         kubernetes=_installed("kubernetes"),
         sbatch=shutil.which("sbatch", path=environ.get("PATH")) or "",
+        slurm_unreachable=unreachable(environ),
         cuda_build=cuda,
         gpus=gpus,
         driver_gpus=driver_gpus,

@@ -41,6 +41,7 @@ class StackFacts:
     tfds: str | None = None  # tensorflow-datasets
     kubernetes: str | None = None
     sbatch: str = ""  # sbatch's path on PATH
+    slurm_unreachable: str = ""  # why sbatch's cluster does not answer (tfdist.slurm.commands), "" if it does
     cuda_build: bool | None = None  # TensorFlow built with CUDA (None: unknown)
     gpus: int = 0  # GPUs TensorFlow sees
     driver_gpus: int = 0  # GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES applied)
@@ -181,11 +182,11 @@ def plan_features(facts: StackFacts) -> tuple[Feature, ...]:
     """Every tfdist feature that depends on the stack, in the order ``tfdist env`` shows them."""
     slurm = (
         Feature("Slurm (tfdist slurm submit)", True, f"sbatch at {facts.sbatch}")
-        if facts.sbatch
+        if facts.sbatch and not facts.slurm_unreachable
         else Feature(
             "Slurm (tfdist slurm submit)",
             False,
-            "no sbatch on PATH: not a Slurm login node",
+            facts.slurm_unreachable or "no sbatch on PATH: not a Slurm login node",
             "run it on the cluster's login node (tfdist slurm script writes the job script anywhere)",
         )
     )

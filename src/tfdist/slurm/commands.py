@@ -120,6 +120,23 @@ def show_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def unreachable(environ: Mapping[str, str]) -> str:
+    """Why this machine's Slurm controller does not answer ``scontrol ping``: "" when it does, or when
+    Slurm's clients are not installed here."""
+    if shutil.which("scontrol", path=environ.get("PATH")) is None:
+        return ""
+    try:
+        proc = _run(["scontrol", "ping"])
+    except TfdistError as exc:
+        return str(exc).split(" Hint:")[0]
+    down = [line.strip() for line in proc.stdout.splitlines() if line.strip().endswith("DOWN")]
+    if down:  # "Slurmctld(primary) at HOST is DOWN"
+        return f"the Slurm controller does not answer (scontrol ping: {down[0]})"
+    if proc.returncode != 0:
+        return f"scontrol ping: {_reason(proc.stdout + proc.stderr)}"
+    return ""
+
+
 def cancel(job_id: str) -> None:
     """``scancel ID``."""
     proc = _run(["scancel", check_job_id(job_id)])
