@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 
 from tfdist import variables
@@ -136,11 +137,17 @@ class Attempt:
                 self.group.kill()
                 return Outcome.SIGNAL, None
             if self.signals.count == 1 and forwarded_at is None:
+                self.group.mute()  # each worker's KeyboardInterrupt traceback: to its log
                 self.group.send(self.signals.signum)
                 forwarded_at = now
             if forwarded_at is not None:
                 if not self.group.running() or now - forwarded_at > self.config.grace:
                     self.group.kill()
+                    muted = self.group.muted()
+                    if muted:
+                        console_print(
+                            f"tfdist launch: the workers' output after the signal is in their logs: {muted}"
+                        )
                     return Outcome.SIGNAL, None
                 time.sleep(POLL_S)
                 continue
@@ -161,11 +168,13 @@ class Attempt:
             if gone is not None:
                 return gone
             cause = _cause(worker, code, self.group.workers)
+            self.group.mute(keep=cause)  # the peers' errors from here on are consequences: to their logs
             self.group.close(self.config.grace)
             if cause is not worker:  # it raised first; the launcher may have ended it meanwhile
                 returned = cause.popen.returncode
                 worker, code = cause, returned if returned is not None and returned > 0 else 1
-            return Outcome.FAILED, _failure(worker, exit_code_of(code), _how(code))
+            failure = _failure(worker, exit_code_of(code), _how(code))
+            return Outcome.FAILED, replace(failure, muted=self.group.muted())
         notice = self.told() if self.told is not None else None
         if notice is not None:
             self.detected_at = time.time()

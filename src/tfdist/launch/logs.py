@@ -59,6 +59,15 @@ class LogSink:
         self.finished = threading.Event()
         self._log: IO[str] | None = None
         self._ranks: RankFiles | None = None
+        #: Lines kept off the console since :meth:`mute` (None: not muted).
+        self.muted: int | None = None
+
+    def mute(self) -> None:
+        """Keep the rest of this process's output off the console (its log file still gets it): once the
+        launcher stops the job, a peer's lines are the consequence (a lost collective, an interrupt),
+        and they would bury the cause."""
+        if self.muted is None:
+            self.muted = 0
 
     def open(self) -> None:
         """Open the log file (and, for the MPI launcher, the per-rank files)."""
@@ -84,7 +93,9 @@ class LogSink:
             except OSError as exc:
                 self._close_files()
                 console_print(f"tfdist: {self.label}'s output no longer reaches {self.log_path}: {exc}")
-        if self.console is not None:
+        if self.muted is not None:
+            self.muted += 1
+        elif self.console is not None:
             shown: str | None = line
             if self.console_rank is not None:
                 rank, text = RankFiles.split(line)

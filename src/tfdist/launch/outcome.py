@@ -28,6 +28,7 @@ class FailureInfo:
     log_path: str
     tail: tuple[str, ...]
     error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
+    muted: str = ""  # the other workers' output after the stop, kept off the console: "w0 (25 lines)"
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,11 @@ def report(failure: FailureInfo, final: bool) -> None:
         *error_lines(failure.error, failure.how),
         *([f"  {lost}"] if lost else []),
         f"  log: {failure.log_path}",
+        *(
+            [f"  stopped with it: {failure.muted} of output since then, in their logs"]
+            if failure.muted
+            else []
+        ),
     ]
     # A recorded exception is named above with its frame: its traceback is in the log (and was shown).
     if final and failure.tail and not (failure.error and failure.error.get("type")):

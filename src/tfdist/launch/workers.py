@@ -181,6 +181,20 @@ class WorkerGroup:
         """Processes still alive."""
         return [w for w in self.workers if w.popen.poll() is None]
 
+    def mute(self, keep: Worker | None = None) -> None:
+        """Keep every worker's further output but ``keep``'s off the console (see :meth:`LogSink.mute`)."""
+        for worker in self.workers:
+            if worker is not keep:
+                worker.pump.mute()
+
+    def muted(self) -> str:
+        """The workers whose output was kept off the console since :meth:`mute`: ``"w0 (25 lines)"``."""
+        return ", ".join(
+            f"{w.name} ({w.pump.muted} line{'s' if w.pump.muted != 1 else ''})"
+            for w in self.workers
+            if w.pump.muted
+        )
+
     def send(self, signum: int) -> None:
         """Deliver ``signum`` to the process group of every live worker."""
         for worker in self.running():
