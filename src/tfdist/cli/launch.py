@@ -382,7 +382,7 @@ def _launch_parser_class(base: type) -> type:
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
     from tfdist.launch import launch
-    from tfdist.launch.logs import console_print
+    from tfdist.launch.console import console_print
 
     result = launch(config_from_args(args))
     if result.exit_code == 0 and not args.host_slots:  # with -H, each host's launcher said it already

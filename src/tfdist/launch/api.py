@@ -12,7 +12,7 @@ from tfdist.errors import ConfigError, WorkerFailedError
 from tfdist.launch.assignment import Notice
 from tfdist.launch.attempt import Attempt, Signals
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.logs import console_print
+from tfdist.launch.console import console_print
 from tfdist.launch.membership import Membership, open_membership, placed
 from tfdist.launch.outcome import (
     FailureInfo,

@@ -17,10 +17,11 @@ from types import FrameType
 from tfdist import variables
 from tfdist.launch.assignment import Notice
 from tfdist.launch.config import LaunchConfig
+from tfdist.launch.console import console_print
 from tfdist.launch.join import JoinCheck
-from tfdist.launch.logs import console_print, error_record_time, read_error_record
 from tfdist.launch.outcome import FailureInfo
 from tfdist.launch.policy import Outcome
+from tfdist.launch.records import error_record_time, read_error_record
 from tfdist.launch.workers import Worker, WorkerGroup
 
 #: Seconds between polls of the workers (exit codes, heartbeats, the rendezvous): the slowest a failure is

@@ -9,18 +9,23 @@ lines go through one :class:`LogSink`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import selectors
-import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
-from typing import IO, Any, TextIO
+from typing import IO, TextIO
 
-from tfdist import variables
+from tfdist.launch.console import (
+    PIPE_EVERY_S,
+    console_print,
+    end_live,
+    is_terminal,
+    plain,
+    show_live,
+    write_line,
+)
 from tfdist.worker.contract import AttemptFiles
 
 #: Lines kept in memory per process for the failure report.
@@ -32,7 +37,6 @@ MAX_LINE_BYTES = 1 << 20
 MAX_OPEN_RANK_FILES = 64
 #: Bytes read from a pipe at a time (a pipe holds 64 KiB by default on Linux).
 READ_BYTES = 1 << 16
-_CONSOLE_LOCK = threading.Lock()
 
 
 class LogSink:
@@ -61,6 +65,9 @@ class LogSink:
         self._ranks: RankFiles | None = None
         #: Lines kept off the console since :meth:`mute` (None: not muted).
         self.muted: int | None = None
+        #: The chief's progress bar is the job's live line; the others' go to their logs.
+        self.live = name in ("w0", "chief")
+        self._progress_at = 0.0  # when a progress state last went to the log (and to a pipe)
 
     def mute(self) -> None:
         """Keep the rest of this process's output off the console (its log file still gets it): once the
@@ -76,23 +83,18 @@ class LogSink:
             self._ranks = RankFiles(AttemptFiles(os.path.dirname(self.log_path)))
 
     def line(self, raw: bytes) -> None:
-        """One line of the process's output (with or without its newline).
+        """One line of the process's output (with or without its newline); of a line a progress bar
+        redrew in place (carriage returns), its final state.
 
         A file that cannot be written (a full disk) or a console that went away is reported once and then
         left out: the output is still read, since a worker blocked on a full pipe would stop every other
         worker at their next collective.
         """
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        line = final_state(raw.decode("utf-8", errors="replace").rstrip("\n"))
         self.last_line_at = time.monotonic()
-        self.tail.append(line)
-        if self._log is not None:
-            try:
-                self._log.write(line + "\n")
-                if self._ranks is not None:
-                    self._ranks.write(line)
-            except OSError as exc:
-                self._close_files()
-                console_print(f"tfdist: {self.label}'s output no longer reaches {self.log_path}: {exc}")
+        self._write_log(plain(line) if "\x1b" in line or "\x08" in line else line)
+        if self.live and self.console is not None:
+            end_live(self.console)
         if self.muted is not None:
             self.muted += 1
         elif self.console is not None:
@@ -101,12 +103,50 @@ class LogSink:
                 rank, text = RankFiles.split(line)
                 shown = text if rank == self.console_rank else None
             if shown is not None:
-                try:
-                    with _CONSOLE_LOCK:
-                        self.console.write(f"{self.prefix}{shown}\n")
-                        self.console.flush()
-                except (OSError, ValueError):  # the console's reader left (a closed pipe)
-                    self.console = None
+                self._show(f"{self.prefix}{shown}")
+
+    def progress(self, raw: bytes) -> None:
+        """The current state of a line a progress bar redraws in place: the chief's is the live line of a
+        terminal (a line every :data:`PIPE_EVERY_S` on another console); in the log every
+        :data:`PIPE_EVERY_S` too, as a plain line. Either way it counts as output for the watchdog."""
+        text = plain(raw.decode("utf-8", errors="replace"))
+        now = time.monotonic()
+        self.last_line_at = now
+        if not text:
+            return
+        due = now - self._progress_at >= PIPE_EVERY_S
+        if due:
+            self._progress_at = now
+            self._write_log(text)
+        if not self.live or self.muted is not None or self.console is None or self.console_rank is not None:
+            return
+        if is_terminal(self.console):
+            try:
+                show_live(self.console, f"{self.prefix}{text}")
+            except (OSError, ValueError):
+                self.console = None
+        elif due:
+            self._show(f"{self.prefix}{text}")
+
+    def _write_log(self, line: str) -> None:
+        self.tail.append(line)
+        if self._log is None:
+            return
+        try:
+            self._log.write(line + "\n")
+            if self._ranks is not None:
+                self._ranks.write(line)
+        except OSError as exc:
+            self._close_files()
+            console_print(f"tfdist: {self.label}'s output no longer reaches {self.log_path}: {exc}")
+
+    def _show(self, text: str) -> None:
+        if self.console is None:
+            return
+        try:
+            write_line(self.console, text)
+        except (OSError, ValueError):  # the console's reader left (a closed pipe)
+            self.console = None
 
     def close(self) -> None:
         """The process closed its output: close the files and wake whoever waits in :meth:`join`."""
@@ -230,11 +270,17 @@ class PipePump:
 
 
 def _feed(sink: LogSink, buffer: bytearray, final: bool) -> None:
-    """Hand ``sink`` the complete lines at the start of ``buffer`` (and what is left at the end)."""
+    """Hand ``sink`` the complete lines at the start of ``buffer`` (and what is left at the end). A line
+    still open that a progress bar redraws (carriage returns) goes as its latest state; earlier states
+    are dropped, so such a line never grows long."""
     start = 0
     while (end := buffer.find(b"\n", start)) >= 0:
         sink.line(bytes(buffer[start : end + 1]))
         start = end + 1
+    redrawn = buffer.rfind(b"\r", start)
+    if start <= redrawn < len(buffer) - 1:  # a state begun after the last carriage return
+        sink.progress(bytes(buffer[redrawn + 1 :]))
+        start = redrawn  # the open state stays: the line's end (or the next state) completes it
     while len(buffer) - start >= MAX_LINE_BYTES:
         sink.line(bytes(buffer[start : start + MAX_LINE_BYTES]))
         start += MAX_LINE_BYTES
@@ -242,6 +288,16 @@ def _feed(sink: LogSink, buffer: bytearray, final: bool) -> None:
         sink.line(bytes(buffer[start:]))
         start = len(buffer)
     del buffer[:start]
+
+
+def final_state(line: str) -> str:
+    """What a line redrawn in place (carriage returns) shows last; a line without them as it is.
+
+    >>> final_state("\\r 1/8 loss: 3.1\\r 8/8 loss: 0.9"), final_state("plain\\r")
+    (' 8/8 loss: 0.9', 'plain')
+    """
+    text = line[:-1] if line.endswith("\r") else line
+    return text[text.rfind("\r") + 1 :] if "\r" in text else text
 
 
 class RankFiles:
@@ -294,94 +350,3 @@ class RankFiles:
         """Close every rank's file."""
         while self.files:
             self.files.popitem()[1].close()
-
-
-def console_print(message: str, stream: TextIO | None = None) -> None:
-    """Write a launcher message without interleaving with worker lines."""
-    out = stream or sys.stderr
-    with _CONSOLE_LOCK:
-        out.write(message + "\n")
-        out.flush()
-
-
-def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None.
-
-    A worker's own record is ``rank<R>.error.json`` in its attempt directory; for the MPI launcher, which
-    starts every rank, the earliest record of any rank (the first to fail).
-    """
-    directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
-    if not directory or not os.path.isdir(directory):
-        return None
-    attempt = AttemptFiles(directory)
-    rank = variables.raw("TFDIST_RANK", env)
-    if rank is not None:
-        paths = {rank: attempt.record("error", rank)}
-    else:  # the MPI launcher: the first of its ranks to fail
-        listed = {
-            owner: os.path.join(directory, name)
-            for name in os.listdir(directory)
-            if (owner := attempt.record_owner(name, "error")) is not None
-        }
-        paths = dict(sorted(listed.items(), key=lambda item: os.path.getmtime(item[1]))[:1])
-    for owner, path in paths.items():
-        try:
-            with open(path, encoding="utf-8") as fh:
-                record = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict):
-            if rank is None:  # one launcher process for every rank: say which rank failed
-                record["mpi_rank"] = owner
-            return record
-    return None
-
-
-def error_record_time(env: Mapping[str, str]) -> float | None:
-    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception (the record's mtime), or
-    None: no record, or the MPI launcher's (which starts every rank)."""
-    directory, rank = variables.raw("TFDIST_ATTEMPT_DIR", env), variables.raw("TFDIST_RANK", env)
-    if not directory or rank is None:
-        return None
-    try:
-        return os.path.getmtime(AttemptFiles(directory).record("error", rank))
-    except OSError:
-        return None
-
-
-def error_lines(record: Mapping[str, Any] | None, how: str) -> list[str]:
-    """The report lines for a recorded exception: ``  ValueError: …`` and ``  at train.py:42 in step``."""
-    if not record:
-        return []
-    rank = f"[r{record['mpi_rank']}] " if "mpi_rank" in record else ""
-    lines = [f"  {rank}{record.get('type', 'Exception')}: {record.get('message', '')}".rstrip()]
-    where = record.get("where")
-    if isinstance(where, Mapping):
-        lines.append(f"  at {where.get('file')}:{where.get('line')} in {where.get('function')}")
-    if record.get("type") == "ModuleNotFoundError" and "'horovod" in str(record.get("message", "")):
-        lines.append(
-            "  hint: Horovod's last release does not build against TensorFlow 2.21. Run the script unchanged "
-            "with tfdist launch --backend horovod -n N train.py (tfdist's Horovod API stands in for it), "
-            "or import tfdist.horovod.tensorflow as hvd under any MPI launcher."
-        )
-    return lines
-
-
-#: What a worker's lost-peer report starts with (tfdist.diagnose.peers.report).
-LOST_CONTACT = "lost contact with "
-
-
-def lost_contact(log_path: str) -> str | None:
-    """The last lost-peer report in a worker's log (which peer stopped answering, at which step), or None.
-
-    It comes before the exception's traceback, so the log's tail alone may not show it.
-    """
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 256 * 1024))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    found = [line[line.index(LOST_CONTACT) :] for line in text.splitlines() if LOST_CONTACT in line]
-    return found[-1].strip() if found else None

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist import files
-from tfdist.launch.logs import console_print, error_lines, lost_contact
+from tfdist.launch.console import console_print
 from tfdist.launch.policy import Outcome
+from tfdist.launch.records import error_lines, lost_contact
 from tfdist.worker.contract import RunFiles
 
 #: The exception a worker records for a user mistake (tfdist.worker.errors exits 2 with its one line).

@@ -13,7 +13,7 @@ from typing import Any
 
 from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
-from tfdist.launch.logs import console_print
+from tfdist.launch.console import console_print
 from tfdist.launch.plan import ProcessSpec
 from tfdist.launch.ray.address import check_reachable
 from tfdist.launch.ray.group import RayWorkerGroup
