@@ -185,7 +185,7 @@ def test_model_fit_script_as_written_matches_one_process(ray_cluster: RayCluster
             f"-n 5 workers need 5 CPU (1 per worker) but the Ray cluster at {HEAD} has 4 CPU",
         ),
         pytest.param(
-            ("-n", "2", "--gpus-per-worker", "1"),
+            ("-n", "2", "--ray-gpus", "1"),
             "-n 2 workers need 2 GPU (1 per worker)",
             marks=pytest.mark.slow,
         ),
