@@ -138,7 +138,7 @@ class Attempt:
                 self.group.kill()
                 return Outcome.SIGNAL, None
             if self.signals.count == 1 and forwarded_at is None:
-                self.group.mute()  # each worker's KeyboardInterrupt traceback: to its log
+                self.group.mute(at_traceback=True)  # a KeyboardInterrupt's traceback: to the log only
                 self.group.send(self.signals.signum)
                 forwarded_at = now
             if forwarded_at is not None:

@@ -35,6 +35,9 @@ TAIL_LINES = 20
 MAX_LINE_BYTES = 1 << 20
 #: Rank files the MPI launcher's pump keeps open at once (:class:`RankFiles`).
 MAX_OPEN_RANK_FILES = 64
+#: The start of what a stopped worker prints because it was stopped: a traceback (KeyboardInterrupt), or
+#: TensorFlow's C++ error log of the collective a stopped peer left ("E0000 00:00:... Aborting RingReduce").
+_CONSEQUENCE = re.compile(r"Traceback \(most recent call|WARNING: All log messages before absl|[EF]\d{4} ")
 #: Bytes read from a pipe at a time (a pipe holds 64 KiB by default on Linux).
 READ_BYTES = 1 << 16
 
@@ -65,15 +68,20 @@ class LogSink:
         self._ranks: RankFiles | None = None
         #: Lines kept off the console since :meth:`mute` (None: not muted).
         self.muted: int | None = None
+        self._mute_at_traceback = False
         #: The chief's progress bar is the job's live line; the others' go to their logs.
         self.live = name in ("w0", "chief")
         self._progress_at = 0.0  # when a progress state last went to the log (and to a pipe)
 
-    def mute(self) -> None:
+    def mute(self, at_traceback: bool = False) -> None:
         """Keep the rest of this process's output off the console (its log file still gets it): once the
         launcher stops the job, a peer's lines are the consequence (a lost collective, an interrupt),
-        and they would bury the cause."""
-        if self.muted is None:
+        and they would bury the cause. ``at_traceback``: from its next traceback or TensorFlow error log
+        on (what a signal's ``KeyboardInterrupt`` prints), so what it says before (a checkpoint written)
+        still shows."""
+        if at_traceback:
+            self._mute_at_traceback = True
+        elif self.muted is None:
             self.muted = 0
 
     def open(self) -> None:
@@ -95,6 +103,8 @@ class LogSink:
         self._write_log(plain(line) if "\x1b" in line or "\x08" in line else line)
         if self.live and self.console is not None:
             end_live(self.console)
+        if self._mute_at_traceback and self.muted is None and _CONSEQUENCE.match(line):
+            self.muted = 0
         if self.muted is not None:
             self.muted += 1
         elif self.console is not None:

@@ -181,11 +181,11 @@ class WorkerGroup:
         """Processes still alive."""
         return [w for w in self.workers if w.popen.poll() is None]
 
-    def mute(self, keep: Worker | None = None) -> None:
+    def mute(self, keep: Worker | None = None, at_traceback: bool = False) -> None:
         """Keep every worker's further output but ``keep``'s off the console (see :meth:`LogSink.mute`)."""
         for worker in self.workers:
             if worker is not keep:
-                worker.pump.mute()
+                worker.pump.mute(at_traceback)
 
     def muted(self) -> str:
         """The workers whose output was kept off the console since :meth:`mute`: ``"w0 (25 lines)"``."""
