@@ -333,4 +333,4 @@ def test_tensorflow_trainer_matches_one_process(ray_cluster: RayCluster, tmp_pat
                 assert np.allclose(got["history"][key], values, atol=1e-5, rtol=0), (rank, key)
         predicted = np.load(out / f"rank-{rank}.predict.npy")
         assert np.max(np.abs(predicted - np.load(single / "rank-0.predict.npy"))) <= 1e-5
-    assert re.search(r"RayTrainWorker pid=\d+, ip=10\.85\.0\.2\)", proc.stdout + proc.stderr)  # one on node2
+    assert re.search(rf"RayTrainWorker pid=\d+, ip={re.escape(SUBNET)}\.2\)", proc.stdout + proc.stderr)  # node2

@@ -143,7 +143,7 @@ def test_one_mpis_launcher_starting_the_others_ranks_ends_with_one_line(
     openmpi_python: str, stack: str, library: str, launcher: str, tmp_path: Path
 ) -> None:
     """The Horovod Keras script, started by hand by the wrong launcher: every rank ends before MPI_Init
-    with the one line, exit code 2 (not MPICH's abort, not two lone trainings)."""
+    with exit code 2 and the job gets one line (not MPICH's abort, not two lone trainings)."""
     script = [str(HELPERS / "hvd_keras.py"), str(tmp_path)]
     if stack.startswith("mpich"):
         argv = [MPIRUN, "-np", "2", sys.executable, *script]
@@ -154,7 +154,7 @@ def test_one_mpis_launcher_starting_the_others_ranks_ends_with_one_line(
     took = time.monotonic() - started
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("ConfigError:")]
-    assert len(lines) == 2 and lines[0] == lines[1], proc.stderr[-3000:]  # every rank, the same line
+    assert len(lines) == 1, proc.stderr[-3000:]  # the first rank's line, for the job; every rank exits 2
     assert f"mpi4py here uses {library}" in lines[0] and f"started by {launcher}" in lines[0]
     assert "Hint: start it with" in lines[0]
     assert "unsupported PMI version" not in proc.stderr
