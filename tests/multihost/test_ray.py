@@ -333,4 +333,5 @@ def test_tensorflow_trainer_matches_one_process(ray_cluster: RayCluster, tmp_pat
                 assert np.allclose(got["history"][key], values, atol=1e-5, rtol=0), (rank, key)
         predicted = np.load(out / f"rank-{rank}.predict.npy")
         assert np.max(np.abs(predicted - np.load(single / "rank-0.predict.npy"))) <= 1e-5
-    assert re.search(rf"RayTrainWorker pid=\d+, ip={re.escape(SUBNET)}\.2\)", proc.stdout + proc.stderr)  # node2
+    on_node2 = rf"RayTrainWorker pid=\d+, ip={re.escape(SUBNET)}\.2\)"
+    assert re.search(on_node2, proc.stdout + proc.stderr)  # one worker ran on node2
