@@ -170,7 +170,12 @@ def test_model_fits_default_shuffle_shows_every_example_once_per_epoch(tmp_path:
     train on every example exactly once per epoch, in a new order each epoch, and nothing warns."""
     script = str(Path(SCRIPT).parent / "shuffle_fit.py")
     out = tmp_path / "out"
-    proc = run_launch(2, out, str(out), script=script)
+    quiet = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+    }  # TensorFlow's own banners
+    proc = run_launch(2, out, str(out), script=script, env=quiet)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning" not in (proc.stdout + proc.stderr).lower(), proc.stderr[-3000:]
     seen = [json.loads((out / f"seen-{rank}.json").read_text()) for rank in (0, 1)]

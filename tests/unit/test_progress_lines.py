@@ -7,8 +7,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from tfdist.launch import console
 from tfdist.launch.logs import LogSink, _feed, final_state
+from tfdist.launch.outcome import FailureInfo, report
 
 #: What Keras 3's progress bar writes for a 3-step epoch: each state after backspaces and a carriage
 #: return, colours in ANSI sequences, the last state ended by a newline.
@@ -69,3 +72,26 @@ def test_a_line_split_at_its_carriage_return_keeps_its_text(tmp_path: Path) -> N
     worker.close()
     assert (tmp_path / "w1.log").read_text() == "hello\n"
     assert final_state("a\rb\rc") == "c" and final_state("plain\r") == "plain"
+
+
+def test_a_stopped_workers_lines_go_to_its_log_only_and_the_report_counts_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a failure a peer is muted at once; after a signal only from its traceback on."""
+    shown = io.StringIO()
+    peer, interrupted = sink(tmp_path, "w0", shown), sink(tmp_path, "w2", shown)
+    peer.mute()
+    interrupted.mute(at_traceback=True)
+    for raw in (b"stop requested: checkpoint written at step 7\n", b"Traceback (most recent call last):\n"):
+        peer.line(raw)
+        interrupted.line(raw)
+    peer.close(), interrupted.close()
+    assert shown.getvalue() == "[w2]: stop requested: checkpoint written at step 7\n"
+    assert (peer.muted, interrupted.muted) == (2, 1)
+    assert (tmp_path / "w0.log").read_text().count("\n") == 2  # the log keeps every line
+    report(FailureInfo("w1", 1, "exited with code 1", "w1.log", (), None, "w0 (2 lines)"), final=True)
+    assert capsys.readouterr().err.splitlines() == [
+        "tfdist launch: w1 failed first: exited with code 1",
+        "  log: w1.log",
+        "  the others' output since the stop is in their logs: w0 (2 lines)",
+    ]

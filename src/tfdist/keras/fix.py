@@ -223,7 +223,7 @@ def _agree_shuffles(cls: Any) -> None:
         if not kwargs.get("shuffle") or strategy is None or not is_multi_worker(strategy):
             original(self, *args, **kwargs)
             return
-        with shuffle.agreed_shuffles(strategy) as agreed:
+        with shuffle.agreed_shuffles() as agreed:
             original(self, *args, **kwargs)
         if agreed:
             shuffle.agree_seed(strategy)

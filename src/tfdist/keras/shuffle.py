@@ -35,7 +35,7 @@ def unseeded() -> bool:
 
 
 @contextlib.contextmanager
-def agreed_shuffles(strategy: Any) -> Iterator[bool]:
+def agreed_shuffles() -> Iterator[bool]:
     """While Keras builds an epoch iterator: unseeded ``tf.random.shuffle`` calls become the agreed
     shuffle. Yields whether it did (no global seed set); the caller then calls :func:`agree_seed`."""
     import tensorflow as tf

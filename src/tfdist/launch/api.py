@@ -22,6 +22,7 @@ from tfdist.launch.outcome import (
     new_run_id,
     record_end,
     report,
+    user_error,
 )
 from tfdist.launch.placement import Devices, open_placement
 from tfdist.launch.policy import Budget, Stop, decide
@@ -156,12 +157,7 @@ def _supervise(
                 report(failure, final=isinstance(decision, Stop) and decision.with_tail)
             if decision.message:
                 console_print(f"tfdist launch: {decision.message}")
-            if (
-                isinstance(decision, Stop)
-                and failure is not None
-                and deterministic(failure)
-                and failure.code == 2
-            ):
+            if isinstance(decision, Stop) and failure is not None and user_error(failure):
                 console_print(f"tfdist launch: error: {failure_line(failure)}")  # the user's one line, last
             if isinstance(decision, Stop):
                 elapsed = time.monotonic() - started

@@ -51,7 +51,7 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
-def _clear(stream: TextIO) -> None:
+def _clear() -> None:
     if _LIVE.text is not None and _LIVE.stream is not None:
         _LIVE.stream.write("\r\x1b[K")
         _LIVE.stream.flush()
@@ -67,7 +67,7 @@ def write_line(stream: TextIO, text: str) -> None:
     """One whole line on ``stream``, above the live line if one is shown. OSError/ValueError propagate
     (the console's reader left)."""
     with _LOCK:
-        _clear(stream)
+        _clear()
         stream.write((text if is_terminal(stream) else plain(text)) + "\n")
         stream.flush()
         _redraw()
@@ -79,7 +79,7 @@ def show_live(stream: TextIO, text: str) -> None:
     width = shutil.get_terminal_size().columns
     line = plain(text)[: max(1, width - 1)]
     with _LOCK:
-        _clear(stream)
+        _clear()
         _LIVE.stream, _LIVE.text = stream, line
         _redraw()
 
@@ -88,7 +88,7 @@ def end_live(stream: TextIO) -> None:
     """Remove the live line of ``stream`` (its final state is printed as a line of its own)."""
     with _LOCK:
         if _LIVE.stream is stream:
-            _clear(stream)
+            _clear()
             _LIVE.stream, _LIVE.text = None, None
 
 

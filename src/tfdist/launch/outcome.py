@@ -79,13 +79,17 @@ _PROGRAM_ERRORS = frozenset(
 )
 
 
+def user_error(failure: FailureInfo | None) -> bool:
+    """A worker's user mistake: exit 2 with a ConfigError, whose one line ends the launcher's output."""
+    return failure is not None and failure.code == 2 and (failure.error or {}).get("type") == _USER_ERROR
+
+
 def deterministic(failure: FailureInfo | None) -> bool:
-    """A failure a restart gives again: a worker's user error (exit 2 with a ConfigError), or an exception
-    of the program's own logic (:data:`_PROGRAM_ERRORS`) in the worker that failed first."""
-    kind = (failure.error or {}).get("type") if failure is not None else None
-    if failure is None or not kind:
-        return False
-    return (failure.code == 2 and kind == _USER_ERROR) or kind in _PROGRAM_ERRORS
+    """A failure a restart gives again: a user error (:func:`user_error`), or an exception of the program's
+    own logic (:data:`_PROGRAM_ERRORS`) in the worker that failed first."""
+    return user_error(failure) or (
+        failure is not None and (failure.error or {}).get("type") in _PROGRAM_ERRORS
+    )
 
 
 def record_end(
@@ -120,7 +124,7 @@ def report(failure: FailureInfo, final: bool) -> None:
         *([f"  {lost}"] if lost else []),
         f"  log: {failure.log_path}",
         *(
-            [f"  stopped with it: {failure.muted} of output since then, in their logs"]
+            [f"  the others' output since the stop is in their logs: {failure.muted}"]
             if failure.muted
             else []
         ),

@@ -128,7 +128,7 @@ def unreachable(environ: Mapping[str, str]) -> str:
     try:
         proc = _run(["scontrol", "ping"])
     except TfdistError as exc:
-        return str(exc).split(" Hint:")[0]
+        return str(exc).removesuffix(f" {_HINT}")
     down = [line.strip() for line in proc.stdout.splitlines() if line.strip().endswith("DOWN")]
     if down:  # "Slurmctld(primary) at HOST is DOWN"
         return f"the Slurm controller does not answer (scontrol ping: {down[0]})"
