@@ -95,6 +95,7 @@ def test_a_device_too_small_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     ("args", "line"),
     [
         (["{script}:missing"], "has no function 'missing'"),
+        (["{script}:build_modle"], "has no function 'build_modle'. Hint: did you mean build_model?"),
         (["{script}:not_a_model"], "returned int, not a Keras model"),
         (["--workload", "mnist-cnn", "--batch-size-per-replica", "0"], "at least one example"),
         (["--workload", "mnist-cnn", "--batch-size-per-replica", "-3"], "at least one example"),

@@ -54,6 +54,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def seconds_or_off(text: str) -> float:
+    """Parse a duration in seconds, or ``off`` (0: the check it bounds is off)."""
+    if text.strip().lower() == "off":
+        return 0.0
+    try:
+        return seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or off)") from None
+
+
 def node_range(separator: str) -> Callable[[str], str]:
     """A node count or range written ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's), given back
     with ``separator``: ``tfdist launch --nnodes`` and ``tfdist slurm --nodes`` take either form, so a

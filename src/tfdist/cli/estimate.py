@@ -201,6 +201,10 @@ def run(args: argparse.Namespace) -> int:
     from tfdist.files import write_json
 
     config = _check(args)
+    if args.workload is None and ":" in args.model and not args.model.endswith(".keras"):
+        from tfdist.estimate.read import check_script
+
+        check_script(args.model)  # a typo named before TensorFlow loads
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     device = find_device(args.device_memory, config.replicas)
     summary = _read_model(args)

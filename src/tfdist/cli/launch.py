@@ -9,7 +9,7 @@ from typing import Any
 
 from tfdist import nodes
 from tfdist.cli import examples
-from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds
+from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds, seconds_or_off
 from tfdist.cli.spellings import flags_after_script
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
@@ -167,10 +167,11 @@ def register(sub: Any) -> None:
     )
     faults.add_argument(
         "--watchdog-timeout",
-        type=seconds,
+        type=seconds_or_off,
         default=None,
-        metavar="SECONDS",
-        help="time without output or heartbeat that counts as a hang (default: no watchdog)",
+        metavar="SECONDS|off",
+        help="time without a step, output or heartbeat that counts as a hang (default: 20x the slowest "
+        "step, 5-10 min, once steps run; off: no hang check)",
     )
     faults.add_argument(
         "--timeout",

@@ -60,11 +60,7 @@ def from_workload(name: str, input_shape: tuple[int, ...], classes: int) -> Mode
 
 def from_script(spec: str, input_shape: tuple[int, ...] | None = None) -> ModelSummary:
     """``path.py:function``: import the script, call ``function()`` and summarize the model it returns."""
-    path, sep, func_name = spec.rpartition(":")
-    if not sep or not path or not func_name:
-        raise ConfigError(f"{spec!r} is not SCRIPT.py:FUNCTION. Hint: tfdist estimate train.py:build_model")
-    if not os.path.isfile(path):
-        raise ConfigError(f"{path}: no such file. Hint: give the script's path, then :FUNCTION.")
+    path, func_name = check_script(spec)
     module = _import_script(path)
     builder = getattr(module, func_name, None)
     if not callable(builder):
@@ -233,6 +229,63 @@ def _itemsize(dtype: Any) -> int:
     import numpy as np
 
     return int(np.dtype(str(dtype)).itemsize)
+
+
+def check_script(spec: str) -> tuple[str, str]:
+    """``SCRIPT.py:FUNCTION`` split, the script found and the function defined in it, read without
+    importing anything (the import brings TensorFlow: seconds before a typo would be named)."""
+    path, sep, func_name = spec.rpartition(":")
+    if not sep or not path or not func_name:
+        raise ConfigError(f"{spec!r} is not SCRIPT.py:FUNCTION. Hint: tfdist estimate train.py:build_model")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such file. Hint: give the script's path, then :FUNCTION.")
+    _check_defined(path, func_name)
+    return path, func_name
+
+
+def _check_defined(path: str, name: str) -> None:
+    """A name the script does not define at its top level is a mistake found before importing it (which
+    imports TensorFlow, seconds): one line, with the closest names it does define."""
+    import ast
+    import difflib
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+    except SyntaxError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: {exc.msg}") from None
+    defined: list[str] = []
+    if not _top_level_names(tree.body, defined):
+        return  # a name made some other way (a loop, globals(), a star import): let the import say
+    if name in defined:
+        return
+    close = difflib.get_close_matches(name, defined, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else "name the function that returns the model."
+    raise ConfigError(f"{path} has no function {name!r}. Hint: {hint}")
+
+
+def _top_level_names(body: list[Any], defined: list[str]) -> bool:
+    """Add the names ``body`` defines to ``defined``; False where it may define others unseen."""
+    import ast
+
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.append(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                return False
+            defined += [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            blocks += [h.body for h in getattr(node, "handlers", [])]
+            if not all(_top_level_names(block, defined) for block in blocks):
+                return False
+        elif isinstance(node, ast.For | ast.While | ast.AsyncFor | ast.AsyncWith | ast.Global):
+            return False
+    return True
 
 
 def _import_script(path: str) -> Any:

@@ -7,6 +7,7 @@ asks the restart policy what the outcome means.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -15,6 +16,7 @@ from dataclasses import replace
 from types import FrameType
 
 from tfdist import variables
+from tfdist.launch import hang
 from tfdist.launch.assignment import Notice
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.console import console_print
@@ -32,6 +34,8 @@ POLL_S = 0.05
 PEER_GONE_WINDOW_S = 0.5
 #: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
 HUNG_GRACE_S = 4.0
+#: Seconds between hang checks (each reads the workers' progress records).
+HANG_CHECK_S = 1.0
 
 
 class Signals:
@@ -126,6 +130,7 @@ class Attempt:
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
         self.detected_at: float | None = None  # wall clock: when this launcher learnt of the failure
+        self.hang_checked = 0.0
 
     def run(self) -> tuple[Outcome, FailureInfo | None]:
         """How the attempt ended, and the failure that ended it (FAILED, REFUSED)."""
@@ -243,18 +248,72 @@ class Attempt:
         return Outcome.REFUSED, FailureInfo(first.name, 1, f"--strict: {verdict}", first.spec.log_path, ())
 
     def _hung(self, now: float) -> FailureInfo | None:
-        limit = self.config.watchdog_timeout
-        if not limit:
+        """A hang (:mod:`tfdist.launch.hang`), reported with the stuck worker's stack; checked each second."""
+        if now < self.hang_checked + HANG_CHECK_S:
             return None
-        for worker in self.group.running():
-            if self.ps_mode and worker.spec.slot.role != "chief":
-                continue  # servers are silent by design
-            idle = now - worker.last_activity()
-            if idle > limit:
-                return _failure(
-                    worker, 124, f"hung: no output or heartbeat for {idle:.0f} s (watchdog {limit:g} s)"
-                )
-        return None
+        self.hang_checked = now
+        limit = self.config.watchdog_timeout
+        directory = str(variables.raw("TFDIST_ATTEMPT_DIR", self.group.workers[0].spec.env) or "")
+        steps = hang.read_steps(directory) if directory else {}
+        bound = hang.bound(limit, steps)
+        if bound is None:
+            return None
+        wall = time.time()
+        if limit:  # --watchdog-timeout: any worker without output, heartbeat or step for that long
+            idle_worker = None
+            for worker in self.group.running():
+                if self.ps_mode and worker.spec.slot.role != "chief":
+                    continue  # servers are silent by design
+                rank = variables.raw("TFDIST_RANK", worker.spec.env)
+                mine = [s for r, s in steps.items() if rank is None or r == rank]
+                moved = max([s.last for s in mine], default=0.0)
+                idle = min(now - worker.last_activity(), wall - moved)
+                if idle > limit:
+                    idle_worker = worker
+                    break
+            if idle_worker is None:
+                return None
+            how = f"hung: no output, heartbeat or step for {idle:.0f} s (watchdog {limit:g} s)"
+            rank = hang.stuck(steps)[0] if steps else None
+            outside = bool(steps) and hang.stuck(steps)[1]
+        else:
+            found = hang.verdict(steps, wall, bound)
+            if found is None:
+                return None
+            idle, rank, outside, idle_worker = found.idle, found.stuck, found.outside, None
+            how = (
+                f"hung: no worker started or ended a step for {idle:.0f} s (the bound, {bound:.0f} s, comes "
+                "from the steps' times; --watchdog-timeout S sets it, off turns it off)"
+            )
+        return self._hang_report(directory, steps, rank, outside, idle_worker, how)
+
+    def _hang_report(
+        self,
+        directory: str,
+        steps: dict[str, hang.Steps],
+        rank: str | None,
+        outside: bool,
+        worker: Worker | None,
+        how: str,
+    ) -> FailureInfo:
+        """The failure of a hang: the stuck worker, with its main thread's stack, asked before the stop."""
+        live = [r for r, s in steps.items() if not s.done]
+        stacks = hang.collect_stacks(directory, live) if directory and live else {}
+        by_rank = {variables.raw("TFDIST_RANK", w.spec.env): w for w in self.group.workers}
+        if rank is not None and rank in by_rank:
+            worker = by_rank[rank]
+        worker = worker or next(iter(self.group.running()), self.group.workers[0])
+        failure = _failure(worker, 124, how)
+        if rank is not None and rank not in by_rank:  # the MPI launcher starts every rank
+            failure = replace(failure, name=f"rank {rank}")
+        if rank is None or rank not in stacks:
+            return failure
+        where = "outside any step while the others waited in one" if outside else "the fewest steps"
+        title = f"{failure.name} ({where}); its main thread, most recent call last:"
+        shown = hang.main_thread_frames(stacks[rank])
+        every = os.path.join(directory, "rank*.stacks.txt")
+        frames = tuple(f"  {line}" for line in shown)
+        return replace(failure, stack=(title, *frames, f"every worker's stacks: {every}"))
 
 
 def _join_check(group: WorkerGroup, config: LaunchConfig) -> JoinCheck | None:

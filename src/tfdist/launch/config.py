@@ -45,7 +45,7 @@ class LaunchConfig:
     quiet_workers: bool = False
     grace: float = 10.0
     max_restarts: int = 0
-    watchdog_timeout: float | None = None
+    watchdog_timeout: float | None = None  # None: derived from the steps; 0: no hang check
     timeout: float | None = None
     no_python: bool = False
     backend: str = "tf"
@@ -185,10 +185,10 @@ class LaunchConfig:
                 raise ConfigError(f"{flag}={value} is not a finite number of seconds.")
         if self.grace < 0:
             raise ConfigError(f"--grace={self.grace} must be 0 or more seconds.")
-        if self.watchdog_timeout is not None and self.watchdog_timeout <= 0:
+        if self.watchdog_timeout is not None and self.watchdog_timeout < 0:
             raise ConfigError(
-                f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds (leave it out to "
-                "disable)."
+                f"--watchdog-timeout={self.watchdog_timeout} must be positive seconds, or off (0) for no "
+                "hang check."
             )
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(

@@ -30,6 +30,7 @@ class FailureInfo:
     tail: tuple[str, ...]
     error: dict[str, Any] | None = None  # the worker's uncaught exception (tfdist.worker.errors)
     muted: str = ""  # the other workers' output after the stop, kept off the console: "w0 (25 lines)"
+    stack: tuple[str, ...] = ()  # a hang: where the stuck worker was (a title, then its frames)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,9 @@ def report(failure: FailureInfo, final: bool) -> None:
             else []
         ),
     ]
+    lines.extend(f"  {line}" for line in failure.stack)
     # A recorded exception is named above with its frame: its traceback is in the log (and was shown).
-    if final and failure.tail and not (failure.error and failure.error.get("type")):
+    if final and not failure.stack and failure.tail and not (failure.error and failure.error.get("type")):
         lines.append(f"  last {len(failure.tail)} line(s) of {failure.name}:")
         lines.extend(f"    {line}" for line in failure.tail)
     console_print("\n".join(lines))

@@ -46,13 +46,14 @@ def _whole_lines_under_mpi() -> None:
 
 
 def start() -> None:
-    """Record an uncaught exception for the launcher's report; install the Keras fix for when Keras
-    loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
+    """Record an uncaught exception for the launcher's report, and the steps for its hang check; install
+    the Keras fix for when Keras loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
     from tfdist.keras import callbacks, fix
-    from tfdist.worker import errors, join
+    from tfdist.worker import errors, join, progress
 
     errors.install()
     join.install()
+    progress.install()
     fix.ON_FIT_WITHOUT_STRATEGY.append(lambda: join.report("no strategy (the default strategy)", False))
     _whole_lines_under_mpi()
     if variables.get("TFDIST_HOROVOD_SHIM"):

@@ -49,6 +49,8 @@ class AttemptFiles:
     - ``rank<R>.log``: rank R's lines split out of the MPI launcher's output;
     - ``rank<R>.strategy.json``: the strategy a worker built (the join check);
     - ``rank<R>.error.json``: a worker's uncaught exception (the failure report);
+    - ``rank<R>.progress.json``: a worker's steps (the hang check); ``stacks.request`` and
+      ``rank<R>.stacks.txt``: the launcher's request for every worker's stacks, and each one's answer;
     - ``ended.json``: how the attempt ended on this node.
     """
 
@@ -78,6 +80,15 @@ class AttemptFiles:
     def ended(self) -> str:
         """``ended.json``: the launcher's record of how the attempt ended on this node."""
         return os.path.join(self.directory, "ended.json")
+
+    def stacks(self, rank: int | str) -> str:
+        """Rank ``rank``'s Python stacks, written when the launcher asks (a hang's report)."""
+        return os.path.join(self.directory, f"rank{rank}.stacks.txt")
+
+    @property
+    def stacks_request(self) -> str:
+        """``stacks.request``: the launcher asks every worker of the attempt for its stacks."""
+        return os.path.join(self.directory, "stacks.request")
 
     @staticmethod
     def record_name(kind: str, rank: int | str) -> str:
@@ -111,8 +122,9 @@ class AttemptFiles:
         return stem.removeprefix("rank") if stem.startswith("rank") else stem
 
 
-#: Records a worker writes for the launcher, by kind: the strategy it built, its uncaught exception.
-RECORD_KINDS = ("strategy", "error")
+#: Records a worker writes for the launcher, by kind: the strategy it built, its uncaught exception, its
+#: steps.
+RECORD_KINDS = ("strategy", "error", "progress")
 
 
 @dataclass(frozen=True)

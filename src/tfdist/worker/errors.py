@@ -18,6 +18,7 @@ from typing import Any
 from tfdist import files, variables
 from tfdist.errors import ConfigError
 from tfdist.worker.contract import AttemptFiles
+from tfdist.worker.progress import worker_rank
 
 #: A worker's exit code for a user mistake, as the CLI's (the launcher does not restart it).
 USER_ERROR_CODE = 2
@@ -28,11 +29,9 @@ MAX_LINE = 400
 
 def record_name(environ: Mapping[str, str]) -> str:
     """``rank<R>.error.json`` by training rank (TFDIST_RANK, else the MPI launcher's rank variable)."""
-    candidates = [variables.raw("TFDIST_RANK", environ)]
-    candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
-    for value in candidates:
-        if value and value.lstrip("-").isdigit():
-            return AttemptFiles.record_name("error", value)
+    rank = worker_rank(environ)
+    if rank is not None:
+        return AttemptFiles.record_name("error", rank)
     return AttemptFiles.unranked_record_name("error", os.getpid())
 
 
@@ -48,7 +47,8 @@ def first_line(message: str) -> str:
     return ""
 
 
-def _library_dirs() -> tuple[str, ...]:
+def library_dirs() -> tuple[str, ...]:
+    """The standard library, installed packages and tfdist: where a frame is not the user's own."""
     paths = sysconfig.get_paths()
     dirs = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tfdist itself
@@ -57,7 +57,7 @@ def _library_dirs() -> tuple[str, ...]:
 
 def user_frame(tb: TracebackType | None) -> dict[str, Any] | None:
     """The innermost frame outside the standard library, installed packages and tfdist."""
-    libraries = _library_dirs()
+    libraries = library_dirs()
     found = None
     for frame in traceback.extract_tb(tb):
         path = os.path.abspath(frame.filename)

@@ -25,6 +25,7 @@ from tfdist.launch.logs import LogPump
 from tfdist.launch.plan import ProcessSpec
 from tfdist.launch.workers import Worker, WorkerGroup
 from tfdist.worker import boot_dir
+from tfdist.worker.contract import AttemptFiles
 
 #: Longest wait of one read on a worker's actor (the actor answers at once when there is output).
 READ_WAIT_S = 0.5
@@ -58,9 +59,9 @@ class RemoteProcess:
 
 def mirror_record(directory: str, name: str, text: str) -> None:
     """Write a worker's record into the launcher's attempt directory, atomically, unless it is there (a
-    shared filesystem: the worker wrote it itself)."""
+    shared filesystem: the worker wrote it itself); a progress record, which changes, is replaced."""
     path = os.path.join(directory, name)
-    if os.path.exists(path):
+    if os.path.exists(path) and AttemptFiles.record_owner(name, "progress") is None:
         return
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")

@@ -50,7 +50,7 @@ def node_env(planned: Mapping[str, str], here: Mapping[str, str], launcher_boot:
 
 
 def _record_names(rank: str) -> tuple[str, ...]:
-    # What tfdist.worker writes for the launcher: the strategy it built and its uncaught exception.
+    # What tfdist.worker writes for the launcher: the strategy it built, its uncaught exception, its steps.
     return tuple(AttemptFiles.record_name(kind, rank) for kind in RECORD_KINDS)
 
 
@@ -66,7 +66,7 @@ class WorkerHost:
         self._attempt_dir = ""
         self._heartbeat = ""
         self._rank = ""
-        self._sent: set[str] = set()
+        self._sent: dict[str, str] = {}
         # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: fork from one thread that
         # lives as long as this actor, so a worker dies with the actor (and the actor with the launcher).
         self._requests: queue.Queue[tuple[dict[str, Any], Future[int]]] = queue.Queue()
@@ -96,7 +96,7 @@ class WorkerHost:
         self._attempt_dir = env.get("TFDIST_ATTEMPT_DIR", "")
         self._heartbeat = env.get("TFDIST_HEARTBEAT_FILE", "")
         self._rank = env.get("TFDIST_RANK", "")
-        self._sent = set()
+        self._sent = {}
         if self._attempt_dir:
             os.makedirs(self._attempt_dir, exist_ok=True)
         done: Future[int] = Future()
@@ -175,12 +175,13 @@ class WorkerHost:
             return None
 
     def _records(self) -> dict[str, str]:
-        """Records not yet shipped, each once and only when complete (valid JSON)."""
+        """Records not yet shipped or changed since (the progress record), each only when complete (valid
+        JSON)."""
         import json
 
         out: dict[str, str] = {}
         for name in _record_names(self._rank):
-            if name in self._sent or not self._attempt_dir:
+            if not self._attempt_dir:
                 continue
             try:
                 with open(os.path.join(self._attempt_dir, name), encoding="utf-8") as fh:
@@ -188,8 +189,8 @@ class WorkerHost:
                 json.loads(text)
             except (OSError, ValueError):
                 continue
-            out[name] = text
-            self._sent.add(name)
+            if self._sent.get(name) != text:
+                out[name] = self._sent[name] = text
         return out
 
     def signal(self, signum: int) -> None:

@@ -1,0 +1,168 @@
+"""The hang check: when a job's workers stop making progress, which one the others wait for, and where it
+was (its Python stack, taken before anything is stopped).
+
+Every worker counts its steps (``tf.function`` calls, :mod:`tfdist.worker.progress`). A job is hung when
+no running worker has started or ended a step for longer than the bound, and either two or more still
+run or the one left waits inside a step (one worker busy alone outside any step, saving or evaluating
+after its peers finished, waits for no one). The others wait for the one with the fewest steps, outside
+any step where some wait inside one. The bound is ``--watchdog-timeout`` when given, else derived from
+the job's own steps: :data:`AUTO_FACTOR` times the longest gap between two steps, within
+[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`]; PyTorch's NCCL watchdog bounds a stuck collective at 10
+minutes by default too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from tfdist.worker.contract import AttemptFiles
+from tfdist.worker.errors import library_dirs
+
+#: The automatic bound: this many times the longest gap between two steps seen, within these limits.
+AUTO_FACTOR = 20
+AUTO_MIN_S = 300.0
+AUTO_MAX_S = 600.0
+#: How long the report waits for the workers' stacks (their threads answer within a second).
+STACKS_WAIT_S = 3.0
+#: Frames of the stuck worker's main thread shown in the report (the innermost ones).
+SHOWN_FRAMES = 12
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One worker's progress record (``rank<R>.progress.json``)."""
+
+    rank: str
+    steps: int
+    inside: bool  # inside a step now: computing, or waiting in a collective
+    last: float  # wall clock of its last step's start or end
+    longest: float  # the longest gap between two steps' starts, in seconds
+    done: bool  # the process has exited
+
+
+@dataclass(frozen=True)
+class Hang:
+    """A hung job: for how long nothing moved, the bound, and the worker the others wait for."""
+
+    idle: float
+    bound: float
+    stuck: str  # a rank
+    outside: bool  # the stuck rank is outside any step while others wait inside one
+
+
+def read_steps(directory: str) -> dict[str, Steps]:
+    """Every worker's progress record in an attempt directory, by rank."""
+    found: dict[str, Steps] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        rank = AttemptFiles.record_owner(name, "progress")
+        if rank is None:
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                r = json.load(fh)
+            found[rank] = Steps(rank, int(r["steps"]), bool(r["inside"]), float(r["last"]),
+                                float(r["longest"]), bool(r["done"]))  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or not ours
+    return found
+
+
+def bound(limit: float | None, steps: dict[str, Steps]) -> float | None:
+    """Seconds without a step that count as a hang: ``limit`` when given (0: never), else derived from
+    the steps; None before any worker made a step (loading data or building a model is not a hang)."""
+    if limit is not None:
+        return limit or None
+    if not steps:
+        return None
+    longest = max(s.longest for s in steps.values())
+    return min(AUTO_MAX_S, max(AUTO_MIN_S, AUTO_FACTOR * longest))
+
+
+def verdict(steps: dict[str, Steps], now: float, limit: float) -> Hang | None:
+    """A hang when no running worker started or ended a step for ``limit`` seconds (see above).
+
+    Input/Output: rank 0 inside a step, rank 1 outside, both last moved 400 s ago, limit 300 ->
+    ``Hang(idle=400, bound=300, stuck="1", outside=True)``.
+    """
+    live = [s for s in steps.values() if not s.done]
+    if not live or (len(live) == 1 and not live[0].inside):
+        return None
+    idle = now - max(s.last for s in live)
+    if idle <= limit:
+        return None
+    rank, outside = stuck(steps)
+    return Hang(idle, limit, rank, outside)
+
+
+def stuck(steps: dict[str, Steps]) -> tuple[str, bool]:
+    """The rank the others wait for: one outside any step while others wait inside one (the fewest
+    steps, then the oldest), else the one with the fewest steps; and whether it was outside."""
+    live = [s for s in steps.values() if not s.done] or list(steps.values())
+    outside = [s for s in live if not s.inside]
+    chosen = min(outside or live, key=lambda s: (s.steps, s.last))
+    return chosen.rank, bool(outside) and len(outside) < len(live)
+
+
+def collect_stacks(directory: str, ranks: list[str], wait_s: float = STACKS_WAIT_S) -> dict[str, str]:
+    """Ask every worker of the attempt for its stacks and wait up to ``wait_s`` for ``ranks``' answers."""
+    attempt = AttemptFiles(directory)
+    try:
+        with open(attempt.stacks_request, "w"):
+            pass
+    except OSError:
+        return {}
+    answers: dict[str, str] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        for rank in ranks:
+            if rank not in answers:
+                try:
+                    with open(attempt.stacks(rank), encoding="utf-8") as fh:
+                        answers[rank] = fh.read()
+                except OSError:
+                    pass
+        if len(answers) == len(ranks) or time.monotonic() > deadline:
+            return answers
+        time.sleep(0.1)
+
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+
+
+def main_thread_frames(stacks: str) -> list[str]:
+    """The main thread's frames as one line each (``file:line in function: code``), innermost last; runs
+    of library frames (Python's, installed packages', tfdist's) folded into one line, the last
+    :data:`SHOWN_FRAMES` kept."""
+    lines = stacks.split("\n")
+    try:
+        end = next(i for i, line in enumerate(lines[1:], 1) if line.startswith("Thread "))
+    except StopIteration:
+        end = len(lines)
+    body = lines[1:end]
+    frames = [
+        (match, body[i + 1].strip() if i + 1 < len(body) and not _FRAME.match(body[i + 1]) else "")
+        for i, line in enumerate(body)
+        if (match := _FRAME.match(line)) is not None
+    ]
+    libraries = library_dirs()
+    shown: list[str] = []
+    folded = 0
+    for i, (match, code) in enumerate(frames):
+        path = match["file"]
+        library = path.startswith("<") or os.path.abspath(path).startswith(libraries)
+        if library and i < len(frames) - 1:  # the innermost frame stays: where it waits
+            folded += 1
+            continue
+        if folded and shown:  # those before the script's own first frame (its start) say nothing
+            shown.append(f"… {folded} frame(s) in libraries")
+            folded = 0
+        shown.append(f"{path}:{match['line']} in {match['func']}" + (f": {code}" if code else ""))
+    return shown[-SHOWN_FRAMES:]
