@@ -73,5 +73,7 @@ def test_the_tables_and_the_bug_report_name_both_lists(capsys: pytest.CaptureFix
 
 
 def test_without_keras_the_fix_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(env_cli, "_installed", lambda name: None if name == "keras" else "1.0")
+    """A Python whose path has no Keras (this venv's site-packages left out, as a bare interpreter's)."""
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p])
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
     assert env_cli.keras_fix_status({}) == "off: Keras is not installed"

@@ -26,7 +26,7 @@ CPU = StackFacts(
     keras="3.15.1",
     keras_row=">=3.11,<3.16",
     keras_table=adapters.supported_spec(),
-    keras_hint="pip install 'keras>=3.12,<3.16'",
+    keras_hint="pip install 'keras>=3.12,<3.17'",
     cuda_build=False,
 )
 MPI = replace(
@@ -51,7 +51,7 @@ def feature(facts: StackFacts, prefix: str) -> tuple[bool, str, str, str]:
                 CPU, tensorflow="2.17.1", keras="3.2.1", keras_row="", keras_hint="pip install 'keras>=3.3'"
             ),
             False,
-            "Keras 3.2.1 is outside the fix's table (>=3.3,<3.16); Keras' own fails there",
+            "Keras 3.2.1 is outside the fix's table (>=3.3,<3.17); Keras' own fails there",
             "pip install 'keras>=3.3', or train with tfdist.fit",
             id="keras-outside-table",
         ),

@@ -24,15 +24,17 @@ ROOT = Path(__file__).parents[2]
         ("3.5.0", ">=3.5,<3.7"),
         ("3.6.0", ">=3.5,<3.7"),
         ("3.7.0", ">=3.7,<3.8"),
-        ("3.8.0", ">=3.8,<3.11"),
-        ("3.10.0", ">=3.8,<3.11"),
+        ("3.8.0", ">=3.8,<3.10"),
+        ("3.9.2", ">=3.8,<3.10"),
+        ("3.10.0", ">=3.10,<3.11"),
         ("3.11.3", ">=3.11,<3.16"),
         ("3.15.1", ">=3.11,<3.16"),
         ("3.15.2rc1", ">=3.11,<3.16"),
         ("3.2.1", None),
         ("3.0.5", None),
-        ("3.16.0", None),
-        ("3.16.0.dev2026", None),
+        ("3.16.0", ">=3.16,<3.17"),
+        ("3.17.0", None),
+        ("3.16.0.dev2026", ">=3.16,<3.17"),
         ("2.15.0", None),
         ("0", None),
     ],
@@ -68,18 +70,18 @@ def test_rows_are_contiguous_and_ordered() -> None:
     rows = adapters.ADAPTERS
     assert all(row.low < row.high for row in rows)
     assert all(a.high == b.low for a, b in itertools.pairwise(rows))
-    assert adapters.supported_spec() == ">=3.3,<3.16"
+    assert adapters.supported_spec() == ">=3.3,<3.17"
 
 
 @pytest.mark.parametrize(
     ("tf", "hint"),
     [
-        ("2.16.2", "pip install 'keras>=3.3,<3.16'"),
-        ("2.17.1", "pip install 'keras>=3.3,<3.16'"),
-        ("2.18.1", "pip install 'keras>=3.5,<3.16'"),
-        ("2.20.0", "pip install 'keras>=3.10,<3.16'"),
-        ("2.21.0", "pip install 'keras>=3.12,<3.16'"),
-        (None, "pip install 'keras>=3.3,<3.16'"),
+        ("2.16.2", "pip install 'keras>=3.3,<3.17'"),
+        ("2.17.1", "pip install 'keras>=3.3,<3.17'"),
+        ("2.18.1", "pip install 'keras>=3.5,<3.17'"),
+        ("2.20.0", "pip install 'keras>=3.10,<3.17'"),
+        ("2.21.0", "pip install 'keras>=3.12,<3.17'"),
+        (None, "pip install 'keras>=3.3,<3.17'"),
     ],
 )
 def test_the_hint_names_a_keras_that_tensorflow_accepts(tf: str | None, hint: str) -> None:
@@ -90,7 +92,7 @@ def test_the_refusal_is_one_line_with_what_where_and_how() -> None:
     line = adapters.unsupported_message("3.2.1", "/venv/lib/keras", "2.17.1")
     assert "\n" not in line
     assert line.startswith("Keras 3.2.1 (from /venv/lib/keras) beside TensorFlow 2.17.1 is outside")
-    assert "Hint: pip install 'keras>=3.3,<3.16'" in line
+    assert "Hint: pip install 'keras>=3.3,<3.17'" in line
 
 
 def test_pyproject_pins_a_keras_of_the_table() -> None:

@@ -23,8 +23,9 @@ from tfdist.worker.imports import after_import
         ("3.14.9", True),
         ("3.3.3", True),
         ("3.2.1", False),
-        ("3.16.0", False),
-        ("3.16.0.dev2026", False),
+        ("3.16.0", True),
+        ("3.17.0", False),
+        ("3.16.0.dev2026", True),
         ("2.15.0", False),
         ("0", False),
     ],
@@ -98,9 +99,9 @@ def test_after_import_runs_once_when_the_module_loads(
 @pytest.mark.parametrize(
     ("version", "environ", "expected"),
     [
-        ("3.15.1", {}, "on for Keras 3.15.1 (tested range >=3.3,<3.16)"),
+        ("3.15.1", {}, "on for Keras 3.15.1 (tested range >=3.3,<3.17)"),
         ("3.15.1", {"TFDIST_KERAS_PATCH": "0"}, "off (TFDIST_KERAS_PATCH=0)"),
-        ("3.17.0", {}, "off: Keras 3.17.0 is outside the tested range >=3.3,<3.16"),
+        ("3.17.0", {}, "off: Keras 3.17.0 is outside the tested range >=3.3,<3.17"),
     ],
 )
 def test_tfdist_env_says_whether_the_fix_applies(

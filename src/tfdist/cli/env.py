@@ -142,63 +142,44 @@ def driver_gpus(environ: Mapping[str, str]) -> list[str]:
     return shown
 
 
-def _installed(distribution: str) -> str | None:
-    """The installed version of a distribution (package metadata: nothing is imported)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _tensorflow_distribution() -> tuple[str, str | None]:
-    """The distribution providing ``import tensorflow`` (tensorflow-cpu, tensorflow, ...), its version."""
-    from importlib import metadata
-
-    names = metadata.packages_distributions().get("tensorflow", [])
-    for name in names:
-        version = _installed(name)
-        if version is not None:
-            return name.lower().replace("_", "-"), version
-    return "", None
-
-
 def read_stack(
     environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any], driver_gpus: int = 0
 ) -> StackFacts:
-    """This machine's stack for :func:`tfdist.env.stack.plan_features`: versions from package metadata,
+    """This machine's stack for :func:`tfdist.env.stack.plan_features`: the modules' versions (whichever
+    distribution installed them, :mod:`tfdist.installed`),
     the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), sbatch on PATH, the GPUs TensorFlow
     sees (``gpus``) and those the driver shows (``driver_gpus``)."""
     import shutil
 
+    from tfdist.installed import find
     from tfdist.keras import adapters
     from tfdist.slurm.commands import unreachable
 
-    dist, tf_version = _tensorflow_distribution()
-    keras = _installed("keras")
+    tensorflow, found_keras = find("tensorflow"), find("keras")
+    tf_version, keras = tensorflow.version, found_keras.version
     row = adapters.adapter_for(keras) if keras else None
     tf = sys.modules.get("tensorflow")  # loaded by the device listing: ask it whether it has CUDA
     cuda = bool(tf.test.is_built_with_cuda()) if tf is not None and hasattr(tf, "test") else None
     library = mpi.get("library") or {}
     return StackFacts(
         tensorflow=tf_version,
-        tensorflow_dist=dist,
+        tensorflow_dist=tensorflow.distribution,
         keras=keras,
+        keras_dist=found_keras.distribution or found_keras.path,
         keras_row=row.name if row else "",
         keras_table=adapters.supported_spec(),
         keras_hint=adapters.install_hint(tf_version),
-        tf_keras=_installed("tf-keras"),
+        tf_keras=find("tf_keras").version,
         legacy_keras=environ.get("TF_USE_LEGACY_KERAS", ""),
         keras_patch=bool(variables.get("TFDIST_KERAS_PATCH", environ)),
-        mpi4py=_installed("mpi4py"),
+        mpi4py=find("mpi4py").version,
         mpi_library=f"{library['name']} ({library['path']})" if library else "",
         mpi_launcher=mpi.get("launcher") or "",
         mpi_launcher_version=mpi.get("launcher_version") or mpi.get("flavour") or "",
         mpi_problem=mpi.get("problem") or "",
-        ray=_installed("ray"),
-        tfds=_installed("tensorflow-datasets"),
-        kubernetes=_installed("kubernetes"),
+        ray=find("ray").version,
+        tfds=find("tensorflow_datasets").version,
+        kubernetes=find("kubernetes").version,
         sbatch=shutil.which("sbatch", path=environ.get("PATH")) or "",
         slurm_unreachable=unreachable(environ),
         cuda_build=cuda,
@@ -242,7 +223,7 @@ def keras_fix_status(environ: Mapping[str, str]) -> str:
 
     version = fix.keras_version()
     low, high = fix.TESTED_KERAS
-    if _installed("keras") is None:
+    if version == "0":
         return "off: Keras is not installed"
     if not fix.enabled_by_env(dict(environ)):
         return f"off (TFDIST_KERAS_PATCH={variables.raw('TFDIST_KERAS_PATCH', environ)})"

@@ -19,11 +19,12 @@ MPI_GUIDE = "docs/guides/mpi.md"
 
 @dataclass(frozen=True)
 class StackFacts:
-    """One machine's stack as found (``None``: not installed). Versions are the distributions'."""
+    """One machine's stack as found (``None``: not installed). Versions are the modules' own."""
 
     tensorflow: str | None = None
     tensorflow_dist: str = ""  # the distribution that provides it: tensorflow-cpu, tensorflow, ...
-    keras: str | None = None  # the ``keras`` package: Keras 3, or Keras 2 beside TensorFlow 2.15 and older
+    keras: str | None = None  # the ``keras`` module: Keras 3, or Keras 2 beside TensorFlow 2.15 and older
+    keras_dist: str = "keras"  # what installed it: keras, keras-nightly, or a directory (a build of its own)
     keras_row: str = ""  # the adapter-table row that covers ``keras`` ("" outside the table)
     keras_table: str = ""  # the table's whole range: ">=3.3,<3.16"
     keras_hint: str = (
@@ -79,13 +80,13 @@ def tf_keras_line(facts: StackFacts) -> str:
     TF_USE_LEGACY_KERAS=1 -> ``"Keras 2: tf-keras 2.21.0 (TF_USE_LEGACY_KERAS=1)"``.
     """
     if facts.tensorflow is None:
-        return f"Keras {facts.keras} (keras), without TensorFlow" if facts.keras else "none"
+        return f"Keras {facts.keras} ({facts.keras_dist}), without TensorFlow" if facts.keras else "none"
     if facts.builtin_keras2:
         return f"Keras 2: keras {facts.keras} (TensorFlow {facts.tensorflow}'s own)"
     if facts.legacy_keras in LEGACY_ON:
         found = f"tf-keras {facts.tf_keras}" if facts.tf_keras else "tf-keras, which is NOT installed"
         return f"Keras 2: {found} (TF_USE_LEGACY_KERAS={facts.legacy_keras})"
-    return f"Keras {facts.keras} (keras)" if facts.keras else "none: keras is not installed"
+    return f"Keras {facts.keras} ({facts.keras_dist})" if facts.keras else "none: keras is not installed"
 
 
 def keras_fix_line(facts: StackFacts) -> str:

@@ -33,6 +33,10 @@ class KerasAdapter:
       under its temp dir (3.7 added the previous-backup pair).
     - ``variable_class``: the name of Keras' base variable class in ``keras.src.backend.common.variables``
       (``KerasVariable`` until 3.7 renamed it ``Variable``), whose ``float()`` / ``int()`` are patched.
+    - ``trainer_class``: the TensorFlow trainer's class in ``keras.src.backend.tensorflow.trainer``
+      (``TensorFlowTrainer`` until 3.16 renamed it ``Trainer``).
+    - ``metrics_on_read``: Keras creates metric variables on-read (3.10 on), so the epoch's logs and
+      ``evaluate()`` sum them over the workers; before, tfdist does (:mod:`tfdist.keras.metrics`).
     - ``gradients``: what Keras' TensorFlow optimizer does with the replicas' gradients: ``"none"``
       (3.3-3.4: no all-reduce at all), ``"sum"`` (3.5-3.7: summed, loss not scaled: replicas x the step)
       or ``"scaled"`` (3.8 on: loss scaled by 1/replicas, then summed: right). See
@@ -46,6 +50,8 @@ class KerasAdapter:
     backup_paths: tuple[str, ...]
     variable_class: str
     gradients: str
+    trainer_class: str
+    metrics_on_read: bool
 
     def covers(self, version: Version) -> bool:
         return self.low <= version < self.high
@@ -57,16 +63,20 @@ class KerasAdapter:
 
 _BACKUP = ("_weights_path", "_training_metadata_path")
 _BACKUP_PREV = (*_BACKUP, "_prev_weights_path", "_prev_training_metadata_path")
+_TT = "TensorFlowTrainer"
 
 #: Every Keras release range the fix is written for, oldest first; each row's oldest and newest release
 #: is trained by ``devtools/compat.py`` (results: benchmarks/results/compat.json).
 ADAPTERS: tuple[KerasAdapter, ...] = (
-    # fields: low, high, symbolic_build, epoch_steps, backup_paths, variable_class, gradients
-    KerasAdapter((3, 3), (3, 5), False, "enumerate_epoch", _BACKUP, "KerasVariable", "none"),
-    KerasAdapter((3, 5), (3, 7), True, "enumerate_epoch", _BACKUP, "KerasVariable", "sum"),
-    KerasAdapter((3, 7), (3, 8), True, "pairs", _BACKUP_PREV, "Variable", "sum"),
-    KerasAdapter((3, 8), (3, 11), True, "pairs", _BACKUP_PREV, "Variable", "scaled"),
-    KerasAdapter((3, 11), (3, 16), True, "triples", _BACKUP_PREV, "Variable", "scaled"),
+    # fields: low, high, symbolic_build, epoch_steps, backup_paths, variable_class, gradients, trainer_class,
+    # metrics_on_read
+    KerasAdapter((3, 3), (3, 5), False, "enumerate_epoch", _BACKUP, "KerasVariable", "none", _TT, False),
+    KerasAdapter((3, 5), (3, 7), True, "enumerate_epoch", _BACKUP, "KerasVariable", "sum", _TT, False),
+    KerasAdapter((3, 7), (3, 8), True, "pairs", _BACKUP_PREV, "Variable", "sum", _TT, False),
+    KerasAdapter((3, 8), (3, 10), True, "pairs", _BACKUP_PREV, "Variable", "scaled", _TT, False),
+    KerasAdapter((3, 10), (3, 11), True, "pairs", _BACKUP_PREV, "Variable", "scaled", _TT, True),
+    KerasAdapter((3, 11), (3, 16), True, "triples", _BACKUP_PREV, "Variable", "scaled", _TT, True),
+    KerasAdapter((3, 16), (3, 17), True, "triples", _BACKUP_PREV, "Variable", "scaled", "Trainer", True),
 )
 
 #: The oldest Keras each TensorFlow release accepts (its wheel's ``Requires-Dist: keras>=``); pip pairs a

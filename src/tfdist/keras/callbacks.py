@@ -87,13 +87,11 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
 def backup_paths() -> tuple[str, ...]:
     """BackupAndRestore's private path attributes in the installed Keras (a field of its adapter row)."""
-    from importlib import metadata
-
+    from tfdist.installed import find
     from tfdist.keras import adapters
 
-    try:  # read here, not through the fix module, which imports this one
-        version = metadata.version("keras")
-    except metadata.PackageNotFoundError:
+    version = find("keras").version  # read here, not through the fix module, which imports this one
+    if version is None:
         return ()
     adapter = adapters.adapter_for(version)
     return adapter.backup_paths if adapter is not None else ()

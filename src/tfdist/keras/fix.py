@@ -29,7 +29,7 @@ from typing import Any
 
 from tfdist import variables
 from tfdist.errors import ConfigError
-from tfdist.keras import adapters, callbacks, checks, gradients, shuffle
+from tfdist.keras import adapters, callbacks, checks, gradients, metrics, shuffle
 from tfdist.keras.adapters import KerasAdapter
 from tfdist.keras.checks import is_multi_worker
 
@@ -61,13 +61,11 @@ def is_installed() -> bool:
 
 
 def keras_version() -> str:
-    """The installed Keras version, read from package metadata (Keras may be half-imported here)."""
-    from importlib import metadata
+    """The Keras this Python imports (``keras``, ``keras-nightly`` or a build of its own), without
+    importing it (Keras may be half-imported here); ``"0"`` when there is none."""
+    from tfdist.installed import find
 
-    try:
-        return metadata.version("keras")
-    except metadata.PackageNotFoundError:
-        return "0"
+    return find("keras").version or "0"
 
 
 def current_adapter() -> KerasAdapter | None:
@@ -142,7 +140,15 @@ def install() -> bool:
         return False
     callbacks.patch_callback_list(importlib.import_module(callbacks.TARGET))
     patch_variable_numbers(importlib.import_module(VARIABLES))
+    patch_metrics(importlib.import_module(metrics.TARGET))
     return is_installed()
+
+
+def patch_metrics(module: Any) -> None:
+    """Metric state summed over the workers, for the rows whose Keras keeps it per worker."""
+    adapter = current_adapter()
+    if adapter is not None and not adapter.metrics_on_read:
+        metrics.patch_metric_variables(module)
 
 
 #: The Keras module whose Variable learns ``float()`` / ``int()`` of a distributed value.
@@ -188,11 +194,11 @@ def patch_trainer(trainer: Any) -> None:
     Outside the adapter table only the refusal is installed (:func:`refusal`); with the fix off
     (``TFDIST_KERAS_PATCH=0``) nothing.
     """
-    cls = trainer.TensorFlowTrainer
-    if not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):
+    adapter = current_adapter()
+    cls = _trainer_class(trainer, adapter)
+    if cls is None or not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):
         return
     _STATE["patched"] = cls._tfdist_patched = True
-    adapter = current_adapter()
     if adapter is None:
         _wrap_entry_points(cls, _refuse_or_report)
         return
@@ -211,6 +217,14 @@ def patch_trainer(trainer: Any) -> None:
     trainer.reduce_per_replica = reduce_per_replica
     _agree_shuffles(trainer.TFEpochIterator)
     _STATE["installed"] = True
+
+
+def _trainer_class(trainer: Any, adapter: KerasAdapter | None) -> Any:
+    """The trainer class the row names; outside the table, any class of the module with ``fit``."""
+    if adapter is not None:
+        return getattr(trainer, adapter.trainer_class, None)
+    classes = [v for v in vars(trainer).values() if isinstance(v, type) and v.__module__ == trainer.__name__]
+    return next((c for c in classes if "fit" in vars(c)), None)
 
 
 def _agree_shuffles(cls: Any) -> None:

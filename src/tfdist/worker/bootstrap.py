@@ -21,6 +21,13 @@ def _patch_variables(module: ModuleType) -> None:
         fix.patch_variable_numbers(module)
 
 
+def _patch_metrics(module: ModuleType) -> None:
+    from tfdist.keras import fix
+
+    if fix.gate():
+        fix.patch_metrics(module)
+
+
 def _patch_callbacks(module: ModuleType) -> None:
     from tfdist.keras import callbacks, fix
 
@@ -48,7 +55,7 @@ def _whole_lines_under_mpi() -> None:
 def start() -> None:
     """Record an uncaught exception for the launcher's report, and the steps for its hang check; install
     the Keras fix for when Keras loads (the fix itself honours ``TFDIST_KERAS_PATCH``)."""
-    from tfdist.keras import callbacks, fix
+    from tfdist.keras import callbacks, fix, metrics
     from tfdist.worker import errors, join, progress
 
     errors.install()
@@ -65,3 +72,4 @@ def start() -> None:
     after_import(fix.TARGET, _patch_trainer)
     after_import(callbacks.TARGET, _patch_callbacks)
     after_import(fix.VARIABLES, _patch_variables)
+    after_import(metrics.TARGET, _patch_metrics)
