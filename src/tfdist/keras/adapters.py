@@ -1,50 +1,34 @@
 """What differs between the Keras 3 releases the fix serves: ONE table, keyed by Keras version range.
 
-The fix (:mod:`tfdist.keras.fix`) replaces the same two behaviours of Keras' TensorFlow trainer in every
-release; what moves between releases is where they live and how the trainer walks an epoch. Every
-version-dependent choice is a field of :class:`KerasAdapter`, read from :data:`ADAPTERS`; nothing else in
-tfdist compares Keras versions. Pure: no TensorFlow or Keras import (read from the wheels' sources of
-``keras/src/backend/tensorflow/trainer.py`` and ``keras/src/callbacks/backup_and_restore.py``).
-
-Adding a release: read those two files of the new release, add or widen a row, and run
-``./dev compat`` (``devtools/compat.py``), which trains the same script on 2 workers and in one process
-for the oldest and newest release of every row.
+Every version-dependent choice of :mod:`tfdist.keras.fix` is a field of :class:`KerasAdapter`, read from
+:data:`ADAPTERS`; nothing else in tfdist compares Keras versions. Pure: no TensorFlow or Keras import.
+Adding a release: read its ``keras/src/backend/tensorflow/trainer.py`` and
+``keras/src/callbacks/backup_and_restore.py``, add or widen a row, and run ``./dev compat``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 Version = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class KerasAdapter:
-    """How one range of Keras releases ``[low, high)`` is patched.
-
-    - ``symbolic_build``: the trainer has ``_maybe_symbolic_build`` (3.5 and later), which reduces the
-      first distributed batch with ``strategy.reduce("MEAN", ...)`` and must be replaced; before 3.5 the
-      model is built while the first step is traced, and the input checks run from ``fit``/``evaluate``.
-    - ``epoch_steps``: how the trainer walks an epoch, so the replaced build reads the first batch the way
-      Keras' own does: ``"enumerate_epoch"`` (``iterator.enumerate_epoch()`` yields ``(step, it)``),
-      ``"pairs"`` (the iterator itself yields ``(step, it)``), ``"triples"`` (it yields
-      ``(begin_step, end_step, it)``).
-    - ``backup_paths``: the private path attributes of ``BackupAndRestore`` that a non-chief worker moves
-      under its temp dir (3.7 added the previous-backup pair).
-    - ``variable_class``: the name of Keras' base variable class in ``keras.src.backend.common.variables``
-      (``KerasVariable`` until 3.7 renamed it ``Variable``), whose ``float()`` / ``int()`` are patched.
-    - ``gradients``: what Keras' TensorFlow optimizer does with the replicas' gradients: ``"none"``
-      (3.3-3.4: no all-reduce at all), ``"sum"`` (3.5-3.7: summed, loss not scaled: replicas x the step)
-      or ``"scaled"`` (3.8 on: loss scaled by 1/replicas, then summed: right). See
-      :mod:`tfdist.keras.gradients`.
-    """
+    """How one range of Keras releases ``[low, high)`` is patched (the table of the Keras guide)."""
 
     low: Version
     high: Version
+    #: The trainer has ``_maybe_symbolic_build`` (3.5 on), replaced; before, inputs are checked on entry.
     symbolic_build: bool
+    #: What an epoch yields: ``enumerate_epoch`` / ``pairs`` (step, it) or ``triples`` (begin, end, it).
     epoch_steps: str
+    #: ``BackupAndRestore``'s private path attributes a non-chief worker moves (3.7 added the previous pair).
     backup_paths: tuple[str, ...]
+    #: Keras' base variable class (``KerasVariable`` until 3.7), whose ``float()`` / ``int()`` are patched.
     variable_class: str
+    #: What Keras' optimizer does with the replicas' gradients: ``none``, ``sum`` or ``scaled`` (right).
     gradients: str
 
     def covers(self, version: Version) -> bool:
@@ -83,6 +67,14 @@ TF_KERAS_FLOOR: dict[Version, Version] = {
 
 def _text(version: Version) -> str:
     return f"{version[0]}.{version[1]}"
+
+
+def keras_version() -> str:
+    """The installed Keras version from package metadata (Keras may be half-imported); "0" without one."""
+    try:
+        return metadata.version("keras")
+    except metadata.PackageNotFoundError:
+        return "0"
 
 
 def version_tuple(text: str) -> Version:
