@@ -166,7 +166,7 @@ def _print_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tfdist.estimate.plan import MIB
+    from tfdist.estimate.result import MIB
 
     console = Console()
     table = Table(
