@@ -125,11 +125,8 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def driver_gpus(environ: Mapping[str, str]) -> list[str]:
-    """The NVIDIA driver's GPUs this process may use (CUDA_VISIBLE_DEVICES applied), each as ``"id: name"``.
-
-    Input/Output: GPUs ``["NVIDIA A100", "NVIDIA A100"]`` and ``CUDA_VISIBLE_DEVICES=1`` ->
-    ``["1: NVIDIA A100"]``; a UUID in CUDA_VISIBLE_DEVICES is shown as it is.
-    """
+    """The NVIDIA driver's GPUs this process may use (CUDA_VISIBLE_DEVICES applied), as ``"1: NVIDIA A100"``
+    (a UUID as it is)."""
     from tfdist.nodes import gpu_names, visible_gpus
 
     names = gpu_names()
@@ -167,9 +164,7 @@ def _tensorflow_distribution() -> tuple[str, str | None]:
 def read_stack(
     environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any], driver_gpus: int = 0
 ) -> StackFacts:
-    """This machine's stack for :func:`tfdist.env.stack.plan_features`: versions from package metadata,
-    the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), sbatch on PATH, the GPUs TensorFlow
-    sees (``gpus``) and those the driver shows (``driver_gpus``)."""
+    """This machine's stack for :func:`tfdist.env.stack.plan_features` (versions from package metadata)."""
     import shutil
 
     from tfdist.keras import adapters
@@ -208,8 +203,8 @@ def read_stack(
 
 
 def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The MPI library mpi4py loads here, the launcher ``tfdist launch --backend mpi`` would use, which
-    launcher started this process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
+    """The MPI library mpi4py loads here, the launcher tfdist would use, the one that started this
+    process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
     import importlib.util
 
     from tfdist.nodes.mpi import find_stack, mismatch, started_by
@@ -369,7 +364,7 @@ def _print_stack(console: Any, stack: Mapping[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the environment report; ConfigError from detection propagates to a one-line exit 2."""
+    """Print the environment report."""
     # A copy taken before TensorFlow is imported: importing it adds TPU_ML_PLATFORM* to os.environ.
     environ = dict(os.environ)
     # This command computes nothing, so TensorFlow's start-up banners would only bury the report.
