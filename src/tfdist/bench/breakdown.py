@@ -29,11 +29,7 @@ WAIT = "waiting for the slowest rank"
 
 def step_parts(events: Sequence[Mapping[str, Any]], skip: int) -> list[dict[str, float]]:
     """One dict per step after the first ``skip``: span lengths and instants (ms from the step's start),
-    and the step's bytes across nodes when the trace counted them.
-
-    Input: a step span of 100 ms whose ``forward + backward`` took 60 ms, ``skip=0``.
-    Output: ``[{"step": 100.0, "forward + backward": 60.0}]``
-    """
+    and the step's bytes across nodes when the trace counted them."""
     steps = [e for e in events if e.get("name") == "step" and e.get("ph") == "X"]
     inner = sorted((e for e in events if e.get("tid") == 1), key=lambda e: e["ts"])
     rows = []
@@ -64,10 +60,7 @@ def medians(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
 
 
 def wire_ms(nbytes: float, nodes: int, gbit_s: float) -> float:
-    """The least time an all-reduce of ``nbytes`` over ``nodes`` nodes needs on links of ``gbit_s``.
-
-    Input/Output: ``wire_ms(4.8e6, 2, 1.0)`` -> ``38.4`` (4.8 MB at 1 Gbit/s: 38.4 ms each way)
-    """
+    """The least time (ms) an all-reduce of ``nbytes`` over ``nodes`` nodes needs on links of ``gbit_s``."""
     if nodes < 2 or gbit_s <= 0:
         return 0.0
     return nbytes * 2 * (nodes - 1) / nodes * 8 / (gbit_s * 1e9) * 1e3
@@ -89,11 +82,7 @@ def ready_times(events: Sequence[Mapping[str, Any]], skip: int) -> list[float | 
 
 def waiting(traces: Sequence[Mapping[str, Any]], skip: int) -> float | None:
     """The median over the measured steps of how long the ranks' gradients waited, on average, for the
-    last rank's (ms; the ranks' clocks as they are); None with one rank.
-
-    Input: two ranks whose backward passes end at 10 and 14 ms in one step. Output: 2.0 (one waited 4, the
-    other 0).
-    """
+    last rank's (ms; the ranks' clocks as they are); None with one rank."""
     per_rank = [ready_times(t["traceEvents"], skip) for t in traces]
     if len(per_rank) < 2:
         return None
@@ -126,11 +115,7 @@ def breakdown(traces: Sequence[Mapping[str, Any]], skip: int) -> dict[str, float
 def bounds(parts: Mapping[str, float], gbit_s: float, compute_ms: float | None = None) -> dict[str, float]:
     """The wire time of a :func:`breakdown` at ``gbit_s``, the two bounds and each over the step (1.0: the
     wire's pace); ``{}`` without bytes across nodes. ``compute_ms``: an unsynchronised copy's forward +
-    backward pass, else the step's own.
-
-    Input/Output: ``bounds({"step": 100, "forward + backward": 55, "update": 2, "mb_across_nodes": 4.8,
-    "nodes": 2}, 1.0)`` -> wire 38.4, serial bound 95.4 (0.954 of the step), overlap bound 57.0
-    """
+    backward pass, else the step's own."""
     compute = compute_ms if compute_ms is not None else parts.get("forward + backward")
     mb = parts.get("mb_across_nodes", 0.0)
     if not mb or compute is None or gbit_s <= 0:

@@ -27,10 +27,7 @@ class Link:
 def allreduce_s(nodes: int, nbytes: float, link: Link, per_node: int = 1, node_gbit_s: float = 0.0) -> float:
     """Seconds an all-reduce of ``nbytes`` needs over ``nodes`` nodes of ``per_node`` workers each: inside a
     node a reduce-scatter and an all-gather on its bus (``node_gbit_s``), across nodes a ring (``2 (N - 1)
-    / N`` of the bytes each way and ``2 (N - 1)`` latencies).
-
-    Input/Output: ``allreduce_s(2, 4.8e6, Link(1.0, 0))`` -> ``0.0384``
-    """
+    / N`` of the bytes each way and ``2 (N - 1)`` latencies)."""
     inside = 0.0
     if per_node > 1 and node_gbit_s > 0:
         inside = 2 * (per_node - 1) / per_node * nbytes * 8 / (node_gbit_s * 1e9)

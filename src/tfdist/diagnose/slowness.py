@@ -60,10 +60,7 @@ class SlowSteps:
 
     def observe(self, step: int, now: float) -> float | None:
         """Record a read point (the global step, a monotonic time); the slow seconds per step the first time
-        the steps are slow, else None.
-
-        Input/Output: read points at 0.1 s per step, then two at 2 s per step -> 2.0 at the second.
-        """
+        the steps are slow, else None."""
         if self.last is not None and step > self.last[0]:
             seconds = (now - self.last[1]) / (step - self.last[0])
             usual = self.usual
@@ -84,11 +81,7 @@ class SlowSteps:
 def verdict(own: str, answers: Mapping[str, float], backlog: int | None = None) -> str:
     """Which node's link is slow, from the round trip (ms) of this worker's connections to each node and
     the bytes waiting in this host's own send queues (``backlog``; None: unknown). A full send queue or
-    only long round trips mean this node's link; else the nodes well above the fastest are named.
-
-    Input/Output: ``("node1", {"node2": 95.0, "node3": 0.2})`` -> ``"node2 is slow to answer (node2 95.0
-    ms; node3 0.2 ms): its link or host is slow"``.
-    """
+    only long round trips mean this node's link; else the nodes well above the fastest are named."""
     others = {node: ms for node, ms in answers.items() if node != own}
     by_time = sorted(others, key=lambda n: -others[n])
 

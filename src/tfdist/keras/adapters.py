@@ -88,10 +88,7 @@ def version_tuple(text: str) -> Version:
 
 
 def adapter_for(keras_version: str) -> KerasAdapter | None:
-    """The row of :data:`ADAPTERS` that serves ``keras_version``; None outside the table.
-
-    Input/Output: ``"3.5.0"`` -> the ``>=3.5,<3.7`` row; ``"3.2.1"`` -> None; ``"3.16.0"`` -> None.
-    """
+    """The row of :data:`ADAPTERS` that serves ``keras_version``; None outside the table."""
     version = version_tuple(keras_version)
     return next((row for row in ADAPTERS if row.covers(version)), None)
 
@@ -108,11 +105,8 @@ def supported_spec() -> str:
 
 
 def install_hint(tf_version: str | None) -> str:
-    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts.
-
-    Input/Output: ``"2.17.1"`` -> ``"pip install 'keras>=3.3,<3.16'"``;
-    ``"2.21.0"`` -> ``"pip install 'keras>=3.12,<3.16'"``.
-    """
+    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts
+    (``pip install 'keras>=3.12,<3.16'`` beside TensorFlow 2.21)."""
     low, high = supported_range()
     floor = TF_KERAS_FLOOR.get(version_tuple(tf_version or "0"), low)
     return f"pip install 'keras>={_text(max(low, floor))},<{_text(high)}'"

@@ -279,12 +279,7 @@ def _environment_lines(spec: SbatchSpec) -> list[str]:
 
 
 def render_sbatch(spec: SbatchSpec) -> str:
-    """The complete job script for ``spec``.
-
-    Input/Output: ``SbatchSpec(command=("python", "train.py"), gpus_per_node=4)`` -> a script with
-    ``#SBATCH --ntasks-per-node=4``, ``#SBATCH --gres=gpu:4`` and
-    ``srun --ntasks-per-node=4 python -m tfdist run -- python train.py``.
-    """
+    """The complete job script for ``spec`` (golden files: tests/golden/)."""
     launch = ["srun", f"--ntasks-per-node={spec.tasks_per_node}"]
     if spec.mpi_plugin:
         launch.append(f"--mpi={spec.mpi_plugin}")

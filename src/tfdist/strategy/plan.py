@@ -154,11 +154,7 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
 def plan_strategy(
     env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions | None = None
 ) -> StrategyPlan:
-    """Pick the strategy for this process and explain why.
-
-    Input/Output: a LocalEnvironment with 4 GPUs and default options -> ``StrategyPlan(kind="mirrored",
-    gpu_indices=(0, 1, 2, 3), num_replicas=4, …)``.
-    """
+    """Pick the strategy for this process and explain why (4 local GPUs: mirrored over all four)."""
     opts = options or StrategyOptions()
     gpus = plan_gpus(env, devices, opts)
     backend = backends.choose(opts.backend, source="TFDIST_BACKEND", under_mpi=env.kind == "mpi").name
