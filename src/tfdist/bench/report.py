@@ -13,26 +13,9 @@ from tfdist import files
 from tfdist.bench.breakdown import WAIT
 
 CSV_COLUMNS = (
-    "name",
-    "workers",
-    "replicas",
-    "backend",
-    "repeats",
-    "examples_per_sec",
-    "step_time_median_s",
-    "step_time_p90_s",
-    "speedup",
-    "efficiency",
-    "time_to_first_step_s",
-    "cpu_util",
-    "gpu_util",
-    "gpu_mem_mb",
-    "vs_independent",
-    "vs_raw_tf",
-    "peak_rss_mb",
-    "rss_vs_one_worker",
-    "nodes",
-    "link_text",
+    *("name", "workers", "replicas", "backend", "repeats", "examples_per_sec", "step_time_median_s"),
+    *("step_time_p90_s", "speedup", "efficiency", "time_to_first_step_s", "cpu_util", "gpu_util"),
+    *("gpu_mem_mb", "vs_independent", "vs_raw_tf", "peak_rss_mb", "rss_vs_one_worker", "nodes", "link_text"),
     "load_1min",
 )
 
@@ -319,18 +302,8 @@ def print_table(payload: dict[str, Any]) -> None:
     )
     table.add_column("config")
     for column in (
-        "examples/s",
-        "step median",
-        "step p90",
-        "speed-up",
-        "efficiency",
-        "vs indep.",
-        "vs raw-tf",
-        "1st step",
-        "CPU",
-        "GPU",
-        "peak RSS",
-        "link",
+        *("examples/s", "step median", "step p90", "speed-up", "efficiency", "vs indep.", "vs raw-tf"),
+        *("1st step", "CPU", "GPU", "peak RSS", "link"),
     ):
         table.add_column(column, justify="right")
     for r in payload["runs"]:

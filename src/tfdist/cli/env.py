@@ -17,26 +17,9 @@ from tfdist.launch.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
-    "TF_CONFIG",
-    "SLURM_",
-    "CUDA_VISIBLE_DEVICES",
-    "TFDIST_",
-    "TPU_",
-    "COLAB_TPU_ADDR",
-    "OMPI_COMM_WORLD_",
-    "PMI_",
-    "PMIX_",
-    "MPIR_CVAR_",
-    "UCX_",
-    "FI_PROVIDER",
-    "RAY_",
-    "JOB_COMPLETION_INDEX",
-    "NCCL_",
-    "XLA_FLAGS",
-    "TF_NUM_",
-    "OMP_NUM_THREADS",
-    "TF_CPP_MIN_LOG_LEVEL",
-    "TF_ENABLE_ONEDNN_OPTS",
+    *("TF_CONFIG", "TFDIST_", "TF_NUM_", "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS"),
+    *("SLURM_", "RAY_", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MPIR_CVAR_", "UCX_"),
+    *("CUDA_VISIBLE_DEVICES", "NCCL_", "TPU_", "COLAB_TPU_ADDR", "FI_PROVIDER", "OMP_NUM_THREADS"),
     "TF_USE_LEGACY_KERAS",
 )
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
@@ -253,15 +236,8 @@ def _print_tables(info: dict[str, Any]) -> None:
     console = Console()
     where = Table(title="tfdist environment", show_header=False)
     for key in (
-        "kind",
-        "source",
-        "role",
-        "task_index",
-        "rank",
-        "world_size",
-        "local_rank",
-        "local_world_size",
-        "is_chief",
+        *("kind", "source", "role", "task_index"),
+        *("rank", "world_size", "local_rank", "local_world_size", "is_chief"),
     ):
         where.add_row(key, str(info[key]))
     for role, addrs in info["cluster_spec"].items():
