@@ -1,8 +1,5 @@
 """tfdist: distributed TensorFlow/Keras training from a laptop to a cluster.
 
-Create the strategy first thing with :func:`strategy`, build and compile the model in its scope, and
-train with ``model.fit`` or ``tfdist.fit``; start several workers with ``tfdist launch``.
-
 The names below load on first use (PEP 562): every launched worker imports a piece of tfdist before the
 user's script runs, and that must not cost the import of the whole package.
 """
@@ -72,17 +69,10 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """``tfdist.strategy`` and ``tfdist.launch`` are functions (the documented API) *and* subpackages
-    (``from tfdist.launch.config import LaunchConfig``: import paths users write too). The first import of a
-    subpackage sets it as an attribute of its parent, which would hide the function; the function wins.
-
-    Why this override and no cleaner fix: an attribute holds one object, so one of the two must give way.
-    Renamed subpackages break users' imports; callable modules (a ``__call__`` on the subpackages' class)
-    make the documented functions modules to ``help()`` and type checkers; importing both subpackages while
-    tfdist loads (the binding happens on the first import only) costs every launched worker the launcher's
-    modules before its script starts, or, with lazy subpackages, holds only until someone adds an import
-    there; a module-level ``__setattr__`` does not exist (PEP 562 gives ``__getattr__`` only). What stays
-    out of reach: ``tfdist.launch.api`` as an attribute chain; import the module by its name instead.
+    """``tfdist.strategy`` and ``tfdist.launch`` are functions (the documented API) *and* subpackages. The
+    first import of a subpackage sets it as an attribute of its parent, hiding the function: the function
+    wins (a module has no ``__setattr__`` of its own, PEP 562). ``tfdist.launch.api`` is then out of reach
+    as an attribute chain; import the module by its name.
     """
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -14,11 +14,8 @@ from tfdist.strategy.plan import StrategyPlan
 
 
 def _same_as_before(before: context.Context, chosen: StrategyPlan) -> Any:
-    """The strategy already built when ``chosen`` is its plan; else one clear error.
-
-    Why refuse: a second multi-worker strategy in one process re-initialises the collectives under the
-    first one's variables and breaks them.
-    """
+    """The strategy already built when ``chosen`` is its plan; else one error (a second multi-worker
+    strategy in one process would re-initialise the collectives under the first one's variables)."""
     assert before.plan is not None
     if before.plan != chosen:
         plan = before.plan

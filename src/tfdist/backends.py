@@ -1,7 +1,5 @@
-"""The synchronisation backends, named once: what the launcher, the strategy plan, the bench and the
-CLI offer, and :func:`choose`, the one rule for which of them a job or a process runs.
-
-Pure: no TensorFlow, no MPI import. Each name maps to one :mod:`tfdist.sync` synchroniser.
+"""The synchronisation backends, named once, and :func:`choose`, the one rule for which of them a job or
+a process runs. Pure: no TensorFlow, no MPI import. Each name maps to one :mod:`tfdist.sync` synchroniser.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ class Backend:
     """One way of summing gradients across the job."""
 
     name: str
-    #: True when every process runs its own one-device strategy and the synchroniser sums across processes
-    #: (MPI, Horovod); False when the strategy itself spans the workers (TensorFlow's collectives).
+    #: Every process runs its own one-device strategy and the synchroniser sums across processes.
     process_level: bool
     summary: str
     #: How to install what it needs ("" when TensorFlow alone is enough).
@@ -63,20 +60,10 @@ class BackendChoice:
     """The backend a job or a process runs, and why."""
 
     name: str
-    #: One line saying why ``auto`` became ``name``; "" when there is nothing to say (the name was given,
-    #: or there was nothing to choose between: a script's own strategy, one worker).
+    #: One line saying why ``auto`` became ``name``; "" when there was nothing to choose.
     reason: str = ""
-    #: ``horovod`` asked for where Horovod is not installed: the job runs on the MPI backend and the
-    #: scripts' ``import horovod`` gives tfdist's Horovod API (:mod:`tfdist.horovod`).
+    #: ``horovod`` without Horovod installed: the MPI backend, ``import horovod`` giving tfdist's API.
     horovod_shim: bool = False
-
-
-def _never() -> bool:
-    return False
-
-
-def _always() -> bool:
-    return True
 
 
 def check_name(requested: str, source: str) -> str:
@@ -100,27 +87,17 @@ def choose(
     own_strategy: bool = True,
     workers: int = 2,
     gpus: int = 0,
-    mpi_ready: Callable[[], bool] = _never,
+    mpi_ready: Callable[[], bool] = lambda: False,
     mpi_launcher: str = "an MPI launcher",
-    horovod_installed: Callable[[], bool] = _always,
+    horovod_installed: Callable[[], bool] = lambda: True,
 ) -> BackendChoice:
-    """The one backend decision, for every front end: a process's context and strategy plan, ``tfdist
-    launch``, ``tfdist train --workers N`` and ``tfdist slurm`` (at submission).
-
-    ``requested``: ``auto`` or a name, from ``source`` (``--backend`` or ``TFDIST_BACKEND``, named in the
-    error for an unknown one). ``auto`` becomes, in this order:
-
-    - ``mpi`` in a process an MPI launcher started (``under_mpi``);
-    - ``tf`` for a program that builds its own strategy (``own_strategy``: a user's script, whose
-      MultiWorkerMirroredStrategy spans the job only through TensorFlow's collectives; ``tfdist train``
-      runs on every backend), or for fewer than 2 ``workers`` (nothing to synchronise);
-    - ``tf`` with ``gpus`` (NCCL);
-    - on CPU, ``mpi`` when ``mpi_ready()`` (mpi4py and ``mpi_launcher`` found; asked only here), else
-      ``tf``. Measured side by side on 2 workers (``tfdist bench --compare all``): TensorFlow's gRPC
-      collectives cost 20-30 % of each step there, the MPI backend's shared-memory all-reduce under 1 ms.
-
-    ``horovod`` where ``horovod_installed()`` says no (asked only then) runs tfdist's Horovod API.
-    Pure: the probes are the caller's; no TensorFlow, MPI or Horovod import.
+    """The one backend decision, for every front end (a process's context and strategy plan, ``tfdist
+    launch``, ``tfdist train --workers N``, ``tfdist slurm``). ``requested`` is ``auto`` or a name, from
+    ``source`` (named in the error for an unknown one). ``auto`` becomes, in this order: ``mpi`` under an
+    MPI launcher; ``tf`` for a program that builds its own strategy (a user's script spans the job only
+    through TensorFlow's collectives) or fewer than 2 ``workers``; ``tf`` with ``gpus`` (NCCL); on CPU
+    ``mpi`` when ``mpi_ready()`` (the faster there: docs' Performance page), else ``tf``. ``horovod`` where
+    ``horovod_installed()`` says no runs tfdist's Horovod API. The probes are asked only when they decide.
 
     Input/Output:
     ``choose("auto", own_strategy=False, workers=2, gpus=0, mpi_ready=lambda: True)`` ->

@@ -1,9 +1,6 @@
 """The per-process context: where this process is, what strategy it runs and which backend syncs it.
 
-Decided once. :func:`tfdist.strategy` records its plan and strategy here (a second call returns the same
-strategy); ``rank()``, ``backend()``, ``num_replicas()``, ``fit`` and the callbacks read this context
-instead of detecting again. Before any strategy is built, the context is detected from the environment
-on each call, so a process that never builds a strategy still sees its variables as they are now.
+Fixed once by :func:`tfdist.strategy`; before, it is detected from the environment on each call.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ def detected() -> Context:
 
 def current() -> Context:
     """The context fixed by :func:`tfdist.strategy`, or the detected one when none was built yet."""
-    return _BUILT[0] if _BUILT else detected()
+    return built() or detected()
 
 
 def record(environment: ClusterEnvironment, plan: StrategyPlan, strategy: Any) -> Context:

@@ -265,9 +265,13 @@ def test_worker_host_runs_reads_and_ships_records(tmp_path: Path) -> None:
     host.start(["/launcher/python", "-c", script], planned, str(tmp_path), "/launcher/python", boot_dir())
     reply = read_all(host)
     assert reply["lines"] == ["hello from 1"] and reply["code"] == 3
-    assert reply["records"] == {"rank1.strategy.json": '{"spans": true}'}
+    records = reply["records"]
+    assert set(records) == {"rank1.strategy.json", "rank1.progress.json"}
+    assert records["rank1.strategy.json"] == '{"spans": true}'
+    progress = json.loads(records["rank1.progress.json"])  # the worker's steps, for the hang check
+    assert (progress["steps"], progress["done"]) == (0, True)
     assert isinstance(reply["heartbeat_age"], float) and reply["heartbeat_age"] < 30
-    assert host.read(0.1)["records"] == {}  # each record once
+    assert host.read(0.1)["records"] == {}  # each record once, until it changes
 
 
 def test_worker_host_signals_and_kills_the_whole_process_group(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ class Bench:
         preflight(config, self.plan)
 
     def _command(self, spec: RunSpec, name: str, mode: str = "train", program: tuple[str, ...] = ()) -> Any:
-        """The commands of one run: one, or one per node when the bench runs across nodes."""
+        """The commands of one run: one, or one per node across nodes."""
         run_dir = str(self.out / "runs" / name)
         kw: dict[str, Any] = {
             "python": sys.executable,
@@ -122,28 +122,21 @@ class Bench:
             self.parts.setdefault(spec.name, []).append(parts)
 
     def _breakdowns(self, rows: list[dict[str, Any]]) -> None:
-        """Each row's breakdown (medians over its repeats) and, across a measured link, its wire time and
-        bounds; the compute time is the unsynchronised copies' (``independent``) at the same size when they
-        ran, so a backward pass slowed by the sums shows as time above the bound."""
+        """Each row's breakdown (medians over its repeats) and, across a measured link, its bounds, with
+        the unsynchronised copies' compute at the same size when they ran (a backward pass slowed by the
+        sums then shows as time above the bound)."""
         for row in rows:
             if row["name"] in self.parts:
                 row["breakdown"] = {k: round(v, 3) for k, v in medians(self.parts[row["name"]]).items()}
+        alone = {
+            (r["nodes"], r["workers"]): r["breakdown"].get("forward + backward")
+            for r in rows
+            if r["backend"] == "independent" and "breakdown" in r
+        }
         for row in rows:
-            parts, link = row.get("breakdown"), row.get("link")
-            if not parts or not link:
-                continue
-            alone = next(
-                (
-                    r["breakdown"].get("forward + backward")
-                    for r in rows
-                    if r.get("backend") == "independent"
-                    and r.get("nodes") == row.get("nodes")
-                    and r.get("workers") == row.get("workers")
-                    and "breakdown" in r
-                ),
-                None,
-            )
-            row["bounds"] = bounds(parts, float(link["gbit_s"]), alone)
+            if row.get("breakdown") and row.get("link"):
+                compute = alone.get((row["nodes"], row["workers"]))
+                row["bounds"] = bounds(row["breakdown"], float(row["link"]["gbit_s"]), compute)
 
     def run_diagnosis(self, rows: list[dict[str, Any]]) -> Diagnosis:
         """Input alone, compute alone, one all-reduce per backend, and the grid's full steps."""
@@ -199,8 +192,8 @@ class Bench:
         return float(run_commands(commands, timeout=self.config.run_timeout + 60).result["median_s"])
 
     def probe_links(self) -> list[dict[str, Any]]:
-        """One probe per pair of the hosts given (also those the grid does not use: a slow one is named
-        before it slows a job down): bandwidth and round trip, both ends' interfaces."""
+        """One probe per pair of the hosts given (also those the grid does not use): bandwidth and round
+        trip, both ends' interfaces."""
         probes = []
         for number, (a, b) in enumerate(probe_pairs(self.config.hosts)):
             self.say(f"link: {a} -> {b}")
@@ -210,22 +203,14 @@ class Bench:
     def _probe_pair(self, a: str, b: str, port: int) -> dict[str, Any]:
         folder = self.out / "runs" / f"link-{a}-{b}"
         folder.mkdir(parents=True, exist_ok=True)
-        link = (sys.executable, "-m", "tfdist.diagnose.link")
-        timeout = ("--port", str(port), "--timeout", "60")
-        out_a = ("--out", str(folder / "a.json"))
-        serve = Command(
-            (*on_node(self.config.on_host, b), *link, "serve", *timeout, "--out", str(folder / "b.json")),
-            {},
-            str(folder),
-            str(self.out / "logs" / f"link-{a}-{b}-serve.log"),
-        )
-        measure = Command(
-            (*on_node(self.config.on_host, a), *link, "measure", "--peer", b, *timeout, *out_a),
-            {},
-            str(folder),
-            str(self.out / "logs" / f"link-{a}-{b}-measure.log"),
-        )
-        run_all((serve, measure), timeout=120)
+
+        def side(host: str, role: str, *args: str) -> Command:
+            argv = (*on_node(self.config.on_host, host), sys.executable, "-m", "tfdist.diagnose.link", role)
+            argv += (*args, "--port", str(port), "--timeout", "60")
+            return Command(argv, {}, str(folder), str(self.out / "logs" / f"link-{a}-{b}-{role}.log"))
+
+        serve = side(b, "serve", "--out", str(folder / "b.json"))
+        run_all((serve, side(a, "measure", "--peer", b, "--out", str(folder / "a.json"))), timeout=120)
         side_a = json.loads((folder / "a.json").read_text())
         side_b = json.loads((folder / "b.json").read_text())
         return {

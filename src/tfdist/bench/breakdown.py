@@ -1,13 +1,10 @@
 """Where a step's time goes, from ``tfdist.fit(timeline=...)`` traces: pure arithmetic, no TensorFlow.
 
-Per measured step of each rank (after the warm-up): the step, its forward + backward pass, the all-reduce
-left after it (what the backward pass did not hide), the update, when each gradient bucket was sent and
-summed, and the bytes the step summed across nodes. With the link's measured rate, the bytes give the
-all-reduce's *wire time*: an all-reduce over ``n`` nodes must move at least ``2 (n - 1) / n`` of its buffer
-in and out of each node (a ring's reduce-scatter then all-gather), so at ``rate`` bits per second it needs
-``bytes * 2 (n - 1) / n * 8 / rate`` seconds whatever the software. Two bounds follow: a step that sums
-after its backward pass cannot beat ``compute + wire + update``; one that overlaps, ``max(compute, wire) +
-update``. ``vs bound`` is the bound over the measured step: 1.0 is the wire's pace.
+Per measured step of each rank: the step, its forward + backward pass, the all-reduce left after it, the
+update, the bucket instants and the bytes summed across nodes. An all-reduce over ``n`` nodes moves at
+least ``2 (n - 1) / n`` of its bytes in and out of each node: its *wire time* at the link's rate. A step
+that sums after its backward pass cannot beat ``compute + wire + update``; one that overlaps,
+``max(compute, wire) + update``.
 """
 
 from __future__ import annotations
@@ -32,11 +29,7 @@ WAIT = "waiting for the slowest rank"
 
 def step_parts(events: Sequence[Mapping[str, Any]], skip: int) -> list[dict[str, float]]:
     """One dict per step after the first ``skip``: span lengths and instants (ms from the step's start),
-    and the step's bytes across nodes when the trace counted them.
-
-    Input: a step span of 100 ms whose ``forward + backward`` took 60 ms, ``skip=0``.
-    Output: ``[{"step": 100.0, "forward + backward": 60.0}]``
-    """
+    and the step's bytes across nodes when the trace counted them."""
     steps = [e for e in events if e.get("name") == "step" and e.get("ph") == "X"]
     inner = sorted((e for e in events if e.get("tid") == 1), key=lambda e: e["ts"])
     rows = []
@@ -67,18 +60,14 @@ def medians(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
 
 
 def wire_ms(nbytes: float, nodes: int, gbit_s: float) -> float:
-    """The least time an all-reduce of ``nbytes`` over ``nodes`` nodes needs on links of ``gbit_s``.
-
-    Input/Output: ``wire_ms(4.8e6, 2, 1.0)`` -> ``38.4`` (4.8 MB at 1 Gbit/s: 38.4 ms each way)
-    """
+    """The least time (ms) an all-reduce of ``nbytes`` over ``nodes`` nodes needs on links of ``gbit_s``."""
     if nodes < 2 or gbit_s <= 0:
         return 0.0
     return nbytes * 2 * (nodes - 1) / nodes * 8 / (gbit_s * 1e9) * 1e3
 
 
 def ready_times(events: Sequence[Mapping[str, Any]], skip: int) -> list[float | None]:
-    """Per step after the first ``skip``: when its backward pass ended (the trace's clock, us), None for a
-    step without its parts."""
+    """Per step after the first ``skip``: when its backward pass ended (us), None without one."""
     steps = [e for e in events if e.get("name") == "step" and e.get("ph") == "X"][skip:]
     ends = sorted(
         e["ts"] + e["dur"] for e in events if e.get("name") == "forward + backward" and e.get("ph") == "X"
@@ -93,15 +82,7 @@ def ready_times(events: Sequence[Mapping[str, Any]], skip: int) -> list[float | 
 
 def waiting(traces: Sequence[Mapping[str, Any]], skip: int) -> float | None:
     """The median over the measured steps of how long the ranks' gradients waited, on average, for the
-    last rank's (ms): the part of the all-reduce left that no link or software removes, only ranks that
-    compute alike. None with one rank.
-
-    The ranks' clocks are compared as they are: exact on one machine (and the test hosts, which share its
-    clock), as good as their synchronisation across machines.
-
-    Input: two ranks whose backward passes end at 10 and 14 ms in one step. Output: 2.0 (one waited 4, the
-    other 0).
-    """
+    last rank's (ms; the ranks' clocks as they are); None with one rank."""
     per_rank = [ready_times(t["traceEvents"], skip) for t in traces]
     if len(per_rank) < 2:
         return None
@@ -115,11 +96,8 @@ def waiting(traces: Sequence[Mapping[str, Any]], skip: int) -> float | None:
 
 
 def breakdown(traces: Sequence[Mapping[str, Any]], skip: int) -> dict[str, float]:
-    """The medians of every rank's measured steps together (``traces``: the ranks' Chrome trace payloads
-    of one run), in ms: ``step``, ``forward + backward``, ``all-reduce``, ``update`` (or ``all-reduce +
-    update`` for TensorFlow's collectives, which sum inside the update), the bucket instants, and
-    ``mb_across_nodes`` (per step) with ``nodes`` when the steps crossed nodes, and :data:`WAIT`
-    (:func:`waiting`) with several ranks."""
+    """The medians of every rank's measured steps of one run, in ms (span names, bucket instants,
+    :data:`WAIT` with several ranks), and ``mb_across_nodes`` with ``nodes`` when the steps crossed nodes."""
     rows = [row for t in traces for row in step_parts(t["traceEvents"], skip)]
     if not rows:
         return {}
@@ -135,17 +113,9 @@ def breakdown(traces: Sequence[Mapping[str, Any]], skip: int) -> dict[str, float
 
 
 def bounds(parts: Mapping[str, float], gbit_s: float, compute_ms: float | None = None) -> dict[str, float]:
-    """The wire time of a :func:`breakdown` at ``gbit_s``, the two bounds and how close the step came.
-
-    ``compute_ms``: the step's compute undisturbed (an unsynchronised copy's forward + backward pass, when
-    one ran beside it); default the step's own, which a sum polled during the backward pass may stretch.
-    Keys: ``wire``, ``serial_bound`` (compute + wire + update), ``overlap_bound`` (max(compute, wire) +
-    update), ``vs_serial_bound`` and ``vs_overlap_bound`` (bound / step: 1.0 is the wire's pace); ``{}``
-    without bytes across nodes or a compute time.
-
-    Input/Output: ``bounds({"step": 100, "forward + backward": 55, "update": 2, "mb_across_nodes": 4.8,
-    "nodes": 2}, 1.0)`` -> wire 38.4, serial bound 95.4 (0.954 of the step), overlap bound 57.0
-    """
+    """The wire time of a :func:`breakdown` at ``gbit_s``, the two bounds and each over the step (1.0: the
+    wire's pace); ``{}`` without bytes across nodes. ``compute_ms``: an unsynchronised copy's forward +
+    backward pass, else the step's own."""
     compute = compute_ms if compute_ms is not None else parts.get("forward + backward")
     mb = parts.get("mb_across_nodes", 0.0)
     if not mb or compute is None or gbit_s <= 0:

@@ -11,10 +11,8 @@ from tfdist.sync.wire import COMPRESSIONS, check_bucket_setting, check_compressi
 from tfdist.workloads.config import TrainConfig
 
 BACKENDS = backends.BENCH_BACKENDS
-#: Reference configurations measured beside the backends, in the same run:
-#: ``independent``: N unsynchronised copies of the one-worker run (the limit of this machine);
-#: ``raw-tf``: the hand-written MultiWorkerMirroredStrategy loop of TensorFlow's tutorials;
-#: ``keras-fit``: an unmodified Keras ``model.fit`` under MultiWorkerMirroredStrategy (tfdist's Keras fix).
+#: Reference configurations measured beside the backends: N unsynchronised copies of the one-worker run (the
+#: machine's limit), TensorFlow's tutorial loop, an unmodified Keras ``model.fit``.
 REFERENCES = ("independent", "raw-tf", "keras-fit")
 
 
@@ -80,9 +78,7 @@ def parse_compare(text: str) -> tuple[str, ...]:
     )
 
 
-#: Warm-up steps by default, and across nodes where auto buckets decide during the first
-#: :data:`~tfdist.sync.wire.AUTO_STEPS` + 2 steps (a results read every 10 steps: the decision at step 10,
-#: the second trace at step 11).
+#: Warm-up steps by default, and across nodes where auto buckets decide (and trace again) in the warm-up.
 WARMUP, WARMUP_AUTO = 10, 20
 
 
@@ -107,23 +103,20 @@ class BenchConfig:
     input_delay_ms: float = 0.0
     run_timeout: float = 600.0
     seed: int = 0
-    #: Across nodes: the nodes' addresses in node order (the grid's node counts take the first N), the node
-    #: counts to measure, and the command prefix that runs a command on a node (``{host}`` is replaced).
-    #: ``workers`` are then processes per node.
+    #: Across nodes: their addresses in node order, the node counts to measure (each takes the first N), and
+    #: the command prefix that runs a command on a node (``{host}`` replaced); ``workers`` are then per node.
     hosts: tuple[str, ...] = ()
     nodes: tuple[int, ...] = ()
     on_host: str = ""
     base_port: int = 29600
-    #: Every measured tfdist run also writes a Chrome trace per rank (``tfdist.fit``'s ``timeline``) under
-    #: its run directory.
+    #: Every measured tfdist run also writes a Chrome trace per rank under its run directory.
     timeline: bool = False
     #: The MPI backend's variants: each compression x each bucket size (``()``: the default size).
     compression: tuple[str, ...] = ("none",)
     bucket_mb: tuple[float | str, ...] = ()
 
     def __post_init__(self) -> None:
-        # The training options are TrainConfig's: one place validates workload and dataset names.
-        self.train_config(self.out)
+        WorkerSpec.of(self, self.out).train_config()  # the workload and dataset checked where they are used
         self._check_nodes()
         if self.steps < 1:
             raise ConfigError(f"--steps={self.steps} must be at least 1 measured step.")
@@ -195,25 +188,10 @@ class BenchConfig:
             return (1,)
         return self.nodes or tuple(sorted({1, len(self.hosts)}))
 
-    def train_config(self, output_dir: str) -> TrainConfig:
-        """The training options every measured run shares."""
-        return TrainConfig(
-            workload=self.workload,
-            dataset=self.dataset,
-            epochs=1,
-            batch_size_per_replica=self.batch_size_per_replica,
-            lr=0.01,
-            output_dir=output_dir,
-            steps_per_epoch=self.warmup_steps + self.steps,
-            seed=self.seed,
-        )
-
     @property
     def warmup_steps(self) -> int:
-        """The steps run before measuring: ``warmup`` as given, else :data:`WARMUP_AUTO` when a measured run
-        crosses nodes on the MPI backend with ``auto`` buckets (the default size), which decides at its
-        first results read after :data:`~tfdist.sync.wire.AUTO_STEPS` timed sums and may trace its step
-        again, both of which must fall in the warm-up; else :data:`WARMUP`."""
+        """The steps run before measuring: ``warmup`` as given, else :data:`WARMUP_AUTO` when a run crosses
+        nodes on the MPI backend with ``auto`` buckets, else :data:`WARMUP`."""
         if self.warmup is not None:
             return self.warmup
         across = any(n > 1 for n in self.node_counts)
@@ -222,18 +200,14 @@ class BenchConfig:
 
     @property
     def log_every(self) -> int:
-        """Steps per timing block: results are read (and a time stamp taken) at block ends.
-
-        Blocks must end exactly at the warm-up boundary so warm-up steps never enter the step times.
-        """
+        """Steps per timing block (results read at block ends); a block ends at the warm-up's end."""
         import math
 
         block = math.gcd(self.steps, 10)
         return math.gcd(block, self.warmup_steps) if self.warmup_steps else block
 
 
-#: What one measured process does: the real step, the step on one in-memory batch, the input alone, or the
-#: real step of a one-worker run while other copies run beside it (each writes its own result).
+#: What one measured process does (:mod:`tfdist.bench.worker`).
 WORKER_MODES = ("train", "compute", "input", "independent")
 
 
@@ -272,6 +246,19 @@ class WorkerSpec:
             input_delay_ms=config.input_delay_ms,
             run_dir=run_dir,
             timeline=f"{run_dir}/timeline" if config.timeline else "",
+        )
+
+    def train_config(self) -> TrainConfig:
+        """The training options of the measured run."""
+        return TrainConfig(
+            workload=self.workload,
+            dataset=self.dataset,
+            epochs=1,
+            batch_size_per_replica=self.batch_size_per_replica,
+            lr=0.01,
+            output_dir=self.run_dir,
+            steps_per_epoch=self.warmup + self.steps,
+            seed=self.seed,
         )
 
     def to_json(self) -> str:

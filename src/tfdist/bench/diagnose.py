@@ -46,12 +46,8 @@ def _ms(seconds: float) -> str:
 
 
 def _account(ev: Evidence, backend: str, t_comp: float) -> str:
-    """Where one backend's step goes: compute, other threads' CPU on the same cores, and idle waiting.
-
-    Per worker and step: CPU time = utilisation x cores x step / workers. What exceeds the step's compute
-    alone ran on threads besides the compute (the collective's and gRPC's, the input pipeline's); the
-    rest of the wall time nobody computed (waiting on a peer or the network).
-    """
+    """Where one backend's step goes: compute, other threads' CPU beyond it (collectives, gRPC, input), and
+    idle waiting (per worker and step, CPU time = utilisation x cores x step / workers)."""
     batch = ev.batch_per_replica * ev.replicas
     t_full = batch * ev.workers / ev.full_eps[backend]
     cpu = ev.cpu_util[backend] * ev.cores * t_full / ev.workers

@@ -38,7 +38,7 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        """The backend with its variant, e.g. ``mpi-fp16-b4``: one line of the report's plot."""
+        """The backend with its variant, e.g. ``mpi-fp16-b4``."""
         return f"{self.backend}-{self.variant}" if self.variant else self.backend
 
     @property
@@ -79,8 +79,8 @@ class BenchPlan:
     warnings: tuple[str, ...]
 
     def order(self, repeat: int) -> list[RunSpec]:
-        """Run order of one repeat: rotated by one per repeat, so every configuration takes every position
-        in turn and a slow drift of the machine is spread over all of them instead of one."""
+        """Run order of one repeat, rotated by one per repeat: a slow drift of the machine is spread over
+        every configuration."""
         runs = list(self.runs)
         shift = repeat % len(runs)
         return runs[shift:] + runs[:shift]
@@ -178,12 +178,8 @@ def worker_args(config: BenchConfig, run_dir: str, mode: str = "train") -> tuple
 
 
 def program_for(spec: RunSpec, config: BenchConfig, run_dir: str, mode: str = "train") -> tuple[str, ...]:
-    """What every process of configuration ``spec`` runs (the arguments after ``python``).
-
-    The backends and ``independent`` run tfdist's bench worker; ``raw-tf`` and ``keras-fit`` run reference
-    programs written as TensorFlow's and Keras's tutorials write them (no tfdist API inside). A ``mode``
-    other than ``train`` (the diagnosis's ``compute`` and ``input``) is the bench worker in that mode.
-    """
+    """What every process of configuration ``spec`` runs (the arguments after ``python``): the bench worker
+    (in ``mode``), or for ``raw-tf`` and ``keras-fit`` their reference programs."""
     if mode != "train":
         return worker_args(config, run_dir, mode)
     if spec.backend == INDEPENDENT:
@@ -191,11 +187,6 @@ def program_for(spec: RunSpec, config: BenchConfig, run_dir: str, mode: str = "t
     if spec.backend in REFERENCES:
         return ("-m", "tfdist.bench.references", spec.backend, WorkerSpec.of(config, run_dir).to_json())
     return worker_args(config, run_dir)
-
-
-def thread_settings(threads: int) -> dict[str, str]:
-    """The same thread pools for every process of every run: what makes configurations comparable."""
-    return {**thread_env(threads, 1), "TF_CPP_MIN_LOG_LEVEL": "2"}  # all ``threads`` cores to one worker
 
 
 def command_for(
@@ -209,13 +200,11 @@ def command_for(
     log_path: str,
     timeout: float,
 ) -> Command:
-    """Start ``program`` (arguments after ``python``) as configuration ``spec``.
-
-    One worker runs directly; several go through ``tfdist launch`` (``--backend mpi`` for MPI). Without
-    GPUs, replicas are logical CPU devices (TFDIST_CPU_REPLICAS); with GPUs, one worker's replicas are
-    its first ``replicas`` GPUs and several workers get one GPU each from the launcher.
+    """Start ``program`` (arguments after ``python``) as configuration ``spec``: one worker directly, several
+    through ``tfdist launch``. Replicas are logical CPU devices without GPUs, else one worker's first GPUs.
     """
-    env = {**thread_settings(threads), **spec.wire_env}
+    # The same thread pools for every process of every run: what makes configurations comparable.
+    env = {**thread_env(threads, 1), "TF_CPP_MIN_LOG_LEVEL": "2", **spec.wire_env}
     if gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
         if spec.replicas > 1:
@@ -224,13 +213,14 @@ def command_for(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.replicas))
     if spec.workers == 1:
         return Command((python, "-u", *program), env, run_dir, log_path)
-    launch = [python, "-m", "tfdist", "launch", "-n", str(spec.workers), "--quiet-workers"]
-    launch += ["--run-dir", os.path.join(run_dir, "launch"), "--timeout", str(timeout)]
-    if spec.backend == "mpi":
-        launch += ["--backend", "mpi"]
-    if gpus == 0:
-        launch.append("--cpu")
-    return Command((*launch, *program), env, run_dir, log_path)
+    launch = _launch(spec, python, spec.workers, gpus, timeout)
+    return Command((*launch, "--run-dir", os.path.join(run_dir, "launch"), *program), env, run_dir, log_path)
+
+
+def _launch(spec: RunSpec, python: str, per_node: int, gpus: int, timeout: float) -> list[str]:
+    launch = [python, "-m", "tfdist", "launch", "-n", str(per_node), "--quiet-workers", "--timeout"]
+    launch += [str(timeout), *(["--backend", "mpi"] if spec.backend == "mpi" else [])]
+    return launch + (["--cpu"] if gpus == 0 else [])
 
 
 def on_node(on_host: str, host: str) -> tuple[str, ...]:
@@ -255,41 +245,21 @@ def node_commands(
     log_path: str,
     timeout: float,
 ) -> tuple[Command, ...]:
-    """One command per node of ``spec``: each node's ``tfdist launch`` of the job, started on that node.
-
-    The nodes are the first ``spec.nodes`` of ``hosts``; they find each other from the static host list
-    (``--nnodes --node-rank --hosts --base-port``), as ``tfdist launch`` does on machines without a
-    scheduler. One process on one node is the plain program on the first host.
-    """
+    """One command per node of ``spec``: each node's ``tfdist launch`` of the job (the first ``spec.nodes``
+    of ``hosts``, meeting through the static host list), started on that node."""
     one = command_for(
         spec, program, python=python, threads=threads, gpus=gpus, run_dir=run_dir,
         log_path=log_path, timeout=timeout,
     )  # fmt: skip
     if spec.nodes == 1:
         return (replace(one, argv=(*on_node(on_host, hosts[0]), *one.argv)),)
-    per_node = spec.workers // spec.nodes
-    job = ",".join(hosts[: spec.nodes])
-    launch = [python, "-m", "tfdist", "launch", "--nnodes", str(spec.nodes), "--hosts", job]
-    launch += ["--base-port", str(port), "-n", str(per_node), "--quiet-workers", "--timeout", str(timeout)]
-    if spec.backend == "mpi":
-        launch += ["--backend", "mpi"]
-    if gpus == 0:
-        launch.append("--cpu")
+    launch = _launch(spec, python, spec.workers // spec.nodes, gpus, timeout)
+    nodes = ",".join(hosts[: spec.nodes])
+    launch += ["--nnodes", str(spec.nodes), "--hosts", nodes, "--base-port", str(port)]
     stem, ext = os.path.splitext(log_path)
-    return tuple(
-        Command(
-            (
-                *on_node(on_host, host),
-                *launch,
-                "--node-rank",
-                str(rank),
-                "--run-dir",
-                os.path.join(run_dir, f"launch-node{rank}"),
-                *program,
-            ),
-            one.env,
-            run_dir,
-            f"{stem}-node{rank}{ext}",
-        )
-        for rank, host in enumerate(hosts[: spec.nodes])
-    )
+    commands = []
+    for rank, host in enumerate(hosts[: spec.nodes]):
+        where = ("--node-rank", str(rank), "--run-dir", os.path.join(run_dir, f"launch-node{rank}"))
+        argv = (*on_node(on_host, host), *launch, *where, *program)
+        commands.append(Command(argv, one.env, run_dir, f"{stem}-node{rank}{ext}"))
+    return tuple(commands)

@@ -1,11 +1,6 @@
-"""Worker-side measurements for ``tfdist bench --diagnose`` and the benchmarks, run in launched processes.
-
-``python -m tfdist.bench.probes allreduce --backend tf|mpi --floats N[,N2,...] --iters K --out FILE``: the
-time of one sum-all-reduce of N float32 (each size in turn) across every worker of the launch, through
-TensorFlow's collectives (MultiWorkerMirroredStrategy, what the ``tf`` backend uses) or MPI (what the
-``mpi`` backend uses).
-The chief writes the median, p90 and all samples as JSON (the first size at the top level, every size under
-``sizes``).
+"""``python -m tfdist.bench.probes allreduce --backend tf|mpi --floats N[,N2,...] --iters K --out FILE``: the
+time of one float32 sum-all-reduce across the launch's workers, through TensorFlow's collectives or MPI.
+The chief writes the median, p90 and samples as JSON (the first size at the top level, all under ``sizes``).
 """
 
 from __future__ import annotations

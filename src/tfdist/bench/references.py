@@ -1,19 +1,7 @@
-"""Reference programs of ``tfdist bench --compare``: training written the way TensorFlow's and Keras's
-tutorials write it, with no tfdist API inside, so tfdist's backends are measured against what a user would
-otherwise run. Not part of tfdist's API: only the bench starts them.
-
-``python -m tfdist.bench.references raw-tf|keras-fit SPEC_JSON`` (a :class:`WorkerSpec`), started in every
-worker by ``tfdist launch``:
-
-- ``raw-tf``: the custom training loop of TensorFlow's multi-worker tutorial: ``MultiWorkerMirroredStrategy``,
-  ``experimental_distribute_dataset`` over the globally batched dataset, ``strategy.run`` of a step using
-  ``tf.nn.compute_average_loss``, the loss reduced with ``strategy.reduce`` every step;
-- ``keras-fit``: ``model.compile`` + ``model.fit`` under ``MultiWorkerMirroredStrategy`` (running here
-  through tfdist's Keras fix, which the launcher's worker bootstrap installs).
-
-Both train the bench's workload and data with the same optimizer, and write ``bench.json`` (chief only) in
-the bench worker's format: the wall time at the end of the first step and at every ``log_every`` steps,
-read after a host sync on the loss.
+"""Reference programs of ``tfdist bench --compare``, written as TensorFlow's and Keras's tutorials write
+them, with no tfdist API inside: ``raw-tf`` (the multi-worker custom loop, the loss reduced every step)
+and ``keras-fit`` (``model.fit``, through tfdist's Keras fix). ``python -m tfdist.bench.references
+raw-tf|keras-fit SPEC_JSON``; the chief writes ``bench.json`` in the bench worker's format.
 """
 
 from __future__ import annotations
@@ -80,7 +68,7 @@ def _optimizer() -> Any:
 
 
 def raw_tf(spec: WorkerSpec) -> tuple[dict[str, Any], bool]:
-    """The tutorial's hand-written loop; returns the result and whether this worker is the chief."""
+    """The tutorial's hand-written loop: the result, and whether this worker is the chief."""
     import keras
     import tensorflow as tf
 

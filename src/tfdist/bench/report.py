@@ -13,26 +13,9 @@ from tfdist import files
 from tfdist.bench.breakdown import WAIT
 
 CSV_COLUMNS = (
-    "name",
-    "workers",
-    "replicas",
-    "backend",
-    "repeats",
-    "examples_per_sec",
-    "step_time_median_s",
-    "step_time_p90_s",
-    "speedup",
-    "efficiency",
-    "time_to_first_step_s",
-    "cpu_util",
-    "gpu_util",
-    "gpu_mem_mb",
-    "vs_independent",
-    "vs_raw_tf",
-    "peak_rss_mb",
-    "rss_vs_one_worker",
-    "nodes",
-    "link_text",
+    *("name", "workers", "replicas", "backend", "repeats", "examples_per_sec", "step_time_median_s"),
+    *("step_time_p90_s", "speedup", "efficiency", "time_to_first_step_s", "cpu_util", "gpu_util"),
+    *("gpu_mem_mb", "vs_independent", "vs_raw_tf", "peak_rss_mb", "rss_vs_one_worker", "nodes", "link_text"),
     "load_1min",
 )
 
@@ -55,6 +38,21 @@ def _rss(row: dict[str, Any]) -> str:
         return "-"
     ratio = row.get("rss_vs_one_worker")
     return f"{row['peak_rss_mb']:,.0f} MB" + (f" ({ratio:.2f}x)" if ratio is not None else "")
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    """A row's cells shared by the report and the console table, from examples/s to CPU."""
+    return [
+        f"{r['examples_per_sec']:,.0f}",
+        f"{r['step_time_median_s'] * 1000:.1f} ms",
+        f"{r['step_time_p90_s'] * 1000:.1f} ms",
+        f"{r['speedup']:.2f}x",
+        f"{r['efficiency']:.2f}",
+        _times(r.get("vs_independent")),
+        _times(r.get("vs_raw_tf")),
+        f"{r['time_to_first_step_s']:.1f} s",
+        _pct(r["cpu_util"]),
+    ]
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:
@@ -88,14 +86,9 @@ def markdown(payload: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["runs"]:
-        lines.append(
-            f"| {r['name']} | {r.get('nodes', 1)} | {r['workers']} | {r['replicas']} | {r['backend']} | "
-            f"{r['examples_per_sec']:,.0f} | "
-            f"{r['step_time_median_s'] * 1000:.1f} ms | {r['step_time_p90_s'] * 1000:.1f} ms | "
-            f"{r['speedup']:.2f}x | {r['efficiency']:.2f} | {_times(r.get('vs_independent'))} | "
-            f"{_times(r.get('vs_raw_tf'))} | {r['time_to_first_step_s']:.1f} s | "
-            f"{_pct(r['cpu_util'])} | {_rss(r)} | {r.get('link_text', '-')} | {_load(r)} |"
-        )
+        cells = [r["name"], r.get("nodes", 1), r["workers"], r["replicas"], r["backend"], *_cells(r)]
+        cells += [_rss(r), r.get("link_text", "-"), _load(r)]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines += [
         "",
         "`local`: one process, nothing synchronised across processes; every backend's line starts there.",
@@ -307,38 +300,14 @@ def print_table(payload: dict[str, Any]) -> None:
     table = Table(
         title=f"tfdist bench: {payload['settings']['workload']} on {payload['settings']['dataset']}"
     )
+    table.add_column("config")
     for column in (
-        "config",
-        "examples/s",
-        "step median",
-        "step p90",
-        "speed-up",
-        "efficiency",
-        "vs indep.",
-        "vs raw-tf",
-        "1st step",
-        "CPU",
-        "GPU",
-        "peak RSS",
-        "link",
+        *("examples/s", "step median", "step p90", "speed-up", "efficiency", "vs indep.", "vs raw-tf"),
+        *("1st step", "CPU", "GPU", "peak RSS", "link"),
     ):
-        table.add_column(column, justify="left" if column == "config" else "right")
+        table.add_column(column, justify="right")
     for r in payload["runs"]:
-        table.add_row(
-            r["name"],
-            f"{r['examples_per_sec']:,.0f}",
-            f"{r['step_time_median_s'] * 1000:.1f} ms",
-            f"{r['step_time_p90_s'] * 1000:.1f} ms",
-            f"{r['speedup']:.2f}x",
-            f"{r['efficiency']:.2f}",
-            _times(r.get("vs_independent")),
-            _times(r.get("vs_raw_tf")),
-            f"{r['time_to_first_step_s']:.1f} s",
-            _pct(r["cpu_util"]),
-            _pct(r["gpu_util"]),
-            _rss(r),
-            r.get("link_text", "-"),
-        )
+        table.add_row(r["name"], *_cells(r), _pct(r["gpu_util"]), _rss(r), r.get("link_text", "-"))
     console.print(table)
     for warning in payload["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -123,8 +123,7 @@ def _nvml_handles() -> list[Any]:
 
 @dataclass(frozen=True)
 class Finished:
-    """A run that exited 0: its chief's bench.json (or each copy's, for independent copies), when it
-    started, and its resource samples."""
+    """A run that exited 0: its chief's bench.json (or each independent copy's), its start, its samples."""
 
     results: tuple[dict[str, Any], ...]
     started_at: float
@@ -154,11 +153,8 @@ def run_command(command: Command, *, timeout: float, base_env: Mapping[str, str]
 def run_commands(
     commands: Sequence[Command], *, timeout: float, base_env: Mapping[str, str] | None = None
 ) -> Finished:
-    """Run the process trees of one measured job at once (one per node) and read its results.
-
-    Their results are read from the first command's run directory (every node writes there: a directory
-    every node sees).
-    """
+    """Run the process trees of one measured job at once (one per node) and read its results from the
+    first command's run directory (one every node sees)."""
     started = time.time()
     usage = run_all(commands, timeout=timeout, base_env=base_env)
     results = read_results(Path(commands[0].run_dir))
@@ -170,12 +166,8 @@ def run_commands(
 def run_all(
     commands: Sequence[Command], *, timeout: float, base_env: Mapping[str, str] | None = None
 ) -> Usage:
-    """Run process trees at once to completion and return their CPU/GPU samples.
-
-    The first one to fail stops the others (a peer that lost its job would otherwise wait for it until
-    its own time limit); RunFailed names the failing command's log. The processes are tfdist's one
-    supervised group (:class:`tfdist.launch.workers.WorkerGroup`), each logged to its command's file.
-    """
+    """Run process trees at once, in the launcher's ``WorkerGroup``, and return their CPU/GPU samples; the
+    first to fail stops the others (its peers would wait for it) and RunFailed names its log."""
     specs = []
     for i, command in enumerate(commands):
         Path(command.run_dir).mkdir(parents=True, exist_ok=True)

@@ -1,22 +1,9 @@
-"""A step's time across nodes, on paper: the all-reduce's wire and latency terms plus a per-step overhead
-fitted to a measured run, for node counts this machine cannot hold. Pure arithmetic.
+"""A step's time across nodes, on paper, for node counts this machine cannot hold. Pure arithmetic.
 
-The model (a synchronous step whose gradient sum follows the backward pass, the MPI backend's unbucketed
-step, and an upper bound for one that overlaps):
-
-    step(nodes) = compute + allreduce(nodes) + overhead
-
-- ``compute``: a node's forward and backward pass alone (measured: the unsynchronised copies' step at the
-  same node count, which on a real cluster does not grow with the nodes);
-- ``allreduce``: what moving the gradient needs at the link's rate and latency: a ring over the nodes
-  (``2 (N - 1) / N`` of the bytes in and out of each node, ``2 (N - 1)`` latencies), after a reduce-scatter
-  inside each node of several workers and before the all-gather there (the two-level scheme of Horovod,
-  NCCL and the MPI backend's shared-memory level);
-- ``overhead``: what the run spent beyond both (software: packing, polling, the TCP stack's copies),
-  fitted as one constant per step at the smallest node count measured.
-
-Fitted on two test hosts, it is checked against the measured 4 and 8 (``tfdist bench --nodes 2,4,8``), then
-extrapolated with the compute of the smallest count.
+``step(nodes) = compute + allreduce(nodes) + overhead``: compute is the unsynchronised copies' step at the
+same node count; the all-reduce a two-level ring at the link's measured rate and latency; the overhead a
+constant fitted at the smallest node count measured. For steps that sum after the backward pass; an upper
+bound for those that overlap.
 """
 
 from __future__ import annotations
@@ -38,14 +25,9 @@ class Link:
 
 
 def allreduce_s(nodes: int, nbytes: float, link: Link, per_node: int = 1, node_gbit_s: float = 0.0) -> float:
-    """Seconds an all-reduce of ``nbytes`` needs over ``nodes`` nodes of ``per_node`` workers each.
-
-    Inside a node (``per_node`` > 1, ``node_gbit_s`` its bus): a reduce-scatter and an all-gather, each
-    moving ``(g - 1) / g`` of the bytes. Across nodes: a ring of the node's share, every node's link carrying
-    ``2 (N - 1) / N`` of the bytes each way, with ``2 (N - 1)`` latencies.
-
-    Input/Output: ``allreduce_s(2, 4.8e6, Link(1.0, 0))`` -> ``0.0384``
-    """
+    """Seconds an all-reduce of ``nbytes`` needs over ``nodes`` nodes of ``per_node`` workers each: inside a
+    node a reduce-scatter and an all-gather on its bus (``node_gbit_s``), across nodes a ring (``2 (N - 1)
+    / N`` of the bytes each way and ``2 (N - 1)`` latencies)."""
     inside = 0.0
     if per_node > 1 and node_gbit_s > 0:
         inside = 2 * (per_node - 1) / per_node * nbytes * 8 / (node_gbit_s * 1e9)
@@ -87,22 +69,15 @@ def size(row: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def sums_after_backward(label: str) -> bool:
-    """Whether a bench configuration sums its gradients after the backward pass, the case the model is
-    for: TensorFlow's collectives (inside the update) and the MPI backend without buckets (``mpi-b0``,
-    ``mpi-fp16-b0``); not the MPI backend's default buckets across nodes, not the references."""
+    """Whether a bench configuration sums its gradients after the backward pass, the model's case:
+    TensorFlow's collectives and the MPI backend without buckets (``mpi-b0``, ``mpi-fp16-b0``)."""
     return label == "tf" or label.startswith("tf-") or (label.startswith("mpi") and label.endswith("-b0"))
 
 
 def bench_predictions(rows: Sequence[dict[str, Any]], nbytes: float) -> dict[str, Any]:
-    """For each backend that sums after the backward pass (:func:`sums_after_backward`), measured across a
-    link beside its unsynchronised copies:
-    the model fitted at the smallest count, its step at every measured count (``rows`` get
-    ``predicted_step_s`` and ``predicted_error``: predicted / measured - 1) and its efficiency at
-    :data:`BEYOND` nodes with the smallest count's compute. ``{}`` when nothing can be fitted.
-
-    ``rows``: the bench's summary rows (``backend``, ``nodes``, ``workers``, ``step_time_median_s``,
-    ``link``), mutated; ``nbytes``: what one step all-reduces (the gradient).
-    """
+    """For each backend the model is for, measured across a link beside its unsynchronised copies: the
+    model fitted at the smallest count, its efficiency at :data:`BEYOND` nodes, and in each measured row
+    (mutated) ``predicted_step_s`` and ``predicted_error``. ``nbytes``: what one step all-reduces."""
     alone = {size(r): r["step_time_median_s"] for r in rows if r["backend"] == "independent"}
     out: dict[str, Any] = {}
     backends = {r["backend"] for r in rows if r.get("nodes", 1) > 1 and sums_after_backward(r["backend"])}

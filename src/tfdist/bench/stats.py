@@ -29,10 +29,7 @@ class Sample:
 def measured_window(
     timeline: Sequence[Sequence[float]], first_step_at: float | None, warmup: int
 ) -> list[tuple[int, float]]:
-    """The (step, wall time) points from the end of the warm-up on.
-
-    With no warm-up the first point is the end of step 1 (its tracing time is never measured).
-    """
+    """The (step, wall time) points from the end of the warm-up on (at the earliest the end of step 1)."""
     points = [(int(s), float(t)) for s, t in timeline]
     if first_step_at is not None:
         points.insert(0, (1, float(first_step_at)))
@@ -46,11 +43,8 @@ def sample_from_summary(
     started_at: float,
     within: tuple[float, float] | None = None,
 ) -> Sample:
-    """A Sample from a worker's fit summary (``timeline``, ``first_step_at``, ``global_batch``).
-
-    ``within``: keep only the timing points between these wall times (kept as they are when fewer than
-    two fall inside).
-    """
+    """A Sample from a worker's fit summary; ``within``: only the timing points between these wall times
+    (when at least two fall inside)."""
     window = measured_window(summary["timeline"], summary.get("first_step_at"), warmup)
     if within is not None:
         inside = [(s, t) for s, t in window if within[0] <= t <= within[1]]
@@ -68,11 +62,8 @@ def sample_from_summary(
 
 
 def common_window(summaries: Sequence[Mapping[str, Any]], warmup: int) -> tuple[float, float] | None:
-    """The wall times during which every copy was past its warm-up and still measuring, or None.
-
-    A copy that runs alone (its peer started later or finished earlier) runs faster than beside it:
-    measured inside this window, copies count only the time they really shared the machine.
-    """
+    """The wall times during which every copy was past its warm-up and still measuring, or None (a copy
+    running alone runs faster than beside the others)."""
     windows = [measured_window(s["timeline"], s.get("first_step_at"), warmup) for s in summaries]
     if any(len(w) < 2 for w in windows):
         return None
@@ -81,10 +72,8 @@ def common_window(summaries: Sequence[Mapping[str, Any]], warmup: int) -> tuple[
 
 
 def combine_copies(samples: Sequence[Sample]) -> Sample:
-    """One Sample for N unsynchronised copies run at once: their rates add up, their step times pool.
-
-    The window is where all copies were measuring at once (their union when they did not overlap).
-    """
+    """One Sample for N unsynchronised copies run at once: their rates add up, their step times pool, the
+    window is where all were measuring (their union when they did not overlap)."""
     starts, ends = [x.window[0] for x in samples], [x.window[1] for x in samples]
     window = (max(starts), min(ends)) if max(starts) < min(ends) else (min(starts), max(ends))
     return Sample(
@@ -110,14 +99,8 @@ def _median_or_none(values: Sequence[float | None]) -> float | None:
 
 
 def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any]]:
-    """One row per configuration: medians over repeats, speed-up and efficiency against the smallest.
-
-    The baseline is the configuration with the fewest replicas in total (the first such in the plan):
-    speed-up = its examples/s ratio; efficiency = speed-up / (replicas / baseline replicas).
-    Each row is also compared with the reference configurations at the same size, when they ran:
-    ``vs_independent`` (the machine's limit) and ``vs_raw_tf`` (the tutorial's loop), and its peak memory
-    per process with the one-worker run's (``rss_vs_one_worker``).
-    """
+    """One row per configuration: medians over repeats, speed-up and efficiency against the configuration
+    with the fewest replicas, and ratios to the references of the same size and to the one-worker RSS."""
     specs = list(results)
     if not specs:
         return []

@@ -1,13 +1,8 @@
-"""One measured process of ``tfdist bench`` (started directly, by the launcher, or by mpiexec).
+"""One measured process of ``tfdist bench``: ``python -m tfdist.bench.worker SPEC_JSON``.
 
-``python -m tfdist.bench.worker SPEC_JSON`` (a :class:`tfdist.bench.config.WorkerSpec`) writes ``bench.json``
-(chief only); its mode is one of:
-- ``train``: the real distributed step (``tfdist.fit`` on the workload's input pipeline);
-- ``compute``: the same step on one in-memory batch (no input pipeline cost);
-- ``input``: the input pipeline alone (batches are fetched, nothing is computed);
-- ``independent``: the one-worker ``train`` run, while the launcher starts N of them at once; each copy
-  forgets the cluster, trains alone and writes ``bench-r<rank>.json`` (the limit of the machine: every cost
-  of N processes sharing it, and no synchronisation).
+Modes: ``train`` (``tfdist.fit`` on the workload's input pipeline), ``compute`` (the step on one in-memory
+batch), ``input`` (the pipeline alone), ``independent`` (one of N unsynchronised one-worker copies started
+at once, each writing ``bench-r<rank>.json``). The chief writes ``bench.json``.
 """
 
 from __future__ import annotations
@@ -23,10 +18,8 @@ from tfdist import files, variables
 
 
 def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
-    """``train_data`` as a per-replica ``dataset_fn`` whose every batch takes at least ``delay_s`` to make.
-
-    A serial sleep in the pipeline: the way to see (and test) what an input-bound job looks like.
-    """
+    """``train_data`` as a per-replica ``dataset_fn`` whose every batch takes at least ``delay_s`` to make:
+    what an input-bound job looks like."""
     import numpy as np
     import tensorflow as tf
 
@@ -98,20 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     copy = forget_cluster() if args.mode == "independent" else None
 
     import tfdist
-    from tfdist.workloads.config import TrainConfig
     from tfdist.workloads.job import prepare
 
-    config = TrainConfig(
-        workload=args.workload,
-        dataset=args.dataset,
-        epochs=1,
-        batch_size_per_replica=args.batch_size_per_replica,
-        lr=0.01,
-        output_dir=args.run_dir,
-        steps_per_epoch=args.warmup + args.steps,
-        seed=args.seed,
-    )
-    prepared = prepare(config)
+    prepared = prepare(args.train_config())
     if args.input_delay_ms > 0:
         prepared.train_data = slowed(
             prepared.train_data, args.batch_size_per_replica, args.input_delay_ms / 1000, args.seed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -16,8 +17,8 @@ _LEFT_OVER = "_tfdist_left_over_parser"
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line (what, and where to look) with exit code 2, and name the
-    nearest command, choice or flag when the word typed is close to one."""
+    """ArgumentParser whose errors are one line with exit code 2, naming the nearest command, choice or flag
+    when the word typed is close to one."""
 
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: error: <message> (see <prog> --help)`` and exit 2, without the usage block."""
@@ -32,8 +33,7 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """argparse's, with unknown flags reported by the sub-command's parser, which knows its flags:
-        ``tfdist launch: error: unrecognized arguments: --cpus (did you mean --cpu?)``."""
+        """argparse's, with unknown flags reported by the sub-command's parser, which knows its flags."""
         namespace, extras = self.parse_known_args(args, namespace)
         owner = vars(namespace).pop(_LEFT_OVER, self)
         if extras:
@@ -41,11 +41,10 @@ class Parser(argparse.ArgumentParser):
         return namespace
 
     def nearest_flags(self, words: Sequence[str]) -> str:
-        """`` (did you mean --cpu?)`` for the unknown flags among ``words`` that are close to one of this
-        parser's; empty when none is.
+        """`` (did you mean --cpu?)`` for the unknown flags among ``words`` close to one of this parser's.
 
-        Input/Output: ``["--cpus"]`` -> ``" (did you mean --cpu?)"``; ``["--cpus", "--nnode=2"]`` ->
-        ``" (did you mean --cpu for --cpus, --nnodes for --nnode?)"``; ``["x.py"]`` -> ``""``.
+        Input/Output: ``["--cpus", "--nnode=2"]`` -> ``" (did you mean --cpu for --cpus, --nnodes for
+        --nnode?)"``; ``["x.py"]`` -> ``""``.
         """
         # Compared without the dashes, which every flag shares: --nprocs is not close to --ps.
         known = {s.lstrip("-"): s for a in self._actions for s in a.option_strings}
@@ -62,8 +61,7 @@ class Parser(argparse.ArgumentParser):
         )
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
-        """argparse's check of a choice (a sub-command's name too), naming the nearest choice first:
-        ``invalid choice: 'lauch' (did you mean launch? choose from 'env', 'launch', ...)``."""
+        """argparse's check of a choice (a sub-command's name too), naming the nearest choice first."""
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError:
@@ -79,8 +77,7 @@ class Parser(argparse.ArgumentParser):
 
 def examples(*lines: str) -> dict[str, Any]:
     """``add_parser`` keywords for a ``--help`` that ends with example commands (``COMMAND  # what it
-    does``), kept as written; indented under a blank line, the docs' command reference shows them as code.
-    """
+    does``), kept as written (indented, the docs' command reference shows them as code)."""
     return {
         "epilog": "examples:\n\n" + "\n".join(f"    {line}" for line in lines),
         "formatter_class": argparse.RawDescriptionHelpFormatter,
@@ -89,32 +86,17 @@ def examples(*lines: str) -> dict[str, Any]:
 
 def build_parser() -> Parser:
     """The full parser tree; each subcommand module adds its own sub-parser."""
-    from tfdist.cli import bench as bench_cmd
-    from tfdist.cli import env as env_cmd
-    from tfdist.cli import estimate as estimate_cmd
-    from tfdist.cli import k8s as k8s_cmd
-    from tfdist.cli import launch as launch_cmd
-    from tfdist.cli import run as run_cmd
-    from tfdist.cli import slurm as slurm_cmd
-    from tfdist.cli import train as train_cmd
+    from tfdist import __version__
 
     parser = Parser(
         prog="tfdist", description="Distributed TensorFlow/Keras training from a laptop to a cluster."
     )
-    from tfdist import __version__
-
     parser.add_argument("--version", action="version", version=f"tfdist {__version__}")
     # dest "subcommand": "command" is what `slurm` and `run` call the user's command line (-- CMD...)
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    env_cmd.register(sub)
-    launch_cmd.register(sub)
-    run_cmd.register(sub)
-    train_cmd.register(sub)
-    slurm_cmd.register(sub)
-    k8s_cmd.register(sub)
-    bench_cmd.register(sub)
-    estimate_cmd.register(sub)
+    for command in ("env", "launch", "run", "train", "slurm", "k8s", "bench", "estimate"):
+        importlib.import_module(f"tfdist.cli.{command}").register(sub)
     return parser
 
 

@@ -1,8 +1,5 @@
-"""argparse value types whose errors read as one line: ``'abc' is not an integer``.
-
-Range checks are not done here: the Config dataclasses own them, so the CLI and the Python API agree.
-Also the one option several commands share by name: ``--run-dir`` (:func:`add_run_dir`).
-"""
+"""argparse value types whose errors read as one line (``'abc' is not an integer``; range checks are the
+configs'), and ``--run-dir``, the one option several commands share."""
 
 from __future__ import annotations
 
@@ -32,26 +29,21 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def number(text: str) -> float:
-    """Parse a finite number flag value (``nan`` and ``inf`` are refused: no flag means them)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
+def _finite(what: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+        if not math.isfinite(value):  # no flag means nan or inf
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite {what}")
+        return value
+
+    return parse
 
 
-def seconds(text: str) -> float:
-    """Parse a finite duration in seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
-    return value
+#: Parse a finite number, or a finite duration in seconds.
+number, seconds = _finite("number"), _finite("number of seconds")
 
 
 def seconds_or_off(text: str) -> float:
@@ -66,8 +58,7 @@ def seconds_or_off(text: str) -> float:
 
 def node_range(separator: str) -> Callable[[str], str]:
     """A node count or range written ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's), given back
-    with ``separator``: ``tfdist launch --nnodes`` and ``tfdist slurm --nodes`` take either form, so a
-    range typed for one is not refused by the other. The range itself is checked by the config.
+    with ``separator``: ``tfdist launch --nnodes`` and ``tfdist slurm --nodes`` take either form.
 
     Input/Output: ``node_range(":")("2-4")`` -> ``"2:4"``; ``node_range("-")("2:4")`` -> ``"2-4"``; ``"3"``
     -> ``"3"``.

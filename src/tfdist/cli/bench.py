@@ -31,7 +31,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--workers",
-        default=None,
         metavar="N,N",
         help="worker processes per node to measure, comma-separated, e.g. 1,2,4 (default: 1,2 on this "
         "machine, 1 with --hosts or --nodes)",
@@ -59,7 +58,6 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--warmup",
         type=integer,
-        default=None,
         metavar="STEPS",
         help="steps run before measuring (default 10; 20 across nodes on the MPI backend with auto buckets, "
         "whose decision and second trace then fall in the warm-up)",
@@ -73,10 +71,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--batch-size-per-replica", type=integer, default=64)
     p.add_argument(
-        "--threads",
-        type=integer,
-        default=None,
-        help="intra/inter-op threads per worker (default: cores / max workers)",
+        "--threads", type=integer, help="intra/inter-op threads per worker (default: cores / max workers)"
     )
     p.add_argument(
         "--diagnose",
@@ -98,17 +93,15 @@ def register(sub: Any) -> None:
         help="limit per measured run (default 600)",
     )
     p.add_argument("--seed", type=integer, default=0)
-    p.add_argument("--out", default=None, help="results directory (default ./tfdist-bench/<run-id>)")
+    p.add_argument("--out", help="results directory (default ./tfdist-bench/<run-id>)")
     p.add_argument(
         "--hosts",
-        default=None,
         help="run across these nodes (comma-separated, in node order; the grid's node counts take the first "
         "N); inside a Slurm allocation the default is the allocation's nodes when --nodes is given",
     )
-    p.add_argument("--nodes", default=None, help="node counts to measure, e.g. 1,2 (default 1 and all hosts)")
+    p.add_argument("--nodes", help="node counts to measure, e.g. 1,2 (default 1 and all hosts)")
     p.add_argument(
         "--on-host",
-        default=None,
         help="command prefix that runs a command on a node, {host} replaced, e.g. 'ssh {host}' (default "
         "under Slurm: srun one task on that node; otherwise none: the hosts must be this machine's own "
         "network namespaces or reach each other from here)",
@@ -129,7 +122,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--bucket-mb",
-        default=None,
         help="the mpi backend's gradient bucket sizes in MB to compare, e.g. 0,4 (0: one sum after the "
         "backward pass; default TFDIST_BUCKET_MB)",
     )
@@ -186,8 +178,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _check_cores(typed: str, workers: tuple[int, ...], cores: int) -> None:
-    """Refuse more worker processes than this machine's cores, before anything is written: they would
-    time-slice the cores, and the scaling table would measure that (``--oversubscribe`` asks for it)."""
+    """Refuse more worker processes than this machine's cores (``--oversubscribe`` asks for them)."""
     if max(workers) <= cores:
         return
     fitting = ",".join(str(w) for w in sorted({w for w in workers if w <= cores} | {cores}))

@@ -17,26 +17,9 @@ from tfdist.launch.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
-    "TF_CONFIG",
-    "SLURM_",
-    "CUDA_VISIBLE_DEVICES",
-    "TFDIST_",
-    "TPU_",
-    "COLAB_TPU_ADDR",
-    "OMPI_COMM_WORLD_",
-    "PMI_",
-    "PMIX_",
-    "MPIR_CVAR_",
-    "UCX_",
-    "FI_PROVIDER",
-    "RAY_",
-    "JOB_COMPLETION_INDEX",
-    "NCCL_",
-    "XLA_FLAGS",
-    "TF_NUM_",
-    "OMP_NUM_THREADS",
-    "TF_CPP_MIN_LOG_LEVEL",
-    "TF_ENABLE_ONEDNN_OPTS",
+    *("TF_CONFIG", "TFDIST_", "TF_NUM_", "TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS"),
+    *("SLURM_", "RAY_", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MPIR_CVAR_", "UCX_"),
+    *("CUDA_VISIBLE_DEVICES", "NCCL_", "TPU_", "COLAB_TPU_ADDR", "FI_PROVIDER", "OMP_NUM_THREADS"),
     "TF_USE_LEGACY_KERAS",
 )
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
@@ -125,11 +108,8 @@ def collect(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def driver_gpus(environ: Mapping[str, str]) -> list[str]:
-    """The NVIDIA driver's GPUs this process may use (CUDA_VISIBLE_DEVICES applied), each as ``"id: name"``.
-
-    Input/Output: GPUs ``["NVIDIA A100", "NVIDIA A100"]`` and ``CUDA_VISIBLE_DEVICES=1`` ->
-    ``["1: NVIDIA A100"]``; a UUID in CUDA_VISIBLE_DEVICES is shown as it is.
-    """
+    """The NVIDIA driver's GPUs this process may use (CUDA_VISIBLE_DEVICES applied), as ``"1: NVIDIA A100"``
+    (a UUID as it is)."""
     from tfdist.nodes import gpu_names, visible_gpus
 
     names = gpu_names()
@@ -145,10 +125,8 @@ def driver_gpus(environ: Mapping[str, str]) -> list[str]:
 def read_stack(
     environ: Mapping[str, str], gpus: int, mpi: Mapping[str, Any], driver_gpus: int = 0
 ) -> StackFacts:
-    """This machine's stack for :func:`tfdist.env.stack.plan_features`: the modules' versions (whichever
-    distribution installed them, :mod:`tfdist.installed`),
-    the Keras fix's table verdict, ``mpi`` (:func:`mpi_status`), sbatch on PATH, the GPUs TensorFlow
-    sees (``gpus``) and those the driver shows (``driver_gpus``)."""
+    """This machine's stack for :func:`tfdist.env.stack.plan_features` (the modules' own versions,
+    :mod:`tfdist.installed`)."""
     import shutil
 
     from tfdist.installed import find
@@ -189,8 +167,8 @@ def read_stack(
 
 
 def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The MPI library mpi4py loads here, the launcher ``tfdist launch --backend mpi`` would use, which
-    launcher started this process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
+    """The MPI library mpi4py loads here, the launcher tfdist would use, the one that started this
+    process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
     import importlib.util
 
     from tfdist.nodes.mpi import find_stack, mismatch, started_by
@@ -239,15 +217,8 @@ def _print_tables(info: dict[str, Any]) -> None:
     console = Console()
     where = Table(title="tfdist environment", show_header=False)
     for key in (
-        "kind",
-        "source",
-        "role",
-        "task_index",
-        "rank",
-        "world_size",
-        "local_rank",
-        "local_world_size",
-        "is_chief",
+        *("kind", "source", "role", "task_index"),
+        *("rank", "world_size", "local_rank", "local_world_size", "is_chief"),
     ):
         where.add_row(key, str(info[key]))
     for role, addrs in info["cluster_spec"].items():
@@ -350,7 +321,7 @@ def _print_stack(console: Any, stack: Mapping[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the environment report; ConfigError from detection propagates to a one-line exit 2."""
+    """Print the environment report."""
     # A copy taken before TensorFlow is imported: importing it adds TPU_ML_PLATFORM* to os.environ.
     environ = dict(os.environ)
     # This command computes nothing, so TensorFlow's start-up banners would only bury the report.

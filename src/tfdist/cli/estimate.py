@@ -28,18 +28,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "model",
         nargs="?",
-        default=None,
         help="SCRIPT.py:FUNCTION (a function that returns a Keras model, called with no arguments) or a "
         "saved FILE.keras; or use --workload",
     )
     p.add_argument(
         "--workload",
-        default=None,
         help="a built-in workload: regression | mnist-cnn | resnet50 | mobilenetv2 | big-gradient",
     )
     p.add_argument(
         "--input-shape",
-        default=None,
         help="one example's shape, e.g. 224,224,3: for --workload (default 28,28,1; 224,224,3 for resnet50 "
         "and mobilenetv2) and for subclassed models",
     )
@@ -53,13 +50,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--optimizer",
-        default=None,
         help="sgd | momentum | adam | adamw | rmsprop (default: the model's compiled optimizer, else adam)",
     )
     p.add_argument(
         "--mixed-precision",
         dest="precision",
-        default=None,
         help="bf16 | fp16, as tfdist train takes it (or Keras' policy name: mixed_bfloat16 | mixed_float16); "
         "default float32",
     )
@@ -69,18 +64,14 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", default="tf", help="tf | mpi | horovod: how the replicas sum gradients")
     p.add_argument(
         "--device-memory",
-        default=None,
         help="memory of one device, e.g. 80GB, 80GiB, 24576MiB (default: GPU 0 via NVML, else host RAM)",
     )
     p.add_argument(
         "--margin",
         type=number,
-        default=None,
         help="added for what the estimate cannot know, as a fraction of the model's terms (default 0.1)",
     )
-    p.add_argument(
-        "--json", dest="json_path", default=None, metavar="PATH", help="also write the estimate as JSON"
-    )
+    p.add_argument("--json", dest="json_path", metavar="PATH", help="also write the estimate as JSON")
     p.add_argument("--format", default="table", help="table | json (json: the estimate on stdout)")
     p.set_defaults(run=run)
     # The flags tfdist train and tfdist bench take for the same things; the old names keep working.
@@ -166,7 +157,7 @@ def _print_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tfdist.estimate.plan import MIB
+    from tfdist.estimate.result import MIB
 
     console = Console()
     table = Table(

@@ -12,9 +12,7 @@ from tfdist.cli.argtypes import integer
 from tfdist.cli.spellings import with_command_guard, with_old_spellings
 from tfdist.errors import ConfigError
 
-#: Old flag -> new flag. A "worker" elsewhere in tfdist is one training process; here it was a pod, and
-#: --gpus-per-worker a count of GPUs per pod where tfdist launch's means 1 or all per process; --cpu is a
-#: switch in tfdist launch (CPU workers) and was a CPU request here.
+#: Old flag -> new flag: elsewhere in tfdist a "worker" is one training process and --cpu a switch.
 RENAMED = {
     "--workers": "--pods",
     "--gpus-per-worker": "--gpus-per-pod",
@@ -45,7 +43,7 @@ def register(sub: Any) -> None:
         )
         a.add_argument("--image", required=True, help="container image with TensorFlow and tfdist installed")
         a.add_argument("--name", default="train", help="job name, also the Service and pod names (train)")
-        a.add_argument("--namespace", default=None, help="namespace (default: the kubeconfig context's)")
+        a.add_argument("--namespace", help="namespace (default: the kubeconfig context's)")
         a.add_argument(
             "--kind",
             choices=KINDS,
@@ -59,12 +57,8 @@ def register(sub: Any) -> None:
             metavar="G",
             help="GPUs of each pod (nvidia.com/gpu; default 0: CPU); with --nproc-per-pod K, G is K",
         )
-        a.add_argument(
-            "--cpus-per-pod", default=None, metavar="CPUS", help="CPU request of each pod (e.g. 8 or 500m)"
-        )
-        a.add_argument(
-            "--memory-per-pod", default=None, metavar="SIZE", help="memory request of each pod (e.g. 32Gi)"
-        )
+        a.add_argument("--cpus-per-pod", metavar="CPUS", help="CPU request of each pod (e.g. 8 or 500m)")
+        a.add_argument("--memory-per-pod", metavar="SIZE", help="memory request of each pod (e.g. 32Gi)")
         a.add_argument(
             "--pvc",
             action="append",
@@ -91,7 +85,7 @@ def register(sub: Any) -> None:
             help="training processes per pod, one GPU each: the pod runs tfdist launch -n K (default 1)",
         )
         if name == "manifest":
-            a.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
+            a.add_argument("-o", "--output", help="write to this file instead of stdout")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run in every pod")
         a.set_defaults(run=run_manifest if name == "manifest" else run_submit)
         with_command_guard(a, f"tfdist k8s {name} --pods 2 --image IMAGE -- python train.py")
@@ -103,7 +97,7 @@ def register(sub: Any) -> None:
     ):
         a = actions.add_parser(name, help=helptext)
         a.add_argument("name", metavar="NAME")
-        a.add_argument("--namespace", default=None, help="namespace (default: the kubeconfig context's)")
+        a.add_argument("--namespace", help="namespace (default: the kubeconfig context's)")
         a.add_argument("--kind", choices=KINDS, default="job", help="what NAME is (default job)")
         a.set_defaults(run={"status": run_status, "logs": run_logs, "delete": run_delete}[name])
 
@@ -111,17 +105,12 @@ def register(sub: Any) -> None:
 def spec_from_args(args: argparse.Namespace) -> Any:
     """The validated K8sJobSpec of the flags (ConfigError, one line, on a bad value)."""
     from tfdist.k8s import K8sJobSpec
+    from tfdist.k8s.spec import parse_env, parse_pvc
 
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    return _spec(K8sJobSpec, args, command)
-
-
-def _spec(cls: Any, args: argparse.Namespace, command: list[str]) -> Any:
-    from tfdist.k8s.spec import parse_env, parse_pvc
-
-    return cls(
+    return K8sJobSpec(
         command=tuple(command),
         image=args.image,
         workers=args.pods,

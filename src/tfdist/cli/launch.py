@@ -31,7 +31,6 @@ def register(sub: Any) -> None:
         "-n",
         "--nproc-per-node",
         type=integer,
-        default=None,
         metavar="N",
         help="workers on this node (default: one per local GPU, else 1); with --ray: workers in all",
     )
@@ -40,7 +39,6 @@ def register(sub: Any) -> None:
     )
     workers.add_argument(
         "--gpus-per-worker",
-        default=None,
         metavar="1|all",
         help="1: one GPU per worker (default); all: one worker drives every GPU of its node. On Ray a "
         "worker's GPUs are --ray-gpus G",
@@ -50,22 +48,16 @@ def register(sub: Any) -> None:
         "--ray",
         action="store_const",
         const="auto",
-        default=None,
         help="place the -n workers with Ray, on the cluster that RAY_ADDRESS names (else a Ray on this "
         "machine)",
     )
     ray.add_argument(
         "--ray-address",
-        default=None,
         metavar="ADDRESS",
         help="workers placed by Ray on this cluster: HOST:PORT of the head, ray://HOST:PORT or auto",
     )
     ray.add_argument(
-        "--ray-gpus",
-        type=float,
-        default=None,
-        metavar="G",
-        help="with --ray: GPUs in each worker's bundle (default 0)",
+        "--ray-gpus", type=float, metavar="G", help="with --ray: GPUs in each worker's bundle (default 0)"
     )
     ray.add_argument(
         "--ray-strategy",
@@ -86,23 +78,19 @@ def register(sub: Any) -> None:
     nodes.add_argument(
         "--node-rank", type=integer, default=0, metavar="R", help="index of this node, 0..nnodes-1"
     )
-    nodes.add_argument(
-        "--hosts", default=None, metavar="H1,H2", help="comma list of node addresses, in node-rank order"
-    )
+    nodes.add_argument("--hosts", metavar="H1,H2", help="comma list of node addresses, in node-rank order")
     nodes.add_argument(
         "-H",
         "--host-slots",
-        default=None,
         metavar="H1:S,H2:S",
         help="start the job on every host from here, over ssh (as horovodrun -H): S workers on each",
     )
     nodes.add_argument(
         "--ssh", default="ssh", metavar="CMD", help="with -H: the ssh command that reaches the hosts"
     )
-    nodes.add_argument("--hostfile", default=None, metavar="FILE", help="file with one node address per line")
+    nodes.add_argument("--hostfile", metavar="FILE", help="file with one node address per line")
     nodes.add_argument(
         "--rdzv",
-        default=None,
         metavar="HOST:PORT",
         help="nodes meet here (the same command on every node; HOST's node serves it): ranks by host name",
     )
@@ -116,26 +104,22 @@ def register(sub: Any) -> None:
     nodes.add_argument(
         "--rdzv-last-call",
         type=seconds,
-        default=None,
         metavar="SECONDS",
         help="with --nnodes MIN:MAX: how long a round with MIN nodes waits for more (default 10)",
     )
     nodes.add_argument(
         "--rdzv-token",
-        default=None,
         metavar="TOKEN",
         help="the job's secret (or TFDIST_RDZV_TOKEN); default: a token file the serving node writes",
     )
     nodes.add_argument(
         "--rdzv-token-file",
-        default=None,
         metavar="FILE",
         help="token file on a shared filesystem (default ~/.tfdist/rdzv/HOST_PORT.token)",
     )
     nodes.add_argument(
         "--base-port",
         type=integer,
-        default=None,
         metavar="PORT",
         help="first port of the workers on each node (default: free ports on one node, 29400 on several)",
     )
@@ -168,17 +152,12 @@ def register(sub: Any) -> None:
     faults.add_argument(
         "--watchdog-timeout",
         type=seconds_or_off,
-        default=None,
         metavar="SECONDS|off",
         help="time without a step, output or heartbeat that counts as a hang (default: 20x the slowest "
         "step, 5-10 min, once steps run; off: no hang check)",
     )
     faults.add_argument(
-        "--timeout",
-        type=seconds,
-        default=None,
-        metavar="SECONDS",
-        help="limit on the whole run (default: none)",
+        "--timeout", type=seconds, metavar="SECONDS", help="limit on the whole run (default: none)"
     )
     faults.add_argument(
         "--strict",

@@ -83,29 +83,20 @@ def register(sub: Any) -> None:
     ):
         a = actions.add_parser(name, help=helptext, **examples(*_EXAMPLES[name]))
         for flag, kwargs in _SPEC_FLAGS:
-            a.add_argument(flag, default=None, **kwargs)
+            a.add_argument(flag, **kwargs)
         for flag, dest, metavar, helptext in _LIST_FLAGS:
-            a.add_argument(flag, dest=dest, action="append", default=None, metavar=metavar, help=helptext)
-        a.add_argument(
-            "--export",
-            action="append",
-            default=None,
-            metavar="NAME=VALUE",
-            help="variable exported in the job",
-        )
+            a.add_argument(flag, dest=dest, action="append", metavar=metavar, help=helptext)
+        a.add_argument("--export", action="append", metavar="NAME=VALUE", help="variable exported in the job")
         a.add_argument(
             "--backend",
-            default=None,
             help="auto (default) | tf | mpi | horovod: auto is tf for a script, and for `tfdist train` the "
             "fastest backend the nodes can run",
         )
-        a.add_argument(
-            "--per-node", choices=("mirrored",), default=None, help="one task per node driving all its GPUs"
-        )
+        a.add_argument("--per-node", choices=("mirrored",), help="one task per node driving all its GPUs")
         a.add_argument(
             "--no-requeue", action="store_true", help="do not ask Slurm to requeue the job on preemption"
         )
-        a.add_argument("--config", default=None, help="TOML file with the same options; flags win")
+        a.add_argument("--config", help="TOML file with the same options; flags win")
         if name == "submit":
             add_run_dir(a, "run_dir", "the sbatch script and the job's logs")
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run by every task")

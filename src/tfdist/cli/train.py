@@ -36,9 +36,7 @@ def register(sub: Any) -> None:
         help="digits (embedded) | synthetic | tfds:NAME | folder:PATH | tfrecord:GLOB",
     )
     p.add_argument(
-        "--data-dir",
-        default=None,
-        help="where tfds:NAME was prepared (default $TFDS_DATA_DIR or ~/tensorflow_datasets)",
+        "--data-dir", help="where tfds:NAME was prepared (default $TFDS_DATA_DIR or ~/tensorflow_datasets)"
     )
     p.add_argument(
         "--image-size",
@@ -51,14 +49,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--batch-size-per-replica",
         type=integer,
-        default=None,
         metavar="N",
         help="examples per replica per step (default 32)",
     )
     p.add_argument(
         "--global-batch-size",
         type=integer,
-        default=None,
         metavar="N",
         help="the job's batch whatever the replica count (each replica gets its share): the same "
         "training on 1 process or 4 nodes",
@@ -78,32 +74,24 @@ def register(sub: Any) -> None:
     add_run_dir(p, "output_dir", "logs, checkpoints, history")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --run-dir")
     p.add_argument(
-        "--checkpoint-every",
-        type=integer,
-        default=None,
-        metavar="STEPS",
-        help="also checkpoint every STEPS steps",
+        "--checkpoint-every", type=integer, metavar="STEPS", help="also checkpoint every STEPS steps"
     )
-    p.add_argument(
-        "--steps-per-epoch", type=integer, default=None, metavar="STEPS", help="default: the whole dataset"
-    )
+    p.add_argument("--steps-per-epoch", type=integer, metavar="STEPS", help="default: the whole dataset")
     p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--xla", action="store_true", help="compile the train step with XLA")
-    p.add_argument("--mixed-precision", default=None, help="bf16 | fp16")
-    p.add_argument("--weights", default=None, help="local weights file for resnet50 / mobilenetv2")
+    p.add_argument("--mixed-precision", help="bf16 | fp16")
+    p.add_argument("--weights", help="local weights file for resnet50 / mobilenetv2")
     p.add_argument(
         "--on-nan", default="stop", help="stop (default: end the run at a NaN/inf loss) | continue"
     )
     p.add_argument(
         "--workers",
         type=integer,
-        default=None,
         metavar="N",
         help="start N workers on this machine (default: the job this process is part of, e.g. a Slurm step)",
     )
     p.add_argument(
         "--backend",
-        default=None,
         help="with --workers: tf | mpi (one packed all-reduce per step); default: mpi on CPU when mpi4py and "
         "an MPI launcher are installed, tf otherwise",
     )
@@ -116,13 +104,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--compression",
-        default=None,
         help="with --backend mpi: gradients across nodes as none | fp16 | bf16 (16-bit: lossy, half the "
         "bytes; default TFDIST_COMPRESSION)",
     )
     p.add_argument(
         "--bucket-mb",
-        default=None,
         help="with --backend mpi: gradient bucket size in MB, each summed while the backward pass goes on "
         "(0: one sum after it; default TFDIST_BUCKET_MB)",
     )
@@ -223,12 +209,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
-    """``--compression`` / ``--bucket-mb`` / ``--shard-optimizer`` as the workers' TFDIST_COMPRESSION /
-    TFDIST_BUCKET_MB / TFDIST_SHARD_OPTIMIZER; ConfigError for a bad value or a backend other than mpi
-    (``None``: not chosen yet)."""
+    """``--compression`` / ``--bucket-mb`` / ``--shard-optimizer`` as the workers' TFDIST_* variables;
+    ConfigError for a bad value or a backend other than mpi (``None``: not chosen yet)."""
     from tfdist.sync.wire import check_bucket_setting, check_compression
 
     env = {}
+    why = "no --workers were given" if args.workers is None else f"the backend is {backend}"
     if args.compression is not None:
         env["TFDIST_COMPRESSION"] = check_compression(args.compression, "--compression")
     if args.bucket_mb is not None:
@@ -240,24 +226,22 @@ def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
     )
     if asked and backend not in (None, "mpi"):
         raise ConfigError(
-            "--compression/--bucket-mb set how the mpi backend sums gradients, but "
-            f"{'no --workers were given' if args.workers is None else f'the backend is {backend}'}. "
-            "Hint: add --workers N --backend mpi."
+            f"--compression/--bucket-mb set how the mpi backend sums gradients, but {why}. Hint: add "
+            "--workers N --backend mpi."
         )
     if getattr(args, "shard_optimizer", False):
         if args.workers is None or backend not in (None, "mpi"):
             raise ConfigError(
-                "--shard-optimizer splits the optimizer's slots between mpi workers, but "
-                f"{'no --workers were given' if args.workers is None else f'the backend is {backend}'}. "
-                "Hint: add --workers N --backend mpi, or leave --shard-optimizer out."
+                f"--shard-optimizer splits the optimizer's slots between mpi workers, but {why}. Hint: add "
+                "--workers N --backend mpi, or leave --shard-optimizer out."
             )
         env["TFDIST_SHARD_OPTIMIZER"] = "1"
     return env
 
 
 def _backend(requested: str | None, workers: int, gpus: int) -> str:
-    """The backend of ``--workers N``: ``--backend``, else TFDIST_BACKEND (as every launched process reads
-    it), else the fastest this machine runs (:func:`tfdist.backends.choose`), said in one line."""
+    """The backend of ``--workers N``: ``--backend``, else TFDIST_BACKEND, else the fastest this machine
+    runs (:func:`tfdist.backends.choose`), said in one line."""
     from tfdist import backends, variables
     from tfdist.launch.preflight import mpi_ready
 

@@ -1,12 +1,8 @@
 """The link between two nodes, measured once per bench: round-trip latency and TCP bandwidth (no TensorFlow).
 
-``python -m tfdist.diagnose.link serve --port P --out FILE`` on one node answers one probe and writes its
-side (the interface the probe arrived on); ``python -m tfdist.diagnose.link measure --peer HOST --port P
---out FILE`` on another node connects (retrying while the server starts), times ``--pings`` one-byte round
-trips, then sends for ``--seconds`` and divides the bytes the server confirms by the time until its
-confirmation.
-Both write JSON: ``interface``, its reported ``speed_mbit`` (0 when the driver reports none) and ``mtu``;
-the measuring side adds ``rtt_ms`` (median) and ``gbit_s``.
+``python -m tfdist.diagnose.link serve --port P --out FILE`` answers one probe; ``... measure --peer HOST
+--port P --out FILE`` times one-byte round trips, then bulk sending until the server confirms the bytes.
+Both write JSON (the interface, its speed and MTU; the measuring side ``rtt_ms`` and ``gbit_s``).
 """
 
 from __future__ import annotations

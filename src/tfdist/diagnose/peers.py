@@ -1,10 +1,6 @@
 """When a peer is lost mid-training: say who, where the run can resume, and ask Slurm to run the job again;
-when the workers' collectives no longer meet: say which workers ran which, or which one the others waited for.
-
-TensorFlow reports a lost peer as an ``UnavailableError`` / ``DeadlineExceededError`` (or an aborted
-collective) whose message names the peer by address (``ipv4:10.0.0.2:20041``), by ``host:port`` or by task
-(``/job:worker/replica:0/task:1``), buried in hundreds of lines. A 100-node job needs the one line: which
-worker on which node stopped answering, and from which checkpoint the job goes on.
+when the workers' collectives no longer meet: say which workers ran which, or which one the others waited
+for. TensorFlow names a lost peer by address, ``host:port`` or task, buried in hundreds of lines.
 """
 
 from __future__ import annotations
@@ -103,11 +99,8 @@ def probe(
     name_of: Callable[[str, float], str | None] = host_name,
 ) -> list[str]:
     """The tasks of ``cluster`` that do not accept a connection now, each with why, in cluster order:
-    ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``. All tasks are
-    knocked at once, so this takes at most ``timeout`` (+ a name lookup's second) whatever the size.
-
-    Used when the error names no one (a collective that timed out): a healthy peer still listens at
-    that moment, a peer behind a cut link does not answer, and a dead peer's host refuses.
+    ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``. All are knocked
+    at once, for when the error names no one (a dead peer's host refuses, one behind a cut link is silent).
     """
     tasks = [(t, i, a) for t, addresses in cluster.items() for i, a in enumerate(addresses)]
     answers: dict[int, str | None] = {}
@@ -153,26 +146,25 @@ def collective_error(
     timeout: float | None,
     roll: Callable[[], dict[int, bool]] | None = None,
 ) -> str | None:
-    """The one line for TensorFlow's errors of collectives that no longer meet, else None.
-
-    TensorFlow says "Shape mismatch in the collective instance 7 ... expected shape [5] but another member
-    in the group expected shape [387]" when workers run different collectives at the same point, and
-    "Collective has timed out ..." after the collective timeout, each buried in a graph trace.
-    ``roll``: after a timeout, asks which other workers also wait in a collective (:func:`roll_call`).
+    """The one line for TensorFlow's errors of collectives that no longer meet (different collectives at
+    one point, or a timeout), else None. ``roll``: after a timeout, which other workers wait too.
 
     >>> collective_error(ValueError("Shape mismatch in the collective instance 7. Op at device x expected "
     ...     "shape [5] but another member in the group expected shape [387]."), 12, 1, 300.0)[:60]
     'the workers ran different collectives at step 12: rank 1 sen'
     """
     message = str(exc)
+    branch = (
+        "A worker took another branch: a callback, data or a condition on some workers only. Hint: give "
+        "every worker the same collective program (tfdist.fit agrees on its own; check code that reads "
+        "tfdist.rank())."
+    )
     found = _MISMATCH.search(message)
     if found:
         instance, mine, theirs = found.groups()
         return (
             f"the workers ran different collectives at step {step}: rank {rank} sent [{mine}] values where "
-            f"another worker sent [{theirs}] (TensorFlow's collective instance {instance}). A worker took "
-            "another branch: a callback, data or a condition on some workers only. Hint: give every worker "
-            "the same collective program (tfdist.fit agrees on its own; check code that reads tfdist.rank())."
+            f"another worker sent [{theirs}] (TensorFlow's collective instance {instance}). {branch}"
         )
     other = _OTHER_KIND.search(message)
     if other:
@@ -180,9 +172,7 @@ def collective_error(
         return (
             f"the workers ran different collectives at step {step}: rank {rank} met a "
             f"{_collective(got_kind, got_dtype)} where it expected an {_collective(kind, dtype)} "
-            f"(TensorFlow's collective instance {instance}). A worker took another branch: a "
-            "callback, data or a condition on some workers only. Hint: give every worker the same collective "
-            "program (tfdist.fit agrees on its own; check code that reads tfdist.rank())."
+            f"(TensorFlow's collective instance {instance}). {branch}"
         )
     if _TIMED_OUT.search(message):
         limit = f"TFDIST_COLLECTIVE_TIMEOUT={timeout:g} s" if timeout else "the collective timeout"
@@ -208,12 +198,9 @@ ROLL_CALL_S = 3.0
 
 
 def roll_call(rank: int, world: int, step: int, grace_s: float = ROLL_CALL_S) -> dict[int, bool]:
-    """Which other workers wait in a collective too: {rank: True if it said so within ``grace_s``}.
-
-    Each worker whose collective timed out writes its name into TensorFlow's coordination service (the
-    key-value store every MultiWorkerMirroredStrategy job runs on its chief) and reads the others'. A
-    worker that never writes was busy outside any collective (a callback, its input pipeline) or has
-    stopped: that is the worker the others waited for. Empty when the store cannot be reached.
+    """Which other workers wait in a collective too: {rank: True if it said so within ``grace_s``}, through
+    TensorFlow's coordination service (the key-value store of every MultiWorkerMirroredStrategy job). A
+    worker that never answers is the one the others waited for. Empty when the store cannot be reached.
     """
     import time
 

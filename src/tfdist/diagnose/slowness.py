@@ -1,13 +1,8 @@
 """When steps turn slow on a multi-worker job: say so once, and which node's link is the slow one.
 
-A slow link (a host throttled to 10 Mbit/s, a congested switch port) is not a failure: every collective
-still completes, each step just waits for the slowest link. tfdist says it once, naming the node, and the
-job goes on; only a collective that takes longer than ``TFDIST_COLLECTIVE_TIMEOUT`` counts as a failure.
-
-How the node is found: a saturated link queues everything that crosses it. The kernel keeps a round-trip
-estimate for each TCP connection; TensorFlow's connections to a peer behind the slow link show tens of
-milliseconds, the others well under one. From the slow node itself every other node looks slow; with only
-two nodes the two ends cannot be told apart, and the line says so.
+A slow link is not a failure (every collective still completes); only a collective past
+``TFDIST_COLLECTIVE_TIMEOUT`` is. A saturated link queues what crosses it: this host's send queues fill,
+and the kernel's round-trip estimates of TensorFlow's connections to the peer behind it grow.
 """
 
 from __future__ import annotations
@@ -36,15 +31,14 @@ MIN_EXTRA_S = 0.5
 BASELINE_POINTS = 3
 #: Consecutive slow read points before the job is told (one slow step is a hiccup, not a slow link).
 SLOW_POINTS = 2
-#: A round trip this long crosses a queue (a loopback or uncongested link takes well under 1 ms).
+#: A round trip this long crosses a queue (an uncongested link takes well under 1 ms), and this many times
+#: the fastest node's.
 SLOW_RTT_MS = 20.0
-#: ... and at least this many times the fastest node's.
 NEAR_FASTEST = 2.0
-#: From a node behind the slow link, every round trip is at least this long (measured: 60-80 ms at
-#: 10 Mbit/s, while the fastest other node from a node on a good link took 7-23 ms on a busy 2-core host).
+#: From a node behind the slow link, every round trip is at least this long (docs: failures, measured).
 ALL_SLOW_MS = 40.0
-#: Bytes in this host's own send queues that mean its link cannot carry what it is given (an idle or
-#: fast link keeps them near 0; a 10 Mbit/s link under a step's traffic held ~100 kB).
+#: Bytes in this host's own send queues that mean its link cannot carry what it is given (an idle or fast
+#: link keeps them near 0).
 BACKLOG_BYTES = 16_000
 SAMPLES = 5
 
@@ -65,11 +59,8 @@ class SlowSteps:
         return statistics.median(points) if len(points) == BASELINE_POINTS else None
 
     def observe(self, step: int, now: float) -> float | None:
-        """Record a read point (the global step, a monotonic time); the slow seconds per step the first
-        time the steps are slow, else None.
-
-        Input/Output: read points at 0.1 s per step, then two at 2 s per step -> 2.0 at the second.
-        """
+        """Record a read point (the global step, a monotonic time); the slow seconds per step the first time
+        the steps are slow, else None."""
         if self.last is not None and step > self.last[0]:
             seconds = (now - self.last[1]) / (step - self.last[0])
             usual = self.usual
@@ -89,16 +80,8 @@ class SlowSteps:
 
 def verdict(own: str, answers: Mapping[str, float], backlog: int | None = None) -> str:
     """Which node's link is slow, from the round trip (ms) of this worker's connections to each node and
-    the bytes waiting in this host's own send queues (``backlog``; None: unknown).
-
-    A send queue of :data:`BACKLOG_BYTES` or more means this host's own link is the slow one. Else the
-    nodes whose round trips are twice or more the fastest one's are named (a peer that waits on the slow
-    node or shares a busy CPU shows some delay too, below that); from a node behind the slow link every
-    round trip is long (:data:`ALL_SLOW_MS` and more).
-
-    Input/Output: ``("node1", {"node2": 95.0, "node3": 0.2})`` -> ``"node2 is slow to answer (node2 95.0
-    ms; node3 0.2 ms): its link or host is slow"``.
-    """
+    the bytes waiting in this host's own send queues (``backlog``; None: unknown). A full send queue or
+    only long round trips mean this node's link; else the nodes well above the fastest are named."""
     others = {node: ms for node, ms in answers.items() if node != own}
     by_time = sorted(others, key=lambda n: -others[n])
 
@@ -130,12 +113,8 @@ def verdict(own: str, answers: Mapping[str, float], backlog: int | None = None) 
 
 
 def _tcp_rtts(hosts: Collection[str]) -> dict[str, float]:
-    """The largest smoothed round-trip time (ms) of this process's TCP connections to each of ``hosts``.
-
-    TensorFlow's own connections to its peers carry the step's traffic: the kernel's estimate of their
-    round trip (``tcp_info.tcpi_rtt``, in microseconds at byte 68) includes the queue of a saturated link.
-    Each socket is read through a duplicate of its descriptor, never touched.
-    """
+    """The largest smoothed round-trip time (ms) of this process's TCP connections to each of ``hosts``:
+    the kernel's ``tcp_info.tcpi_rtt`` (us at byte 68), read through a duplicate of each descriptor."""
     found: dict[str, float] = {}
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -180,8 +159,7 @@ def answers(
 
 
 def send_backlog() -> int | None:
-    """Bytes waiting in this host's send queues (every interface but loopback), from ``tc -s qdisc``; None
-    when ``tc`` (iproute2) is missing or fails."""
+    """Bytes waiting in this host's send queues but loopback's (``tc -s qdisc``); None without ``tc``."""
     try:
         proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, timeout=2)
         qdiscs = json.loads(proc.stdout) if proc.returncode == 0 else None
@@ -204,8 +182,8 @@ def _address_of(host: str) -> str:
 
 
 class SlowWatch:
-    """The training loop's side: :meth:`observe` at every read point; once the steps are slow, the links'
-    round trips are read on a background thread (training is not held up) and one line is logged."""
+    """The training loop's side: :meth:`observe` at every read point; once the steps are slow, the links
+    are read on a background thread and one line is logged."""
 
     def __init__(self, cluster: Mapping[str, Sequence[str]], own_address: str | None) -> None:
         self.addresses = [a for role, tasks in cluster.items() if role != "evaluator" for a in tasks]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from tfdist.estimate.plan import Device, parse_size
+from tfdist.estimate.plan import parse_size
+from tfdist.estimate.result import Device
 from tfdist.nodes import gpu_memory
 
 

@@ -1,18 +1,10 @@
 """A user's model as a :class:`~tfdist.estimate.plan.ModelSummary`, without allocating its weights.
 
-Every model is built inside Keras 3's ``StatelessScope``: a variable created there records its shape and
-initializer and defers its value, so a 1B-parameter model costs no more here than a small one. The three
-sources:
-
-- a built-in workload (``tfdist train --workload``): built at the given input shape;
-- ``script.py:function``: the script is imported as a module (its ``if __name__ == "__main__"`` block does
-  not run) and the function is called with no arguments; it must return a Keras model;
-- a ``.keras`` file: its ``config.json`` is rebuilt (the archive's weights are never read) and its
-  ``compile_config`` names the optimizer.
-
-Layer outputs come from the functional graph (``layer.output``) of a Sequential or functional model,
-nested models included; a subclassed model is called once on a symbolic input (``--input-shape``) with
-every layer's call recorded.
+Every model is built inside Keras 3's ``StatelessScope``, where variables record their shape and defer
+their value. Sources: a built-in workload, ``script.py:function`` (imported, its ``__main__`` block does
+not run; the function is called with no arguments), or a ``.keras`` file (its ``config.json`` rebuilt, the
+weights never read). Layer outputs come from the functional graph; a subclassed model is called once on a
+symbolic input (``--input-shape``) with every layer's call recorded.
 """
 
 from __future__ import annotations
@@ -29,8 +21,8 @@ from typing import Any
 from tfdist.errors import ConfigError
 from tfdist.estimate.plan import LayerOutput, ModelSummary, optimizer_slots
 
-#: Keras optimizer class names the estimate knows, by their lower-case name.
-KERAS_OPTIMIZERS = {"sgd": "sgd", "adam": "adam", "adamw": "adamw", "rmsprop": "rmsprop"}
+#: Keras optimizer class names the estimate knows, lower-cased.
+KERAS_OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 
 
 @contextmanager

@@ -1,9 +1,6 @@
-"""Submit, watch and remove a job on a Kubernetes cluster through the official ``kubernetes`` client.
-
-Thin: the objects come from :mod:`tfdist.k8s.manifest`; this module only sends them. The client is
-imported lazily (``pip install 'tfdist[k8s]'``), the cluster is found as kubectl finds it (in-cluster
-service account, else KUBECONFIG or ~/.kube/config), and every request has a time limit, so a missing or
-silent cluster is one line, never a hang.
+"""Submit, watch and remove a job on a Kubernetes cluster through the official ``kubernetes`` client
+(imported lazily: ``tfdist[k8s]``). The cluster is found as kubectl finds it; every request has a time
+limit, so a missing or silent cluster is one line, never a hang.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from tfdist.errors import ConfigError, SetupError
 from tfdist.k8s.manifest import Manifest
 
 #: (connect, read) seconds for every request to the API server.
-REQUEST_TIMEOUT = (5.0, 30.0)
+_TIMEOUT: dict[str, Any] = {"_request_timeout": (5.0, 30.0)}
 #: group, version, plural of the custom resources tfdist writes.
 CUSTOM = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"), "TFJob": ("kubeflow.org", "v1", "tfjobs")}
 KIND_OF = {"job": "Job", "jobset": "JobSet", "tfjob": "TFJob"}
@@ -123,10 +120,6 @@ def _api_message(exc: Any) -> str:
     return " ".join(str(message or exc.reason or "no reason given").split())
 
 
-def _timeout() -> dict[str, Any]:
-    return {"_request_timeout": REQUEST_TIMEOUT}
-
-
 def create(cluster: Cluster, manifest: Manifest, namespace: str) -> None:
     """Create one object of a rendered manifest in ``namespace``."""
     from kubernetes import client
@@ -136,10 +129,10 @@ def create(cluster: Cluster, manifest: Manifest, namespace: str) -> None:
     body = cast(Any, manifest)  # the client sends plain dicts as they are; its hints name only its models
     if kind == "Service":
         api = client.CoreV1Api(cluster.api)
-        call(cluster, what, lambda: api.create_namespaced_service(namespace, body, **_timeout()))
+        call(cluster, what, lambda: api.create_namespaced_service(namespace, body, **_TIMEOUT))
     elif kind == "Job":
         batch = client.BatchV1Api(cluster.api)
-        call(cluster, what, lambda: batch.create_namespaced_job(namespace, body, **_timeout()))
+        call(cluster, what, lambda: batch.create_namespaced_job(namespace, body, **_TIMEOUT))
     else:
         group, version, plural = CUSTOM[kind]
         custom = client.CustomObjectsApi(cluster.api)
@@ -148,7 +141,7 @@ def create(cluster: Cluster, manifest: Manifest, namespace: str) -> None:
             cluster,
             what,
             lambda: custom.create_namespaced_custom_object(
-                group, version, namespace, plural, manifest, **_timeout()
+                group, version, namespace, plural, manifest, **_TIMEOUT
             ),
         )
 
@@ -158,10 +151,10 @@ def delete(cluster: Cluster, kind: str, name: str, namespace: str) -> None:
     from kubernetes import client
 
     what = f"deleting {kind} {name!r} in namespace {namespace!r}"
-    options = {"propagation_policy": "Background", **_timeout()}
+    options = {"propagation_policy": "Background", **_TIMEOUT}
     if kind == "Service":
         api = client.CoreV1Api(cluster.api)
-        call(cluster, what, lambda: api.delete_namespaced_service(name, namespace, **_timeout()))
+        call(cluster, what, lambda: api.delete_namespaced_service(name, namespace, **_TIMEOUT))
     elif kind == "Job":
         batch = client.BatchV1Api(cluster.api)
         call(cluster, what, lambda: batch.delete_namespaced_job(name, namespace, **options))
@@ -184,14 +177,14 @@ def read_status(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[
     what = f"reading {kind} {name!r} in namespace {namespace!r}"
     if kind == "Job":
         batch = client.BatchV1Api(cluster.api)
-        job = call(cluster, what, lambda: batch.read_namespaced_job_status(name, namespace, **_timeout()))
+        job = call(cluster, what, lambda: batch.read_namespaced_job_status(name, namespace, **_TIMEOUT))
         return dict(cluster.api.sanitize_for_serialization(job).get("status") or {})
     group, version, plural = CUSTOM[kind]
     custom = client.CustomObjectsApi(cluster.api)
     found = call(
         cluster,
         what,
-        lambda: custom.get_namespaced_custom_object(group, version, namespace, plural, name, **_timeout()),
+        lambda: custom.get_namespaced_custom_object(group, version, namespace, plural, name, **_TIMEOUT),
     )
     return dict(found.get("status") or {})
 
@@ -205,7 +198,7 @@ def pods(cluster: Cluster, name: str, namespace: str) -> list[dict[str, Any]]:
     found = call(
         cluster,
         f"listing the pods of {name!r} in namespace {namespace!r}",
-        lambda: api.list_namespaced_pod(namespace, label_selector=selector, **_timeout()),
+        lambda: api.list_namespaced_pod(namespace, label_selector=selector, **_TIMEOUT),
     )
     items = cluster.api.sanitize_for_serialization(found).get("items") or []
     return sorted(items, key=lambda pod: str(pod["metadata"]["name"]))
@@ -220,7 +213,7 @@ def pod_logs(cluster: Cluster, pods_: list[dict[str, Any]], namespace: str) -> I
         pod_name = str(pod["metadata"]["name"])
 
         def read(pod_name: str = pod_name) -> Any:
-            return api.read_namespaced_pod_log(pod_name, namespace, **_timeout())
+            return api.read_namespaced_pod_log(pod_name, namespace, **_TIMEOUT)
 
         text = call(cluster, f"reading the log of pod {pod_name!r}", read)
         for line in str(text or "").splitlines():

@@ -1,15 +1,10 @@
 """K8sJobSpec -> the Kubernetes objects of one training job, and their YAML. Pure: data in, data out.
 
-Every kind starts each pod as ``python -m tfdist run -- COMMAND``, so the pod derives its place in the job
-(rank, peers, TF_CONFIG, the Keras fix) as an ``srun`` task does:
-
-- ``job``: an Indexed Job (one pod per worker, pod ``i`` named ``<name>-i``) and the headless Service that
-  makes ``<name>-i.<name>`` resolve to it; restartPolicy OnFailure restarts a failed pod in place, and the
-  others' containers fail on the lost peer and restart too, so the whole job starts again from its
-  checkpoint, up to ``max_restarts`` times (backoffLimit counts every pod's restart: ``max_restarts * N``).
-- ``jobset``: the same Indexed Job inside a JobSet, which makes the Service itself and restarts the whole
-  set on any failure (failurePolicy.maxRestarts) — the semantics a collective job needs.
-- ``tfjob``: Kubeflow's v1 TFJob; its operator writes each pod's TF_CONFIG, which ``tfdist run`` keeps.
+Every pod runs ``python -m tfdist run -- COMMAND`` (or ``tfdist launch -n K``) and derives its place in
+the job as an ``srun`` task does. ``job``: an Indexed Job and the headless Service that names pod ``i``
+``<name>-i.<name>``; a failed pod restarts in place and its peers fail on the lost peer and restart too,
+up to ``max_restarts`` times each. ``jobset``: the same in a JobSet, which restarts the whole set.
+``tfjob``: Kubeflow's v1 TFJob, whose operator writes each pod's TF_CONFIG.
 """
 
 from __future__ import annotations
@@ -54,8 +49,7 @@ def _metadata(spec: K8sJobSpec) -> dict[str, Any]:
 
 
 def container(spec: K8sJobSpec, name: str = "worker", port_name: str = "tf") -> dict[str, Any]:
-    """The one container of every pod: ``tfdist run -- COMMAND`` (or ``tfdist launch -n K``) with the job's
-    variables."""
+    """The one container of every pod, with the job's variables."""
     env: list[dict[str, str]] = []
     if spec.kind != "tfjob":  # the training operator describes a TFJob's cluster in TF_CONFIG itself
         env += [

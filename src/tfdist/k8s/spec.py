@@ -115,8 +115,7 @@ class K8sJobSpec:
         """What every pod runs: ``tfdist run -- CMD``, or ``tfdist launch -n K ...`` for K processes.
 
         Input/Output: ``python train.py --epochs 3`` with K=4 and 4 GPUs ->
-        ``python -m tfdist launch -n 4 --run-dir /tmp/tfdist-run train.py --epochs 3`` (``--cpu`` without
-        GPUs; ``-m pkg.mod`` kept; a command that is not Python gets ``--no-python``).
+        ``python -m tfdist launch -n 4 --run-dir /tmp/tfdist-run train.py --epochs 3``.
         """
         k = self.nproc_per_pod
         if k == 1:
@@ -156,11 +155,8 @@ class K8sJobSpec:
         return self.name
 
     def pod_hostname(self, index: int) -> str:
-        """The hostname Kubernetes gives pod ``index`` of this job's kind.
-
-        Input/Output: ``name="train"``: job ``1`` -> ``"train-1"``; jobset -> ``"train-worker-0-1"``;
-        tfjob -> ``"train-worker-1"``.
-        """
+        """The hostname Kubernetes gives pod ``index`` of this job's kind (``train-1``, ``train-worker-0-1``
+        in a JobSet, ``train-worker-1`` in a TFJob)."""
         if self.kind == "jobset":
             return f"{self.name}-{JOBSET_REPLICATED_JOB}-0-{index}"
         if self.kind == "tfjob":

@@ -9,11 +9,7 @@ FINAL = ("Complete", "Completed", "Succeeded", "Failed")
 
 
 def job_state(kind: str, status: dict[str, Any]) -> str:
-    """One word for the job's state: the last true final condition, else Running or Pending.
-
-    Input/Output: ``("Job", {"active": 2})`` -> ``"Running"``;
-    ``("Job", {"conditions": [{"type": "Complete", "status": "True"}]})`` -> ``"Complete"``.
-    """
+    """One word for the job's state: the last true final condition, else Running or Pending."""
     true = [c.get("type", "") for c in status.get("conditions") or [] if c.get("status") == "True"]
     for condition in reversed(true):
         if condition in FINAL:
@@ -28,11 +24,7 @@ def job_state(kind: str, status: dict[str, Any]) -> str:
 
 
 def describe(kind: str, name: str, namespace: str, status: dict[str, Any], pods: list[dict[str, Any]]) -> str:
-    """The status report: one line for the job, one per pod.
-
-    Input/Output: ``("Job", "train", "default", {"active": 2}, [pod dicts])`` ->
-    ``"Job train in namespace default: Running (active 2, succeeded 0, failed 0, restarts ...)"`` + pods.
-    """
+    """The status report: one line for the job, one per pod."""
     counts = ""
     if kind == "Job":
         counts = (

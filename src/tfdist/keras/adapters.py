@@ -1,56 +1,39 @@
 """What differs between the Keras 3 releases the fix serves: ONE table, keyed by Keras version range.
 
-The fix (:mod:`tfdist.keras.fix`) replaces the same two behaviours of Keras' TensorFlow trainer in every
-release; what moves between releases is where they live and how the trainer walks an epoch. Every
-version-dependent choice is a field of :class:`KerasAdapter`, read from :data:`ADAPTERS`; nothing else in
-tfdist compares Keras versions. Pure: no TensorFlow or Keras import (read from the wheels' sources of
-``keras/src/backend/tensorflow/trainer.py`` and ``keras/src/callbacks/backup_and_restore.py``).
-
-Adding a release: read those two files of the new release, add or widen a row, and run
-``./dev compat`` (``devtools/compat.py``), which trains the same script on 2 workers and in one process
-for the oldest and newest release of every row.
+Every version-dependent choice of :mod:`tfdist.keras.fix` is a field of :class:`KerasAdapter`, read from
+:data:`ADAPTERS`; nothing else in tfdist compares Keras versions. Pure: no TensorFlow or Keras import.
+Adding a release: read its ``keras/src/backend/tensorflow/trainer.py`` and
+``keras/src/callbacks/backup_and_restore.py``, add or widen a row, and run ``./dev compat``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tfdist.installed import find
+
 Version = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class KerasAdapter:
-    """How one range of Keras releases ``[low, high)`` is patched.
-
-    - ``symbolic_build``: the trainer has ``_maybe_symbolic_build`` (3.5 and later), which reduces the
-      first distributed batch with ``strategy.reduce("MEAN", ...)`` and must be replaced; before 3.5 the
-      model is built while the first step is traced, and the input checks run from ``fit``/``evaluate``.
-    - ``epoch_steps``: how the trainer walks an epoch, so the replaced build reads the first batch the way
-      Keras' own does: ``"enumerate_epoch"`` (``iterator.enumerate_epoch()`` yields ``(step, it)``),
-      ``"pairs"`` (the iterator itself yields ``(step, it)``), ``"triples"`` (it yields
-      ``(begin_step, end_step, it)``).
-    - ``backup_paths``: the private path attributes of ``BackupAndRestore`` that a non-chief worker moves
-      under its temp dir (3.7 added the previous-backup pair).
-    - ``variable_class``: the name of Keras' base variable class in ``keras.src.backend.common.variables``
-      (``KerasVariable`` until 3.7 renamed it ``Variable``), whose ``float()`` / ``int()`` are patched.
-    - ``trainer_class``: the TensorFlow trainer's class in ``keras.src.backend.tensorflow.trainer``
-      (``TensorFlowTrainer`` until 3.16 renamed it ``Trainer``).
-    - ``metrics_on_read``: Keras creates metric variables on-read (3.10 on), so the epoch's logs and
-      ``evaluate()`` sum them over the workers; before, tfdist does (:mod:`tfdist.keras.metrics`).
-    - ``gradients``: what Keras' TensorFlow optimizer does with the replicas' gradients: ``"none"``
-      (3.3-3.4: no all-reduce at all), ``"sum"`` (3.5-3.7: summed, loss not scaled: replicas x the step)
-      or ``"scaled"`` (3.8 on: loss scaled by 1/replicas, then summed: right). See
-      :mod:`tfdist.keras.gradients`.
-    """
+    """How one range of Keras releases ``[low, high)`` is patched (the table of the Keras guide)."""
 
     low: Version
     high: Version
+    #: The trainer has ``_maybe_symbolic_build`` (3.5 on), replaced; before, inputs are checked on entry.
     symbolic_build: bool
+    #: What an epoch yields: ``enumerate_epoch`` / ``pairs`` (step, it) or ``triples`` (begin, end, it).
     epoch_steps: str
+    #: ``BackupAndRestore``'s private path attributes a non-chief worker moves (3.7 added the previous pair).
     backup_paths: tuple[str, ...]
+    #: Keras' base variable class (``KerasVariable`` until 3.7), whose ``float()`` / ``int()`` are patched.
     variable_class: str
+    #: What Keras' optimizer does with the replicas' gradients: ``none``, ``sum`` or ``scaled`` (right).
     gradients: str
+    #: The TensorFlow trainer's class (``TensorFlowTrainer`` until 3.16 renamed it ``Trainer``).
     trainer_class: str
+    #: Keras creates metric variables on-read (3.10 on); before, tfdist does (:mod:`tfdist.keras.metrics`).
     metrics_on_read: bool
 
     def covers(self, version: Version) -> bool:
@@ -95,6 +78,12 @@ def _text(version: Version) -> str:
     return f"{version[0]}.{version[1]}"
 
 
+def keras_version() -> str:
+    """The Keras this Python imports (``keras``, ``keras-nightly`` or a build of its own), read without
+    importing it (Keras may be half-imported here); ``"0"`` without one."""
+    return find("keras").version or "0"
+
+
 def version_tuple(text: str) -> Version:
     """(major, minor) of a version string.
 
@@ -106,10 +95,7 @@ def version_tuple(text: str) -> Version:
 
 
 def adapter_for(keras_version: str) -> KerasAdapter | None:
-    """The row of :data:`ADAPTERS` that serves ``keras_version``; None outside the table.
-
-    Input/Output: ``"3.5.0"`` -> the ``>=3.5,<3.7`` row; ``"3.2.1"`` -> None; ``"3.16.0"`` -> None.
-    """
+    """The row of :data:`ADAPTERS` that serves ``keras_version``; None outside the table."""
     version = version_tuple(keras_version)
     return next((row for row in ADAPTERS if row.covers(version)), None)
 
@@ -126,11 +112,8 @@ def supported_spec() -> str:
 
 
 def install_hint(tf_version: str | None) -> str:
-    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts.
-
-    Input/Output: ``"2.17.1"`` -> ``"pip install 'keras>=3.3,<3.16'"``;
-    ``"2.21.0"`` -> ``"pip install 'keras>=3.12,<3.16'"``.
-    """
+    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts
+    (``pip install 'keras>=3.12,<3.16'`` beside TensorFlow 2.21)."""
     low, high = supported_range()
     floor = TF_KERAS_FLOOR.get(version_tuple(tf_version or "0"), low)
     return f"pip install 'keras>={_text(max(low, floor))},<{_text(high)}'"

@@ -1,12 +1,8 @@
 """File-writing Keras callbacks under a multi-worker ``model.fit``: the chief writes, the others do not race.
 
-Every worker must run the same callbacks (a save reads distributed variables, which may need every
-worker), so, as Keras 2's multi-worker ``fit`` did, non-chief workers keep their callbacks but write to a
-private temporary directory that is removed when the process exits:
-
-- ``ModelCheckpoint``, ``CSVLogger``, ``TensorBoard``: the path is moved under the worker's temp dir;
-- ``BackupAndRestore``: every worker *reads* the chief's backup (so all resume from the same epoch) and
-  non-chief workers *write* theirs to the temp dir and never delete the chief's directory.
+Every worker must run the same callbacks (a save may need every worker), so, as Keras 2 did, non-chief
+workers write to a private temporary directory removed at exit; ``BackupAndRestore`` reads the chief's
+backup on every worker (all resume from the same epoch) and never deletes the chief's directory.
 """
 
 from __future__ import annotations
@@ -17,6 +13,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist._log import get_logger
+from tfdist.keras import adapters
 from tfdist.keras.checks import is_multi_worker, worker_identity
 
 log = get_logger(__name__)
@@ -87,13 +84,7 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
 def backup_paths() -> tuple[str, ...]:
     """BackupAndRestore's private path attributes in the installed Keras (a field of its adapter row)."""
-    from tfdist.installed import find
-    from tfdist.keras import adapters
-
-    version = find("keras").version  # read here, not through the fix module, which imports this one
-    if version is None:
-        return ()
-    adapter = adapters.adapter_for(version)
+    adapter = adapters.adapter_for(adapters.keras_version())
     return adapter.backup_paths if adapter is not None else ()
 
 

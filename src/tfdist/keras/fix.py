@@ -1,24 +1,12 @@
 """The Keras fix: Keras 3's own ``model.fit`` / ``evaluate`` / ``predict`` under MultiWorkerMirroredStrategy.
 
-Keras 3's TensorFlow trainer (``keras/src/backend/tensorflow/trainer.py``) breaks in two places when the
-strategy spans several workers (keras-team/keras#20585, open upstream):
-
-- ``TensorFlowTrainer._maybe_symbolic_build`` (Keras 3.5 and later) reduces the first distributed batch
-  with ``strategy.reduce("MEAN", (x, y))``; a collective strategy cannot reduce that nested structure
-  ("Attempt to convert a value (PerReplica:{...}) with an unsupported type");
-- ``reduce_per_replica`` reduces the scalar logs of every step with ``axis=0``
-  ("Invalid reduction dimension 0 for input with 0 dimensions") and calls ``strategy.reduce("SUM", v)``
-  without the axis it requires.
-
-Only those two behaviours are replaced, and only while the strategy is a multi-worker collective one;
-every other strategy goes through Keras' own code untouched. The replacement builds the model from the
-first local replica's batch (only shapes and dtypes matter there) and reduces all scalar logs of a step
-in ONE packed all-reduce (each extra collective costs ~1.4 ms on loopback).
-
-What differs between Keras releases is read from ONE table (:mod:`tfdist.keras.adapters`). A Keras outside
-the table is left as it is, except that ``fit`` / ``evaluate`` / ``predict`` under a multi-worker strategy
-end with one :class:`~tfdist.errors.ConfigError` line naming the Keras to install (exit code 2 in a
-launched worker): Keras' own code would fail there with a long traceback.
+Keras 3's TensorFlow trainer breaks when the strategy spans several workers (keras-team/keras#20585):
+``_maybe_symbolic_build`` (3.5 on) reduces the first batch with ``strategy.reduce("MEAN", (x, y))``, which a
+collective strategy cannot reduce, and ``reduce_per_replica`` reduces scalar logs with ``axis=0``. Only
+those behaviours are replaced, and only under a multi-worker collective strategy: the model is built from
+the first local replica's batch, and a step's scalar logs are reduced in one packed all-reduce.
+What differs between Keras releases is one table (:mod:`tfdist.keras.adapters`); under a Keras outside it,
+a multi-worker ``fit`` / ``evaluate`` / ``predict`` ends with one :class:`~tfdist.errors.ConfigError` line.
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from typing import Any
 from tfdist import variables
 from tfdist.errors import ConfigError
 from tfdist.keras import adapters, callbacks, checks, gradients, metrics, shuffle
-from tfdist.keras.adapters import KerasAdapter
+from tfdist.keras.adapters import KerasAdapter, keras_version
 from tfdist.keras.checks import is_multi_worker
 
 #: The Keras range of the adapter table, ``[low, high)`` (every row is trained by devtools/compat.py).
@@ -43,10 +31,7 @@ ON_FIT_WITHOUT_STRATEGY: list[Callable[[], None]] = []
 
 
 def keras_in_tested_range(version: str) -> bool:
-    """True when ``version`` (e.g. ``"3.15.1"``) has a row in the adapter table.
-
-    Input/Output: ``"3.15.1"`` -> True; ``"3.3.3"`` -> True; ``"3.16.0"`` -> False; ``"2.15.0"`` -> False.
-    """
+    """True when ``version`` (e.g. ``"3.15.1"``) has a row in the adapter table."""
     return adapters.adapter_for(version) is not None
 
 
@@ -60,14 +45,6 @@ def is_installed() -> bool:
     return bool(_STATE.get("installed"))
 
 
-def keras_version() -> str:
-    """The Keras this Python imports (``keras``, ``keras-nightly`` or a build of its own), without
-    importing it (Keras may be half-imported here); ``"0"`` when there is none."""
-    from tfdist.installed import find
-
-    return find("keras").version or "0"
-
-
 def current_adapter() -> KerasAdapter | None:
     """The adapter-table row of the installed Keras; None outside the table."""
     version = keras_version()
@@ -78,20 +55,14 @@ def current_adapter() -> KerasAdapter | None:
 
 
 def gate() -> bool:
-    """Whether the fix may be applied: on (``TFDIST_KERAS_PATCH``) and Keras has a row in the table.
-
-    Silent: a Keras outside the table is refused only where it matters, by :func:`refusal` (a
-    multi-worker ``fit`` / ``evaluate`` / ``predict``).
-    """
+    """Whether the fix may be applied: on (``TFDIST_KERAS_PATCH``) and Keras has a row in the table."""
     return enabled_by_env() and current_adapter() is not None
 
 
 def refusal(strategy: Any) -> None:
     """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy.
 
-    Every worker stops (one left in Keras' own fit fails there with a long traceback), but the line is the
-    job's, not each worker's: the chief prints it; the others raise the same error, which the worker
-    bootstrap records for the launcher's report (whichever worker fails first), without printing it.
+    Every worker raises it (the launcher's report records the first); only the chief prints the line.
     """
     if strategy is None or not is_multi_worker(strategy):
         return
@@ -108,11 +79,7 @@ def refusal(strategy: Any) -> None:
 
 
 class _WithoutLine:
-    """``sys.stderr`` of a non-chief worker, without the one line the chief prints for the whole job.
-
-    Only writes that carry that line are dropped: anything else the process prints still shows, and a
-    script that catches the error and goes on keeps its stderr.
-    """
+    """``sys.stderr`` of a non-chief worker, dropping only the writes that carry the chief's line."""
 
     def __init__(self, stream: Any, line: str) -> None:
         # Its start: a printer may cut a long line (the worker bootstrap keeps 400 characters).
@@ -126,11 +93,8 @@ class _WithoutLine:
 
 
 def install() -> bool:
-    """Apply the fix to Keras (idempotent); True when it is active. Used by ``tfdist.strategy()``.
-
-    Launched workers get it without importing tfdist: their bootstrap applies :func:`patch_trainer` and
-    :func:`tfdist.keras.callbacks.patch_callback_list` as Keras loads those modules.
-    """
+    """Apply the fix to Keras (idempotent); True when it is active. Used by ``tfdist.strategy()``; launched
+    workers' bootstrap applies the same patches as Keras loads the modules."""
     if not enabled_by_env():
         return False
     import importlib
@@ -158,10 +122,8 @@ VARIABLES = "keras.src.backend.common.variables"
 def patch_variable_numbers(module: Any) -> None:
     """``float(model.optimizer.learning_rate)`` under MultiWorkerMirroredStrategy (once).
 
-    Keras' ``Variable.__float__`` is ``float(self.value)``, and under a mirrored strategy ``self.value`` is
-    a MirroredVariable, which has no ``__float__`` ("float() argument must be ... not
-    'MirroredVariable'"): every per-step schedule or logger that reads the rate fails there. Reading it
-    through NumPy (``__array__``, which a MirroredVariable has: this replica's value) works for every value.
+    Keras' ``Variable.__float__`` is ``float(self.value)``, and a MirroredVariable has no ``__float__``;
+    it has ``__array__`` (this replica's value), so the numbers are read through NumPy.
     """
     import numpy as np
 
@@ -189,11 +151,8 @@ ENTRY_POINTS = ("fit", "evaluate", "predict")
 
 
 def patch_trainer(trainer: Any) -> None:
-    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once).
-
-    Outside the adapter table only the refusal is installed (:func:`refusal`); with the fix off
-    (``TFDIST_KERAS_PATCH=0``) nothing.
-    """
+    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once); outside the
+    adapter table install only the refusal, with the fix off nothing."""
     adapter = current_adapter()
     cls = _trainer_class(trainer, adapter)
     if cls is None or not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):
@@ -228,8 +187,7 @@ def _trainer_class(trainer: Any, adapter: KerasAdapter | None) -> Any:
 
 
 def _agree_shuffles(cls: Any) -> None:
-    """A multi-worker epoch iterator that shuffles draws the same order on every worker
-    (:mod:`tfdist.keras.shuffle`)."""
+    """A multi-worker epoch iterator that shuffles draws the same order on every worker."""
     original = cls.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -246,24 +204,20 @@ def _agree_shuffles(cls: Any) -> None:
     cls.__init__ = __init__
 
 
-def _strategy_of(model: Any) -> Any:
-    return getattr(model, "_distribute_strategy", None)
-
-
 def _report_no_strategy() -> None:
     for hook in ON_FIT_WITHOUT_STRATEGY:  # a launched fit that will not join the job
         hook()
 
 
 def _refuse_or_report(model: Any, method: str) -> None:
-    strategy = _strategy_of(model)
+    strategy = getattr(model, "_distribute_strategy", None)
     if strategy is None:
         _report_no_strategy()
     refusal(strategy)
 
 
 def _check_on_entry(model: Any, method: str) -> None:
-    strategy = _strategy_of(model)
+    strategy = getattr(model, "_distribute_strategy", None)
     if strategy is None:
         _report_no_strategy()
     elif is_multi_worker(strategy):
@@ -273,8 +227,8 @@ def _check_on_entry(model: Any, method: str) -> None:
 
 
 def patch_gradients() -> None:
-    """The optimizer part of the fix, for the releases whose row needs it (at the first multi-worker fit:
-    Keras is fully imported by then)."""
+    """The optimizer part of the fix, where the row needs it (at the first multi-worker fit, once Keras is
+    fully imported)."""
     import importlib
 
     adapter = current_adapter()
@@ -299,17 +253,9 @@ def _wrap_entry_points(cls: Any, before: Callable[[Any, str], None]) -> None:
 
 
 def first_step_iterator(iterator: Any, epoch_steps: str) -> Any:
-    """The per-step iterator of an epoch's first step, walked as the adapter's Keras walks an epoch."""
-    if epoch_steps == "enumerate_epoch":
-        for _, it in iterator.enumerate_epoch():
-            return it
-    elif epoch_steps == "pairs":
-        for _, it in iterator:
-            return it
-    else:
-        for _, _, it in iterator:
-            return it
-    return None
+    """The per-step iterator of an epoch's first step (the last item of what the epoch yields first)."""
+    steps = iterator.enumerate_epoch() if epoch_steps == "enumerate_epoch" else iterator
+    return next((step[-1] for step in steps), None)
 
 
 def _replace_symbolic_build(cls: Any, adapter: KerasAdapter) -> None:
@@ -351,12 +297,8 @@ def first_local_batch(strategy: Any, batch: Any) -> Any:
 
 
 def reduce_packed(values: Any, strategy: Any, op: str) -> Any:
-    """Reduce every tensor of a step's output across all replicas of all workers in one all-reduce.
-
-    Scalars (the metric and loss logs) are stacked into one float64 vector per replica — float64 so integer
-    counters survive exactly — reduced once, then split and cast back. Non-scalar leaves, rare in logs,
-    are reduced one by one. Same result as MirroredStrategy's reduction on one worker.
-    """
+    """Reduce a step's output across all replicas of all workers: the scalars (the logs) stacked into one
+    float64 vector (integer counters stay exact) and reduced once, other tensors one by one."""
     import tensorflow as tf
     from keras import tree
 

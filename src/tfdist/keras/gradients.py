@@ -1,17 +1,9 @@
 """Keras releases before 3.8 apply the wrong gradient on several replicas: the optimizer part of the fix.
 
-Keras 3.8 scales each replica's loss by 1/replicas and sums the gradients across replicas: the mean, as
-one process computes it. Before that (read from ``keras/src/backend/tensorflow/optimizer.py``):
-
-- 3.3 and 3.4 ("none"): ``_all_reduce_sum_gradients`` runs inside the optimizer's merge call, where there
-  is no replica context, so it reduces nothing and every worker applies its own gradient: the workers
-  drift apart;
-- 3.5 to 3.7 ("sum"): the gradients are summed in the replica context, but the loss is not scaled: the
-  step is ``replicas`` times the one-process step.
-
-Which of these applies is the adapter row's ``gradients`` field (:mod:`tfdist.keras.adapters`). The
-replacement acts only under a multi-worker collective strategy, so one process with its one replica
-trains exactly as Keras does.
+Keras 3.8 scales each replica's loss by 1/replicas and sums the gradients. Before
+(``keras/src/backend/tensorflow/optimizer.py``): 3.3-3.4 ("none") reduce nothing (the reduction runs in the
+merge call, outside any replica context), so workers drift apart; 3.5-3.7 ("sum") sum unscaled gradients,
+a step ``replicas`` times too large. Acts only under a multi-worker collective strategy.
 """
 
 from __future__ import annotations
@@ -30,11 +22,8 @@ def _multi_worker(optimizer: Any) -> bool:
 
 
 def patch_optimizer(module: Any, gradients: str) -> None:
-    """Make ``TFOptimizer`` apply the mean gradient across all replicas of all workers (once).
-
-    ``gradients``: ``"none"`` (Keras reduces nothing), ``"sum"`` (Keras sums unscaled gradients) or
-    ``"scaled"`` (Keras is right: nothing to do).
-    """
+    """Make ``TFOptimizer`` apply the mean gradient across all replicas of all workers (once);
+    ``gradients`` is the adapter row's field."""
     cls = module.TFOptimizer
     if gradients == "scaled" or getattr(cls, "_tfdist_gradients", False):
         return

@@ -1,17 +1,10 @@
 """``model.fit(x, y)``'s default shuffle, agreed across workers.
 
-Keras shuffles arrays (its array data adapter) with an unseeded ``tf.random.shuffle`` of the example
-indices, drawn anew each epoch. Under MultiWorkerMirroredStrategy every worker runs that pipeline and
-keeps its share of the batches (DATA auto-sharding), so unseeded draws give each worker a different
-order: together the workers skip some examples and repeat others in every epoch. TensorFlow's own
-tutorials warn about it; nothing stops it.
-
-Here, while Keras builds a multi-worker epoch iterator (and no global seed is set), that shuffle is
-replaced by a stateless shuffle whose seed is (the job's seed, this shuffle's number, the epoch): every
-worker draws the same permutation of every epoch, and each epoch still draws a new one. The job's seed is
-drawn by the chief and sent to every worker in one scalar all-reduce, once per process, so two runs still
-shuffle differently, as one process does. A seed the user set (``keras.utils.set_random_seed``) is left
-alone: Keras' own shuffle is then the same on every worker already.
+Keras shuffles arrays with an unseeded ``tf.random.shuffle`` each epoch; under MultiWorkerMirroredStrategy
+with DATA auto-sharding, workers drawing different orders skip some examples and repeat others. While Keras
+builds a multi-worker epoch iterator without a global seed, that shuffle becomes a stateless one seeded by
+(the job's seed, this shuffle's number, the epoch): the same permutation on every worker, a new one each
+epoch. The chief draws the job's seed and sends it in one all-reduce. A seed the user set is left alone.
 """
 
 from __future__ import annotations
@@ -36,8 +29,8 @@ def unseeded() -> bool:
 
 @contextlib.contextmanager
 def agreed_shuffles() -> Iterator[bool]:
-    """While Keras builds an epoch iterator: unseeded ``tf.random.shuffle`` calls become the agreed
-    shuffle. Yields whether it did (no global seed set); the caller then calls :func:`agree_seed`."""
+    """Unseeded ``tf.random.shuffle`` calls become the agreed shuffle inside; yields whether they did (no
+    global seed set), and the caller then calls :func:`agree_seed`."""
     import tensorflow as tf
 
     if not unseeded():
@@ -58,8 +51,8 @@ def agreed_shuffles() -> Iterator[bool]:
 
 
 def _epoch_shuffle(value: Any, number: int, name: Any) -> Any:
-    """A stateless shuffle seeded by (job seed + ``number``, epoch): the epoch counts the times the
-    pipeline draws this permutation (once per epoch's iterator), in Python, which holds the count."""
+    """A stateless shuffle seeded by (job seed + ``number``, epoch), the epoch counted in Python each time
+    the pipeline draws the permutation."""
     import tensorflow as tf
 
     epochs = itertools.count()
@@ -73,8 +66,7 @@ def _epoch_shuffle(value: Any, number: int, name: Any) -> Any:
 
 
 def agree_seed(strategy: Any) -> None:
-    """The job's seed on every worker: the chief's random draw, summed with the others' zeros (once per
-    process; every worker builds its first shuffled epoch iterator in the same ``fit`` call)."""
+    """The job's seed on every worker (once per process): the chief's random draw summed with zeros."""
     if _JOB_SEED:
         return
     import tensorflow as tf

@@ -48,12 +48,7 @@ _NO_ANSWER = ("Unable to contact slurm controller", "Unable to establish control
 
 
 def no_controller(program: str, output: str) -> str | None:
-    """One line naming why Slurm's client could not reach a controller, or None when it did.
-
-    Input/Output: ``("sbatch", "sbatch: error: _establish_config_source: failed to fetch config")`` ->
-    ``"sbatch found no Slurm configuration on this machine (no SLURM_CONF, no /etc/slurm/slurm.conf, no
-    DNS SRV record): there is no cluster to reach from here."``
-    """
+    """One line naming why Slurm's client could not reach a controller, or None when it did."""
     if any(marker in output for marker in _NO_CONFIG):
         return (
             f"{program} found no Slurm configuration on this machine (no SLURM_CONF, no "
@@ -90,9 +85,8 @@ def _reason(text: str) -> str:
 def submit(script_path: str, cwd: str | None = None) -> str:
     """``sbatch --parsable SCRIPT`` and return the job id.
 
-    ``sbatch --test-only`` first: Slurm accepts, and leaves pending forever, a job no node set of its
-    partition can ever run (more nodes than the partition has, unless EnforcePartLimits is set); such a
-    job is refused here with the scheduler's reason and nothing is submitted.
+    ``sbatch --test-only`` first: Slurm accepts, and leaves pending forever, a job its partition can never
+    run (more nodes than it has, unless EnforcePartLimits is set).
     """
     where = [] if cwd is None else [f"--chdir={cwd}"]
     tried = _run(["sbatch", "--test-only", *where, script_path])
@@ -145,10 +139,9 @@ def cancel(job_id: str) -> None:
 
 
 def requeue_slurm_job(why: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Ask Slurm to run this job (``SLURM_JOB_ID``) again: ``scontrol requeue ID`` puts it back in the
-    queue (it must allow requeueing); ``why`` goes into the log line. TFDIST_REQUEUE=0 opts out. Never
-    raises (the job may have been submitted without --requeue, or another task asked first): returns
-    whether Slurm took the request."""
+    """``scontrol requeue $SLURM_JOB_ID`` (TFDIST_REQUEUE=0 opts out); ``why`` goes into the log line.
+    Never raises (the job may not allow requeueing, another task may have asked first): whether Slurm
+    took the request."""
     env = os.environ if environ is None else environ
     job_id = env.get("SLURM_JOB_ID")
     if not job_id or not variables.get("TFDIST_REQUEUE", env):
@@ -164,17 +157,11 @@ def requeue_slurm_job(why: str, environ: Mapping[str, str] | None = None) -> boo
     return True
 
 
-def log_path(job_id: str) -> str:
-    """The job's standard-output file as Slurm reports it."""
+def read_log(job_id: str) -> str:
+    """The job's output so far, from the standard-output file Slurm reports."""
     path = show_job(job_id).get("StdOut", "")
     if not path:
         raise ConfigError(f"Slurm reports no output file for job {job_id}.")
-    return path
-
-
-def read_log(job_id: str) -> str:
-    """The job's output so far."""
-    path = log_path(job_id)
     if not os.path.exists(path):
         raise ConfigError(f"job {job_id} has not written {path} yet (still pending?).")
     with open(path, encoding="utf-8", errors="replace") as fh:

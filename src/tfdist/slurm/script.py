@@ -15,9 +15,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SBATCH_VALUE = re.compile(r"^[^\s\"'\\]+$")
 #: Backends whose ranks start through srun's MPI process-management interface.
 MPI_BACKENDS = ("mpi", "horovod")
-#: srun's default ``--mpi`` plugin for them. pmi2, not pmix: the mpich wheel's PMI client speaks the PMI
-#: wire protocol over the PMI_FD socket that Slurm's pmi2 plugin opens (measured: 4 ranks on 2 nodes), while
-#: Slurm's pmix plugin needs libpmix on every node and an MPI built against PMIx.
+#: srun's default ``--mpi`` plugin for them. pmi2, not pmix: the mpich wheel's PMI client speaks to Slurm's
+#: pmi2 plugin, while pmix needs libpmix on every node and an MPI built against PMIx.
 DEFAULT_MPI_PLUGIN = "pmi2"
 _PLUGIN = re.compile(r"^[a-z][a-z0-9_]*$")
 #: Variables that must not route the workers' gRPC traffic through a proxy.
@@ -78,62 +77,26 @@ class SbatchSpec:
             raise ConfigError("no command to run. Hint: tfdist slurm script [options] -- python train.py ...")
 
     def _check_text(self) -> None:
-        values = [
-            *self.command,
-            self.job_name,
-            self.output,
-            *self.extra_sbatch,
-            *self.modules,
-            *self.binds,
-            *self.exports,
-            *self.exports.values(),
-            self.signal,
-            self.python,
-        ]
-        values += [
-            v
-            for v in (
-                self.mem,
-                self.time,
-                self.partition,
-                self.constraint,
-                self.account,
-                self.qos,
-                self.error,
-                self.venv,
-                self.container,
-                self.workdir,
-                self.nodelist,
-                self.mpi,
-            )
-            if v is not None
-        ]
+        values = [v for v in vars(self).values() if isinstance(v, str)]  # every text field, and the lists'
+        values += [*self.command, *self.extra_sbatch, *self.modules, *self.binds]
+        values += [*self.exports, *self.exports.values()]
         for value in values:
             if _CONTROL.search(value):
                 raise ConfigError(
                     f"value {value!r} contains a newline or control character; job scripts cannot carry it "
                     "safely."
                 )
-        named: tuple[tuple[str, str | None], ...] = (
-            ("--job-name", self.job_name),
-            ("--output", self.output),
-            ("--error", self.error),
-            ("--partition", self.partition),
-            ("--constraint", self.constraint),
-            ("--account", self.account),
-            ("--qos", self.qos),
-            ("--nodelist", self.nodelist),
-        )
-        for name, option in named:
+        for name in ("job_name", "output", "error", "partition", "constraint", "account", "qos", "nodelist"):
+            option = getattr(self, name)
             if option is not None and not _SBATCH_VALUE.match(option):
-                raise ConfigError(f"{name}={option!r}: #SBATCH values cannot contain spaces or quotes.")
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag}={option!r}: #SBATCH values cannot contain spaces or quotes.")
         for name in self.exports:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
                 raise ConfigError(f"--export {name!r} is not a valid variable name.")
 
     def _check_train_batch(self) -> None:
-        """A ``tfdist train --global-batch-size G`` job whose replicas do not divide G is refused here,
-        before it waits in the queue only to fail in every task."""
+        """Refuse a ``tfdist train --global-batch-size G`` the replicas do not divide, before the queue."""
         batch = train_global_batch(self.command)
         if batch is None:
             return
@@ -226,15 +189,10 @@ def runs_tfdist_train(command: tuple[str, ...]) -> bool:
     (True, False)
     """
     words = list(command)
-    if words and words[0].rsplit("/", 1)[-1] == "tfdist":
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if program == "tfdist":
         return words[1:2] == ["train"]
-    if (
-        len(words) >= 4
-        and words[0].rsplit("/", 1)[-1].startswith("python")
-        and words[1:3] == ["-m", "tfdist"]
-    ):
-        return words[3] == "train"
-    return False
+    return program.startswith("python") and words[1:4] == ["-m", "tfdist", "train"]
 
 
 def train_global_batch(command: tuple[str, ...]) -> int | None:
@@ -257,16 +215,12 @@ def train_global_batch(command: tuple[str, ...]) -> int | None:
 
 
 def _sbatch_lines(spec: SbatchSpec) -> list[str]:
+    gpus = (f"gpu:{spec.gpus_per_node}" if spec.gres else spec.gpus_per_node) if spec.gpus_per_node else None
     options: list[tuple[str, object]] = [
         ("job-name", spec.job_name),
         ("nodes", spec.node_range),
         ("ntasks-per-node", spec.tasks_per_node),
-        (
-            "gres" if spec.gres else "gpus-per-node",
-            (f"gpu:{spec.gpus_per_node}" if spec.gres else spec.gpus_per_node)
-            if spec.gpus_per_node
-            else None,
-        ),
+        ("gres" if spec.gres else "gpus-per-node", gpus),
         ("gpus-per-task", spec.gpus_per_task),
         ("cpus-per-task", spec.cpus_per_task),
         ("mem", spec.mem),
@@ -325,12 +279,7 @@ def _environment_lines(spec: SbatchSpec) -> list[str]:
 
 
 def render_sbatch(spec: SbatchSpec) -> str:
-    """The complete job script for ``spec``.
-
-    Input/Output: ``SbatchSpec(command=("python", "train.py"), gpus_per_node=4)`` -> a script with
-    ``#SBATCH --ntasks-per-node=4``, ``#SBATCH --gres=gpu:4`` and
-    ``srun --ntasks-per-node=4 python -m tfdist run -- python train.py``.
-    """
+    """The complete job script for ``spec`` (golden files: tests/golden/)."""
     launch = ["srun", f"--ntasks-per-node={spec.tasks_per_node}"]
     if spec.mpi_plugin:
         launch.append(f"--mpi={spec.mpi_plugin}")

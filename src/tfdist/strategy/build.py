@@ -77,12 +77,9 @@ def _resolver(tf: Any, plan: StrategyPlan) -> Any:
 
 
 def _multi_worker(tf: Any, plan: StrategyPlan) -> Any:
-    implementation = {
-        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-        "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
-    }[plan.communication]
-    options = tf.distribute.experimental.CommunicationOptions(
+    experimental = tf.distribute.experimental
+    implementation = getattr(experimental.CommunicationImplementation, plan.communication.upper())
+    options = experimental.CommunicationOptions(
         implementation=implementation, timeout_seconds=plan.collective_timeout
     )
     try:

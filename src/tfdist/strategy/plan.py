@@ -11,7 +11,6 @@ from tfdist.errors import ConfigError
 
 KINDS = ("auto", "one_device", "mirrored", "multi_worker", "parameter_server", "tpu")
 COMMUNICATIONS = ("auto", "ring", "nccl")
-PROCESS_BACKENDS = backends.PROCESS_BACKENDS
 #: A stuck peer should fail the step in minutes, not hang for hours (TensorFlow's default is no limit).
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -123,11 +122,8 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
 
 
 def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions) -> tuple[int, ...]:
-    """Choose which of TensorFlow's visible GPUs this process uses.
-
-    Several tasks on one node each take the GPU at their local rank, unless the scheduler already bound
-    GPUs per task, or the task is meant to drive every GPU of its node (``gpus_per_worker_all``).
-    """
+    """Which of TensorFlow's visible GPUs this process uses: with several tasks on the node, the one at its
+    local rank, unless the scheduler bound GPUs per task or the task drives every GPU of its node."""
     n = len(devices.gpus)
     if options.devices is not None:
         bad = [i for i in options.devices if i >= n]
@@ -158,15 +154,12 @@ def plan_gpus(env: ClusterEnvironment, devices: LocalDevices, options: StrategyO
 def plan_strategy(
     env: ClusterEnvironment, devices: LocalDevices, options: StrategyOptions | None = None
 ) -> StrategyPlan:
-    """Pick the strategy for this process and explain why.
-
-    Input/Output: a LocalEnvironment with 4 GPUs and default options -> ``StrategyPlan(kind="mirrored",
-    gpu_indices=(0, 1, 2, 3), num_replicas=4, …)``.
-    """
+    """Pick the strategy for this process and explain why (4 local GPUs: mirrored over all four)."""
     opts = options or StrategyOptions()
     gpus = plan_gpus(env, devices, opts)
     backend = backends.choose(opts.backend, source="TFDIST_BACKEND", under_mpi=env.kind == "mpi").name
-    if backend in PROCESS_BACKENDS:
+    process_level = backend in backends.PROCESS_BACKENDS
+    if process_level:
         kind, reason = _mpi_kind(env, opts)
     else:
         kind, reason = _choose_kind(env, gpus, opts)
@@ -202,9 +195,7 @@ def plan_strategy(
         task_index=env.task_index,
         tpu_name=getattr(env, "tpu_name", ""),
         backend=backend,
-        num_replicas=env.world_size
-        if backend in PROCESS_BACKENDS
-        else _num_replicas(kind, env, local_replicas),
+        num_replicas=env.world_size if process_level else _num_replicas(kind, env, local_replicas),
         warnings=tuple(warnings),
     )
 
