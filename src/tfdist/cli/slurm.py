@@ -10,7 +10,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import add_run_dir, integer, node_range
-from tfdist.cli.spellings import with_command_guard
+from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.

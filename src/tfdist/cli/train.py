@@ -11,7 +11,6 @@ from typing import Any
 from tfdist import files
 from tfdist.cli import examples
 from tfdist.cli.argtypes import add_run_dir, integer, number
-from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
 
 
@@ -133,8 +132,6 @@ def register(sub: Any) -> None:
         "(ZeRO-1; with buckets also the gradients, ZeRO-2); checkpoints stay whole",
     )
     p.set_defaults(run=run)
-    # Every command names the run directory --run-dir; the old name keeps working.
-    with_old_spellings(p, {"--output-dir": "--run-dir"})
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

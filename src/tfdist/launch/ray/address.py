@@ -33,15 +33,6 @@ def check_address(address: str) -> str:
     return text
 
 
-def looks_like_address(text: str) -> bool:
-    """Whether ``text`` is written as a Ray address (``auto``, ``ray://…``, ``HOST:PORT``) rather than a
-    script or an option. Input/Output: ``"h:6379"`` -> True; ``"train.py"``, ``"-n"`` -> False."""
-    if text == "auto" or text.startswith("ray://"):
-        return True
-    host, sep, port = text.rpartition(":")
-    return bool(sep and host and not host.startswith("-") and port.isdigit())
-
-
 def answers(address: str, timeout: float) -> OSError | None:
     """``None`` when a ``HOST:PORT`` (or ``ray://HOST:PORT``) address accepts a TCP connection now, else the
     error of the attempt (Ray's own connect retries for a long while before it says anything)."""
