@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from tfdist import files
+from tfdist.errors import require
 
 
 class Reporter:
@@ -31,6 +32,8 @@ class Reporter:
         self._progress: Any = None
         self._task: Any = None
         self.tty = sys.stdout.isatty()
+        if run_dir:  # before training, not after it
+            require_plots()
         if is_chief and tensorboard_dir:
             import importlib.util
 
@@ -100,11 +103,14 @@ class Reporter:
         plot_curves(history, os.path.join(self.run_dir, "curves.png"))
 
 
+def require_plots() -> Any:
+    """matplotlib, or the one line naming the extra that installs it (curves.png, the bench's plots)."""
+    return require("matplotlib", "matplotlib", "plots", "a run directory's plots")
+
+
 def plot_curves(history: dict[str, list[float]], path: str) -> None:
     """Loss and metric curves per epoch (train and validation), one panel per quantity."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require_plots().use("Agg")
     import matplotlib.pyplot as plt
 
     names = [k for k in history if not k.startswith("val_") and k != "examples_per_sec"]

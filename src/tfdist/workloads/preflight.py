@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 
 from tfdist.errors import ConfigError
-from tfdist.workloads import files
+from tfdist.train.report import require_plots
+from tfdist.workloads import datasets, files
 from tfdist.workloads.config import TrainConfig
 
 
 def preflight(config: TrainConfig) -> None:
-    """The data and the weights file exist; the run directory is new, or resumed on purpose, and writable.
-    Checked before anything starts or is written: with ``--workers`` every worker would fail alike."""
+    """The data and the weights file exist, with the packages they and the plots need; the run directory
+    is new, or resumed on purpose, and writable. Checked before anything starts or is written: with
+    ``--workers`` every worker would fail alike."""
     files.check_source(config.dataset)
+    datasets.require_packages(config.dataset)
+    require_plots()  # the run directory's curves.png
     if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
         raise ConfigError(f"--run-dir {config.output_dir!r} is a file. Hint: give a directory.")
     if config.resume and not _has_checkpoint(config.checkpoint_dir):
