@@ -21,9 +21,10 @@ def test_a_node_range_reads_in_either_form(typed: str, capsys: pytest.CaptureFix
     code, out, err = cli(capsys, "slurm", "script", "--nodes", typed, "--", "python", "train.py")
     assert code == 0 and "#SBATCH --nodes=2-3" in out, err
     from tfdist.cli import build_parser
+    from tfdist.cli.launch import config_from_args
 
     args = build_parser().parse_args(["launch", "--nnodes", typed, "--rdzv", "h:1", "train.py"])
-    assert args.nnodes == "2:3"
+    assert config_from_args(args).node_range == (2, 3)
 
 
 @pytest.mark.parametrize(

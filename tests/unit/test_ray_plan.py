@@ -119,8 +119,8 @@ def test_gpu_workers_keep_the_gpus_ray_gives_their_bundle(tmp_path: Path) -> Non
         ({"ps": 1}, "--ps cannot"),
         ({"ray_strategy": "random"}, "--ray-strategy='random' is not one of pack, spread, strict-spread"),
         ({"ray_gpus": -1.0}, "--ray-gpus=-1: give 0 or more GPUs per worker"),
-        ({"ray": "train.py"}, "--ray-address 'train.py' is not a Ray address"),
-        ({"ray": "head:99999"}, "is not a Ray address"),
+        ({"ray": "train.py"}, "--ray-address='train.py' must be HOST:PORT"),
+        ({"ray": "head:99999"}, "must be HOST:PORT"),
     ],
 )
 def test_config_refuses_what_ray_cannot_place(kw: dict[str, object], message: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
 from typing import Any
 
 
@@ -52,19 +51,3 @@ def seconds(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     return value
-
-
-def node_range(separator: str) -> Callable[[str], str]:
-    """A node count or range written ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's), given back
-    with ``separator``: ``tfdist launch --nnodes`` and ``tfdist slurm --nodes`` take either form, so a
-    range typed for one is not refused by the other. The range itself is checked by the config.
-
-    Input/Output: ``node_range(":")("2-4")`` -> ``"2:4"``; ``node_range("-")("2:4")`` -> ``"2-4"``; ``"3"``
-    -> ``"3"``.
-    """
-
-    def parse(text: str) -> str:
-        low, sep, high = text.replace(":", "-").partition("-")
-        return f"{low.strip()}{separator}{high.strip()}" if sep else text
-
-    return parse

@@ -9,7 +9,7 @@ from typing import Any
 
 from tfdist import nodes
 from tfdist.cli import examples
-from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds
+from tfdist.cli.argtypes import add_run_dir, integer, seconds
 from tfdist.cli.guards import flags_after_script
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
@@ -78,7 +78,6 @@ def register(sub: Any) -> None:
     )
     nodes.add_argument(
         "--nnodes",
-        type=node_range(":"),
         default="1",
         metavar="N|MIN:MAX",
         help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",
@@ -222,7 +221,6 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the LaunchConfig (validated) from parsed flags."""
     from tfdist.launch import LaunchConfig
-    from tfdist.launch.elastic import parse_nnodes
     from tfdist.launch.membership import scheduler_nodes
     from tfdist.launch.rendezvous import RendezvousSpec
     from tfdist.nodes import visible_gpus
@@ -242,7 +240,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         else:
             nproc = 1 if args.cpu or gpus == "all" or ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
-    node_range = parse_nnodes(args.nnodes)
+    node_range = nodes.parse_node_range(args.nnodes, "--nnodes")
     if not args.rdzv:  # a scheduler's step answers the flags that describe the nodes: say so first
         scheduler_nodes(
             os.environ, ray is not None, args.hosts or args.hostfile, args.node_rank, node_range.high

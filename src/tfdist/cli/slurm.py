@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import add_run_dir, integer, node_range
+from tfdist.cli.argtypes import add_run_dir, integer
 from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
@@ -18,7 +18,6 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     (
         "--nodes",
         {
-            "type": node_range("-"),
             "metavar": "N|MIN-MAX",
             "help": "nodes; MIN-MAX (or MIN:MAX): Slurm may start (or restart) with fewer",
         },
@@ -162,7 +161,7 @@ def _check_toml_type(path: str, key: str, value: Any) -> None:
         "a table of strings": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
         'a boolean or "mirrored"': isinstance(value, bool) or value == "mirrored",
         'an integer or a "MIN-MAX" string': (isinstance(value, int) and not isinstance(value, bool))
-        or isinstance(value, str),  # the string's form is checked with the flag's (parse_nodes)
+        or isinstance(value, str),  # the string's form is checked with the flag's (parse_node_range)
         "a string": isinstance(value, str),
     }[want]
     if not ok:
@@ -192,10 +191,11 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             values[dest] = getattr(args, dest)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if isinstance(values.get("nodes"), str):  # from the flag or the file: N or MIN-MAX
-        from tfdist.slurm.script import parse_nodes
+        from tfdist.nodes import parse_node_range
 
         source = "--nodes" if args.nodes is not None else f"--config {args.config!r}: nodes"
-        values["min_nodes"], values["nodes"] = parse_nodes(values["nodes"], source)
+        nodes = parse_node_range(values["nodes"], source, "-")
+        values["min_nodes"], values["nodes"] = (nodes.low if nodes.elastic else None), nodes.high
     if args.export:
         values["exports"] = dict(_parse_export(item) for item in args.export)
     if args.per_node or values.get("per_node") in (True, "mirrored"):

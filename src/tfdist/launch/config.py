@@ -10,7 +10,7 @@ from tfdist import backends
 from tfdist.errors import ConfigError
 from tfdist.launch.ray.address import check_address
 from tfdist.launch.rendezvous import RendezvousSpec
-from tfdist.nodes import HostSlots, check_hosts, parse_host_slots
+from tfdist.nodes import HostSlots, check_hosts, check_ports, parse_host_slots
 
 BACKENDS = backends.NAMES
 
@@ -168,12 +168,8 @@ class LaunchConfig:
                 f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but "
                 f"--nnodes={self.nnodes}."
             )
-        if self.base_port is not None and not 1 <= self.base_port <= 65535:
-            raise ConfigError(f"--base-port={self.base_port} is outside 1-65535.")
-        if self.base_port is not None and self.base_port + self.tasks_per_node - 1 > 65535:
-            raise ConfigError(
-                f"--base-port={self.base_port} with {self.tasks_per_node} tasks per node passes port 65535."
-            )
+        if self.base_port is not None:
+            check_ports(self.base_port, self.tasks_per_node, f"--base-port={self.base_port}")
 
     def _check_times(self) -> None:
         for flag, value in (

@@ -1,5 +1,6 @@
 """Node and host lists, pure: Slurm's compressed lists, ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS``, and
-their checks (valid names, no repeats, no loopback beside remote hosts).
+their checks (valid names, no repeats, no loopback beside remote hosts); ``HOST:PORT`` addresses and port
+ranges.
 
 Slurm's lists are expanded by hand, without ``scontrol``: nothing in the Python ecosystem parses them
 without a Slurm installation, and tasks must agree on the cluster spec from their environment alone.
@@ -20,6 +21,7 @@ from tfdist.errors import ConfigError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_NODE_RANGE = re.compile(r"^\s*(\d+)\s*(?:[:-]\s*(\d+)\s*)?$")
 #: Guard against lists like n[0-99999999] that would exhaust memory rather than describe a real job.
 MAX_HOSTS = 100_000
 
@@ -135,6 +137,43 @@ def expand_tasks_per_node(text: str, source: str = "SLURM_STEP_TASKS_PER_NODE") 
     return counts
 
 
+@dataclass(frozen=True)
+class NodeRange:
+    """The fewest and the most nodes of a job (equal: a fixed count)."""
+
+    low: int
+    high: int
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job may run on fewer nodes than the most."""
+        return self.low < self.high
+
+
+def parse_node_range(text: str, where: str, sep: str = ":") -> NodeRange:
+    """``N``, ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's): ``tfdist launch --nnodes`` and
+    ``tfdist slurm --nodes`` take either; ConfigError naming ``where``, its hint written with ``sep``.
+
+    Input/Output: ``"2:4"`` and ``"2-4"`` -> ``NodeRange(2, 4)``; ``"3"`` -> ``NodeRange(3, 3)``.
+    """
+    match = _NODE_RANGE.match(text)
+    if not match:
+        raise ConfigError(
+            f"{where}={text!r} must be a number of nodes N or a range MIN{sep}MAX, e.g. 2{sep}3."
+        )
+    low = int(match.group(1))
+    high = low if match.group(2) is None else int(match.group(2))
+    if low < 1:
+        raise ConfigError(
+            f"{where}={f'{text}: MIN={low}' if match.group(2) else low} must be at least 1 node."
+        )
+    if low > high:
+        raise ConfigError(
+            f"{where}={text}: MIN={low} is above MAX={high}. Hint: write {high}{sep}{low} (fewest{sep}most)."
+        )
+    return NodeRange(low, high)
+
+
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 1-63 characters each.
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -158,6 +197,48 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """``HOST:PORT`` split at its last colon, as written and unchecked; no colon: ``("", address)``.
+
+    Input/Output: ``"node1:2222"`` -> ``("node1", "2222")``; ``"[::1]:80"`` -> ``("[::1]", "80")``.
+    """
+    host, _, port = address.rpartition(":")
+    return host, port
+
+
+def parse_address(address: object, where: str, hint: str = "e.g. node1:2222") -> tuple[str, int]:
+    """``HOST:PORT`` checked (an IPv6 host in brackets, kept; a port 1-65535), else ConfigError naming
+    ``where`` with ``hint``.
+
+    Input/Output: ``"node1:2222"`` -> ``("node1", 2222)``; ``"[::1]:80"`` -> ``("[::1]", 80)``.
+    """
+    host, port = split_address(address) if isinstance(address, str) else ("", "")
+    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if not host or bare_ipv6 or not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
+        raise ConfigError(
+            f"{where}={address!r} must be HOST:PORT (a port 1-{MAX_PORT}, an IPv6 host in brackets). "
+            f"Hint: {hint}."
+        )
+    return host, int(port)
+
+
+def check_ports(base: int, count: int, what: str, per: str = "tasks per node") -> int:
+    """``base`` when ports ``base`` .. ``base + count - 1`` all exist, else ConfigError naming ``what``.
+
+    Input/Output: ``(65535, 2, "--base-port=65535")`` -> ConfigError("--base-port=65535 with 2 tasks per
+    node passes port 65535.").
+    """
+    if not 1 <= base <= MAX_PORT:
+        raise ConfigError(f"{what} is not a port (1-{MAX_PORT}).")
+    if base + count - 1 > MAX_PORT:
+        raise ConfigError(f"{what} with {count} {per} passes port {MAX_PORT}.")
+    return base
 
 
 def loopback_among_remote(hosts: Iterable[str]) -> list[str]:
