@@ -97,9 +97,11 @@ def test_every_command_prints_its_help() -> None:
 def test_every_command_names_its_run_directory_run_dir(capsys: pytest.CaptureFixture[str]) -> None:
     """``--run-dir`` in every command; the script's own ``--log-dir`` stays the script's."""
     import argparse
+    from dataclasses import replace
 
     from tfdist.cli import launch as launch_cli
     from tfdist.cli import train as train_cli
+    from tfdist.launch import LaunchConfig
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -108,9 +110,11 @@ def test_every_command_names_its_run_directory_run_dir(capsys: pytest.CaptureFix
     config = launch_cli.config_from_args(
         parser.parse_args(["launch", "--run-dir", "runs/a", "t.py", "--log-dir", "x"])
     )
-    assert config.log_dir == "runs/a" and config.command == ("t.py", "--log-dir", "x")
+    assert config.run_dir == "runs/a" and config.command == ("t.py", "--log-dir", "x")
     assert capsys.readouterr().err == ""
-    assert parser.parse_args(["train", "--run-dir", "runs/b"]).output_dir == "runs/b"
+    # LaunchConfig's keyword as the Python API first documented it
+    assert replace(config, log_dir="runs/c").run_dir == "runs/c" == LaunchConfig(log_dir="runs/c").run_dir
+    assert parser.parse_args(["train", "--run-dir", "runs/b"]).run_dir == "runs/b"
     for command in ("launch", "train", "slurm submit"):
         code, out, _ = cli(capsys, *command.split(), "--help")
         assert code == 0 and "--run-dir" in out and "--log-dir" not in out and "--output-dir" not in out

@@ -196,7 +196,7 @@ class BenchConfig:
             return (1,)
         return self.nodes or tuple(sorted({1, len(self.hosts)}))
 
-    def train_config(self, output_dir: str) -> TrainConfig:
+    def train_config(self, run_dir: str) -> TrainConfig:
         """The training options every measured run shares."""
         return TrainConfig(
             workload=self.workload,
@@ -204,7 +204,7 @@ class BenchConfig:
             epochs=1,
             batch_size_per_replica=self.batch_size_per_replica,
             lr=0.01,
-            output_dir=output_dir,
+            run_dir=run_dir,
             steps_per_epoch=self.warmup_steps + self.steps,
             seed=self.seed,
         )

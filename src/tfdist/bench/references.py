@@ -27,6 +27,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.bench.config import WorkerSpec
+from tfdist.worker.contract import RunFiles
 
 
 class Timeline:
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if chief:
         out = Path(spec.run_dir)
         out.mkdir(parents=True, exist_ok=True)
-        files.write_json(out / "bench.json", result, default=float)
+        files.write_json(RunFiles(str(out)).bench, result, default=float)
     return 0
 
 

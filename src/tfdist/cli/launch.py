@@ -144,7 +144,7 @@ def register(sub: Any) -> None:
     )
     ps.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     output = p.add_argument_group("output")
-    add_run_dir(output, "log_dir", "logs, attempts")
+    add_run_dir(output, "run_dir", "logs, attempts")
     output.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     output.add_argument(
         "--quiet-workers", action="store_true", help="show only the chief (or w0) on the console"
@@ -262,7 +262,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         chief=args.chief,
         cpu=args.cpu,
         gpus_per_worker="1" if ray else gpus,
-        log_dir=args.log_dir,
+        run_dir=args.run_dir,
         prefix=not args.no_prefix,
         quiet_workers=args.quiet_workers,
         grace=args.grace,

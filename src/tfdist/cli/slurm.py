@@ -239,16 +239,17 @@ def run_submit(args: argparse.Namespace) -> int:
 
     from tfdist.launch.outcome import new_run_id
     from tfdist.slurm import commands, render_sbatch
+    from tfdist.worker.contract import RunFiles
 
     spec = spec_from_args(args)
     run_dir = os.path.abspath(args.run_dir or os.path.join("tfdist-runs", new_run_id()))
     if spec.output == "tfdist-%j.out":
-        spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
+        spec = replace(spec, output=RunFiles(run_dir).slurm_output)
     # The tasks record the step's first failure there, so the job ends with that task's exit code.
     spec = replace(spec, exports={**spec.exports, "TFDIST_RUN_DIR": run_dir})
     made = not os.path.exists(run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, "job.sbatch")
+    path = RunFiles(run_dir).sbatch
     files.write_text(path, render_sbatch(spec))
     try:
         job_id = commands.submit(path, cwd=os.getcwd())

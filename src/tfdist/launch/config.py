@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from tfdist import backends
 from tfdist.errors import ConfigError
@@ -40,7 +40,8 @@ class LaunchConfig:
     chief: bool = False
     cpu: bool = False
     gpus_per_worker: str = "1"
-    log_dir: str | None = None
+    #: ``--run-dir``: logs and attempts (default ./tfdist-runs/<run-id>).
+    run_dir: str | None = None
     prefix: bool = True
     quiet_workers: bool = False
     grace: float = 10.0
@@ -69,8 +70,12 @@ class LaunchConfig:
     #: ``ssh`` elsewhere -- and the hosts meet at a rendezvous on the first one.
     host_slots: tuple[HostSlots, ...] | str = ()
     ssh: str = "ssh"
+    #: ``run_dir`` under the keyword the Python API first documented.
+    log_dir: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, log_dir: str | None) -> None:
+        if log_dir is not None:
+            object.__setattr__(self, "run_dir", log_dir)
         # Frozen, yet given in the short forms users write: normalised once, here.
         if isinstance(self.rdzv, str):
             object.__setattr__(self, "rdzv", RendezvousSpec(self.rdzv))

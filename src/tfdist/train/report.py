@@ -10,6 +10,10 @@ from typing import Any
 from tfdist import files
 from tfdist.errors import require
 
+#: What ``tfdist.fit`` writes in its ``run_dir`` (the chief): the history with the summary, and its plot.
+#: Named here, not by the worker contract's RunFiles: this room sits below it.
+METRICS, CURVES = "metrics.json", "curves.png"
+
 
 class Reporter:
     """Prints progress on the chief (a rich bar on a terminal, plain lines otherwise) and writes run files."""
@@ -99,8 +103,8 @@ class Reporter:
             return
         os.makedirs(self.run_dir, exist_ok=True)
         payload = {"history": history, **summary, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        files.write_json(os.path.join(self.run_dir, "metrics.json"), payload, indent=2, default=str)
-        plot_curves(history, os.path.join(self.run_dir, "curves.png"))
+        files.write_json(os.path.join(self.run_dir, METRICS), payload, indent=2, default=str)
+        plot_curves(history, os.path.join(self.run_dir, CURVES))
 
 
 def require_plots() -> Any:
