@@ -130,6 +130,35 @@ def is_initialized() -> bool:
     return bool(_WORLD)
 
 
+class ProcessSet:
+    """Horovod's process sets: tfdist supports the global one (every rank)."""
+
+    process_set_id = 0
+
+    def size(self) -> int:
+        """Ranks in the set."""
+        return world().size
+
+    def rank(self) -> int:
+        """This process's rank in the set."""
+        return world().rank
+
+    def included(self) -> bool:
+        """Whether this process belongs to the set."""
+        return True
+
+
+global_process_set = ProcessSet()
+
+
+def check_process_set(process_set: Any) -> None:
+    """NotImplementedError for any process set but the global one."""
+    if process_set is not global_process_set:
+        raise NotImplementedError(
+            "process sets other than hvd.global_process_set are not supported by tfdist's Horovod API."
+        )
+
+
 def world() -> World:
     """The initialised job; ValueError with Horovod's message before ``hvd.init()``."""
     if not _WORLD:

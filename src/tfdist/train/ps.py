@@ -14,7 +14,7 @@ import numpy as np
 from tfdist.errors import ConfigError
 from tfdist.sync.parameter_server import ParameterServer
 from tfdist.sync.step import replica_eval_step, replica_train_step
-from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, weighted
+from tfdist.train.batches import BatchPlan, check_arrays, full_batches, static_batch, weighted
 from tfdist.train.loop import SyncTrainer
 
 

@@ -129,7 +129,7 @@ def own_dataset(
 
     ``per_worker`` None: own when a worker's dataset has the auto-shard policy ``OFF`` or the workers'
     datasets hold different numbers of batches. ``batch_of``: the rows of the dataset's batches
-    (:func:`tfdist.train.data.static_batch`).
+    (:func:`tfdist.train.batches.static_batch`).
     """
     if per_worker is False or table is None:
         return None
