@@ -1,13 +1,6 @@
-"""Node and host lists, pure: Slurm's compressed lists, ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS``, and
-their checks (valid names, no repeats, no loopback beside remote hosts); ``HOST:PORT`` addresses and port
-ranges.
-
-Slurm's lists are expanded by hand, without ``scontrol``: nothing in the Python ecosystem parses them
-without a Slurm installation, and tasks must agree on the cluster spec from their environment alone.
-
-Input/Output: ``expand_nodelist("n[01-02],m5")`` -> ``["n01", "n02", "m5"]``; ``parse_host_slots("a:2,b:2")``
--> ``(HostSlots("a", 2), HostSlots("b", 2))``; ``check_hosts(("node1", "node1"), "--hosts")`` -> ConfigError
-naming the repeated host.
+"""Node and host lists, pure: Slurm's compressed lists (expanded here, without ``scontrol``: every task
+derives the cluster spec from its environment alone), ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS`` and
+their checks, ``HOST:PORT`` addresses, port ranges and node ranges.
 """
 
 from __future__ import annotations
@@ -26,31 +19,6 @@ _NODE_RANGE = re.compile(r"^\s*(\d+)\s*(?:[:-]\s*(\d+)\s*)?$")
 MAX_HOSTS = 100_000
 
 
-def _split_top_level(text: str, source: str) -> list[str]:
-    """Split on commas that are outside brackets."""
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise ConfigError(f"{source}={text!r} has nested brackets; Slurm node lists never nest them.")
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"{source}={text!r} has a ']' without '['.")
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if depth != 0:
-        raise ConfigError(f"{source}={text!r} has an unclosed '['.")
-    parts.append("".join(current))
-    return parts
-
-
 def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
     """Expand ``01-03,7`` to ``["01", "02", "03", "7"]`` keeping the zero padding of each range."""
     values: list[str] = []
@@ -60,38 +28,14 @@ def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
             raise ConfigError(
                 f"{source}={whole!r}: {item!r} inside brackets is not a number or a range like 01-04."
             )
-        lo_text, hi_text = match.group(1), match.group(2)
-        if hi_text is None:
-            values.append(lo_text)
-            continue
+        lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
             raise ConfigError(f"{source}={whole!r}: range {item!r} runs backwards.")
         if hi - lo + 1 > MAX_HOSTS:
             raise ConfigError(f"{source}={whole!r}: range {item!r} names more than {MAX_HOSTS} hosts.")
-        width = len(lo_text)
-        values.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+        values.extend(str(n).zfill(len(lo_text)) for n in range(lo, hi + 1))
     return values
-
-
-def _expand_host(pattern: str, source: str, whole: str) -> list[str]:
-    """Expand one host pattern that may hold several bracket groups (a[1-2]b[3-4] -> 4 hosts)."""
-    hosts = [""]
-    rest = pattern
-    while rest:
-        open_at = rest.find("[")
-        if open_at < 0:
-            hosts = [h + rest for h in hosts]
-            break
-        close_at = rest.find("]", open_at)
-        prefix, body = rest[:open_at], rest[open_at + 1 : close_at]
-        expanded = _expand_ranges(body, source, whole)
-        # Checked before the product is built: a[1-99999]b[1-99999] would otherwise fill the memory first.
-        if len(hosts) * len(expanded) > MAX_HOSTS:
-            raise ConfigError(f"{source}={whole!r} names more than {MAX_HOSTS} hosts.")
-        hosts = [h + prefix + v for h in hosts for v in expanded]
-        rest = rest[close_at + 1 :]
-    return hosts
 
 
 def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]:
@@ -102,15 +46,31 @@ def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]
     """
     if not text or not text.strip():
         raise ConfigError(f"{source} is empty. Hint: run inside an srun step, or set TF_CONFIG yourself.")
+    text, depth = text.strip(), 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if depth > 1:
+            raise ConfigError(f"{source}={text!r} has nested brackets; Slurm node lists never nest them.")
+        if depth < 0:
+            raise ConfigError(f"{source}={text!r} has a ']' without '['.")
+    if depth:
+        raise ConfigError(f"{source}={text!r} has an unclosed '['.")
     hosts: list[str] = []
-    for part in _split_top_level(text.strip(), source):
+    for part in re.split(r",(?![^\[]*\])", text):  # the commas outside brackets
         if not part or part.startswith("["):
             raise ConfigError(
                 f"{source}={text!r} has an empty host name. Hint: expected e.g. node[01-04],gpu7."
             )
         if any(c.isspace() for c in part):
             raise ConfigError(f"{source}={text!r} contains white space inside a host name.")
-        hosts.extend(_expand_host(part, source, text))
+        expanded = [""]
+        for piece in re.split(r"(\[[^\]]*\])", part):
+            values = _expand_ranges(piece[1:-1], source, text) if piece.startswith("[") else [piece]
+            # Checked before the product is built: a[1-99999]b[1-99999] would fill the memory first.
+            if len(expanded) * len(values) > MAX_HOSTS:
+                raise ConfigError(f"{source}={text!r} names more than {MAX_HOSTS} hosts.")
+            expanded = [h + v for h in expanded for v in values]
+        hosts.extend(expanded)
         if len(hosts) > MAX_HOSTS:
             raise ConfigError(f"{source}={text!r} names more than {MAX_HOSTS} hosts.")
     return hosts
