@@ -1,11 +1,7 @@
-"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``.
-
-Within one node every dense gradient of a step goes in ONE packed all-reduce (shared memory: ~0.4 ms, nothing
-to hide). Across nodes, inside a ``tf.function``, the gradients are reduced in buckets, as ``tfdist.fit``'s
-MPI backend does: grouped in the order the backward pass produces them (``TFDIST_BUCKET_MB``, or Horovod's
-``groups=``/``num_groups=``), each bucket one collective whose submit runs as soon as its gradients exist, so
-the coordinator's thread sums it while TensorFlow computes the rest of the backward pass (Horovod's
-background thread and tensor fusion do the same for its users).
+"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``: within a
+node every dense gradient of a step in ONE packed all-reduce; across nodes, inside a ``tf.function``, in
+buckets (``TFDIST_BUCKET_MB``, or Horovod's ``groups=``), each submitted as soon as its gradients exist so
+the coordinator sums it while the backward pass goes on (Horovod's tensor fusion does the same).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Horovod's ``DistributedOptimizer`` for Keras 2 optimizers (``TF_USE_LEGACY_KERAS=1``: ``tf.keras`` is
-the ``tf_keras`` package, its new and its legacy optimizers): the gradients are all-reduced where Horovod's
-are, in ``compute_gradients`` or ``apply_gradients``, which both kinds' ``minimize`` and ``model.fit``
-call."""
+the ``tf_keras`` package, its new and its legacy optimizers)."""
 
 from __future__ import annotations
 
@@ -26,15 +24,11 @@ def keras2_optimizer_types() -> tuple[type, ...]:
 def keras2_distributed_class(
     base: type, options: GradientOptions, backward_passes_per_step: int = 1, average: bool = False
 ) -> type:
-    """A subclass of the Keras 2 optimizer class ``base`` whose gradients are all-reduced where Horovod's
-    are: in ``compute_gradients`` / ``_compute_gradients`` (what both kinds' ``minimize``, and so
-    ``model.fit``, call), else in ``apply_gradients`` (a custom loop's own gradients). Gradients that came
-    through the first are not reduced again by the second.
-
-    ``backward_passes_per_step`` > 1: gradients are summed locally (:class:`Keras2Aggregation`, Horovod's
-    ``_agg_helper``) and all-reduced every that many passes; ``apply_gradients`` updates the weights on
-    those passes only and counts every other pass as an iteration, as Horovod's Keras 2 optimizer does.
-    """
+    """A subclass of the Keras 2 optimizer class ``base`` whose gradients are all-reduced in
+    ``compute_gradients`` (what ``minimize`` and ``model.fit`` call), else in ``apply_gradients`` (a
+    custom loop's), never twice. ``backward_passes_per_step`` > 1: summed locally
+    (:class:`Keras2Aggregation`) and all-reduced every that many passes, the others counted as
+    iterations only, as Horovod's Keras 2 optimizer does."""
     key = (base, options, backward_passes_per_step, average)
     if key in _CLASSES:
         return _CLASSES[key]

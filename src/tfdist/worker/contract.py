@@ -1,17 +1,8 @@
-"""The worker contract: what a task of a job finds in its environment and where its run's files are.
-
-Every source of workers describes a task the same way (:class:`TaskSpec`) and gets its environment from
-ONE function, :func:`task_env`: the launcher's own processes (:func:`tfdist.launch.plan.plan_workers`,
-the MPI launcher of :func:`tfdist.launch.plan.plan_mpi`), Ray's placements
-(:func:`tfdist.launch.ray.plan.plan_ray_workers`) and a scheduler's tasks (``tfdist run`` under srun or
-in a pod, :func:`tfdist.worker.task.plan_task_env`). What each source decides on its own (ports, GPUs,
-thread counts, log levels) it passes in or adds around it.
-
-:class:`RunFiles` and :class:`AttemptFiles` name every file of a launch's run directory, for the
-launcher that reads them and the workers that write them. :func:`forwarded_env` decides which of this
-process's variables travel to another host (``-H`` over ssh, ``--ray``).
-
-Pure: no TensorFlow, no file system, no ``os.environ``.
+"""The worker contract, pure (no TensorFlow, file system or ``os.environ``): every source of workers (the
+launcher, its MPI launcher, Ray, ``tfdist run`` under srun or in a pod) describes a task as a
+:class:`TaskSpec` and gets its environment from ONE function, :func:`task_env`; :class:`RunFiles` and
+:class:`AttemptFiles` name the run directory's files for those who write and read them;
+:func:`forwarded_env` decides what travels to another host (``-H`` over ssh, ``--ray``).
 """
 
 from __future__ import annotations
