@@ -1,9 +1,6 @@
-"""What Horovod's collectives do to NumPy arrays once every rank submitted them (run by the coordinator's
-thread, :mod:`tfdist.sync.coordinator`), and Horovod's reduction constants.
-
-Float32 sums and averages (allreduce and reducescatter) of one round travel together through the MPI
-backend's packed shared-memory all-reduce, as ``tfdist.fit`` does (tensor fusion); other dtypes and
-Min / Max / Product use MPI's own reductions; gathers, broadcasts and all-to-alls use MPI directly.
+"""What Horovod's collectives do to NumPy arrays once every rank submitted them (on the coordinator's
+thread), and Horovod's reduction constants. A round's float32 sums travel together through the MPI
+backend's packed shared-memory all-reduce (tensor fusion, as ``tfdist.fit``'s); the rest uses MPI itself.
 """
 
 from __future__ import annotations

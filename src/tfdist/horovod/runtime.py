@@ -1,8 +1,6 @@
-"""The state behind ``hvd.init()``: ranks from MPI (mpi4py), the node-local and cross-node groups, and the
-MPI backend's synchroniser that carries every float32 sum (shared memory within a node).
-
-Without mpi4py, or in a process no MPI launcher started, the job is one process of size 1 and every
-collective returns its input, as Horovod does with one rank.
+"""The state behind ``hvd.init()``: ranks from MPI (mpi4py), the node-local and cross-node groups, the MPI
+backend's synchroniser, and process sets. Without mpi4py or an MPI launcher, the job is one process and
+every collective returns its input, as Horovod does with one rank.
 """
 
 from __future__ import annotations

@@ -57,11 +57,8 @@ def gpu_count() -> int:
 
 def gpu_names() -> list[str]:
     """The model name of each NVIDIA GPU of this node, in the driver's order: NVML, else ``nvidia-smi -L``,
-    else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver.
-
-    From the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` must show the
-    GPUs of a machine whose TensorFlow is missing or cannot use them.
-    """
+    else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver. From
+    the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` works without it."""
     try:
         import pynvml  # nvidia-ml-py, installed with the gpu extra
 

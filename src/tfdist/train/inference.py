@@ -1,9 +1,6 @@
-"""``tfdist.evaluate`` and ``tfdist.predict``: the same inputs as ``tfdist.fit``, the same global numbers.
-
-Evaluation pads a partial last batch with zero-weight rows, so every example counts exactly once, and
-sums loss and metric state over all replicas and workers in one all-reduce (as ``fit`` does).
-Prediction returns every example's output once, in order, on every worker: each worker predicts its slice
-of each global batch, the slices are gathered across replicas and workers and the padding is dropped.
+"""``tfdist.evaluate`` and ``tfdist.predict``: ``tfdist.fit``'s inputs, the same global numbers on every
+worker. Evaluation pads a partial last batch with zero-weight rows and sums loss and metric state in one
+all-reduce; prediction gathers every worker's slice of each global batch and drops the padding.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""``tfdist.fit`` under ParameterServerStrategy: the chief schedules steps on workers through a
-ClusterCoordinator (Keras 3's ``model.fit`` refuses this strategy on TensorFlow 2.21).
-
-Training is asynchronous: each scheduled step applies one worker's batch. Steps are counted by tfdist's
-own variable on a parameter server because Keras 3's ``optimizer.iterations`` undercounts here.
+"""``tfdist.fit`` under ParameterServerStrategy (which Keras 3's ``model.fit`` refuses): the chief schedules
+asynchronous steps of one worker's batch through a ClusterCoordinator, counted by tfdist's own variable
+(Keras 3's ``optimizer.iterations`` undercounts here).
 """
 
 from __future__ import annotations

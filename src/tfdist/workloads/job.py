@@ -1,8 +1,5 @@
-"""The body of ``tfdist train`` in each worker: strategy, data, model, fit, summary, saved model.
-
-``python -m tfdist.workloads.job CONFIG.json`` is what ``tfdist train --workers N`` starts in each worker:
-the validated :class:`TrainConfig`, written as JSON into the run directory.
-"""
+"""The body of ``tfdist train`` in each worker (strategy, data, model, fit, summary, saved model), and
+``python -m tfdist.workloads.job CONFIG.json``: what ``tfdist train --workers N`` starts in each worker."""
 
 from __future__ import annotations
 
