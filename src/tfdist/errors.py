@@ -6,6 +6,9 @@ Messages say what was received, where it came from, and how to fix it.
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class TfdistError(Exception):
     """Base class of every error tfdist raises on purpose."""
@@ -17,6 +20,18 @@ class ConfigError(TfdistError):
 
 class SetupError(TfdistError):
     """Something the machine should provide is missing (a library, a command such as ``sbatch``)."""
+
+
+def require(module: str, package: str, extra: str, needed_for: str) -> ModuleType:
+    """``module`` imported, or a SetupError (one line, exit code 2) naming the extra that installs it.
+
+    Input/Output: ``("yaml", "PyYAML", "k8s", "tfdist k8s")`` without PyYAML -> SetupError("tfdist k8s
+    needs PyYAML. Hint: pip install 'tfdist[k8s]'.").
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SetupError(f"{needed_for} needs {package}. Hint: pip install 'tfdist[{extra}]'.") from None
 
 
 class NonFiniteLossError(TfdistError):

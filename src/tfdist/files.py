@@ -1,9 +1,6 @@
-"""Atomic writes: a reader (another worker, the launcher, a user's script) never sees half a file.
-
-Every file tfdist writes goes to a temporary name in the same directory, then ``os.replace`` puts it in
-place (atomic on POSIX within one filesystem). Scratch directories that must live until the process
-ends (:func:`scratch_dir`) are removed at exit, and by :func:`remove_scratch_dirs` on an exit that skips
-``atexit`` (``os._exit``).
+"""Atomic writes (a temporary name in the same directory, then ``os.replace``): a reader never sees half a
+file. Scratch directories live until the process ends (removed at exit, or by :func:`remove_scratch_dirs`
+before an ``os._exit``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Every ``TFDIST_*`` environment variable tfdist reads: name, type, default, meaning, who sets and reads it.
-
-Code reads these variables only through :func:`get` (a test checks that every ``TFDIST_*`` name in the
-source is declared here, and that the docs' table, docs/reference/environment.md, is :func:`markdown_table`).
-Light on purpose: the worker bootstrap imports it before the user's code.
+"""Every ``TFDIST_*`` environment variable tfdist reads: name, type, default, meaning, who sets it. Code
+reads them only through :func:`get` (a test greps the source; docs/reference/environment.md is
+:func:`markdown_table`). Light: the worker bootstrap imports it before the user's code.
 """
 
 from __future__ import annotations

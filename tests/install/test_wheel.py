@@ -55,7 +55,10 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     assert "tfdist = tfdist.cli:main" in scripts
     assert meta["Requires-Python"] == [">=3.10"]
     assert [c.rsplit(" ", 1)[-1] for c in meta["Classifier"] if "Python :: 3." in c] == list(PYTHONS)
-    assert {"cpu", "gpu", "mpi", "ray", "k8s", "data"} <= set(meta["Provides-Extra"])
+    assert {"cpu", "gpu", "mpi", "ray", "k8s", "data", "digits", "plots"} <= set(meta["Provides-Extra"])
+    # The core is what every command needs; scikit-learn, matplotlib and PyYAML come with their extras.
+    core = {r.split(">")[0].split(";")[0].strip() for r in meta["Requires-Dist"] if "extra ==" not in r}
+    assert core == {"numpy", "rich", "psutil", "tomli"}, core
     assert any(r.startswith("tensorflow-cpu") and "extra == " in r for r in meta["Requires-Dist"])
 
 

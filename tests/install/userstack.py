@@ -110,8 +110,9 @@ def _pip(python: Path, *args: str, timeout: float) -> float:
     return time.monotonic() - start
 
 
-def user_venv(python: str, wheel: Path, extra: str = "cpu") -> UserVenv:
-    """The cached venv of ``python`` with the user's TensorFlow and this ``wheel`` (with ``extra``)."""
+def user_venv(python: str, wheel: Path, extra: str = "cpu,digits,plots") -> UserVenv:
+    """The cached venv of ``python`` with the user's TensorFlow and this ``wheel`` (with ``extra``: the
+    demo's digits and curves.png too)."""
     version = subprocess.run(
         [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
         capture_output=True,

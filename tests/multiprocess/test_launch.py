@@ -213,12 +213,12 @@ def test_python_api_raises_worker_failed_error_with_check(tmp_path: Path) -> Non
     from tfdist import WorkerFailedError
     from tfdist.launch import LaunchConfig, launch
 
-    config = LaunchConfig(nproc_per_node=2, cpu=True, grace=2, log_dir=str(tmp_path / "run"))
+    config = LaunchConfig(nproc_per_node=2, cpu=True, grace=2, run_dir=str(tmp_path / "run"))
     with pytest.raises(WorkerFailedError) as info:
         launch(config, [WORKER, "exit", str(tmp_path), "7"], check=True)
     assert (info.value.name, info.value.code) == ("w1", 7)
     assert info.value.log_path and Path(info.value.log_path).exists()
-    again = replace(config, log_dir=str(tmp_path / "again"))
+    again = replace(config, run_dir=str(tmp_path / "again"))
     assert launch(again, [WORKER, "exit", str(tmp_path), "7"]).exit_code == 7  # without check: a result
 
 

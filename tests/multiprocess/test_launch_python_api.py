@@ -32,7 +32,7 @@ def test_python_launch_meets_and_fans_out_as_the_cli_does(tmp_path: Path, how: s
     code = (
         "import tfdist\nfrom tfdist.launch import LaunchConfig\n"
         f"r = tfdist.launch(LaunchConfig(command=({str(PROBE)!r}, {str(out)!r}), cpu=True, {where[how]}, "
-        f"log_dir={str(tmp_path / 'run')!r}))\nprint('exit', r.exit_code, r.run_dir)\n"
+        f"run_dir={str(tmp_path / 'run')!r}))\nprint('exit', r.exit_code, r.run_dir)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path

@@ -120,28 +120,9 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert out == "" and not out_json.exists()
 
 
-def test_train_flag_names_and_the_old_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    """The batch and precision flags are named as tfdist train names them; the old names still work, with
-    one line naming the new spelling."""
+def test_train_flag_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The batch and precision flags are named as tfdist train names them."""
     new = read_json(
         capsys, "--workload", "mnist-cnn", "--batch-size-per-replica", "16", "--mixed-precision", "bf16"
     )
     assert (new["batch_per_replica"], new["precision"]) == (16, "mixed_bfloat16")
-    code, out, err = cli(
-        capsys,
-        "estimate",
-        "--workload",
-        "mnist-cnn",
-        "--batch-per-replica",
-        "16",
-        "--precision",
-        "mixed_bfloat16",
-        "--format",
-        "json",
-        "--device-memory",
-        "80GB",
-    )
-    assert code == 0, err
-    assert "--batch-per-replica is an old spelling: write --batch-size-per-replica." in err
-    assert "--precision is an old spelling: write --mixed-precision." in err
-    assert json.loads(out) == new

@@ -9,7 +9,7 @@ import pytest
 
 from helpers.cli import cli, tfdist
 from tfdist.errors import ConfigError
-from tfdist.train.data import plan_batches
+from tfdist.train.batches import plan_batches
 
 
 def small_model(compiled: bool = True, units: int = 1):

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.cli import tfdist
 from tfdist.cli import build_parser
-from tfdist.cli.spellings import flags_after_script
+from tfdist.cli.guards import flags_after_script
 
 
 def _choices(parser: Any) -> str:

@@ -13,10 +13,10 @@ import pytest
 
 from helpers.cli import cli
 from tfdist.errors import ConfigError
-from tfdist.launch.elastic import NodeRange, parse_nnodes
 from tfdist.launch.rendezvous import client, protocol
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
 from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.nodes import NodeRange, parse_node_range
 
 
 @pytest.mark.parametrize(
@@ -26,16 +26,17 @@ from tfdist.launch.rendezvous.server import RendezvousServer
         ("2:4", NodeRange(2, 4)),
         (" 1 : 1 ", NodeRange(1, 1)),
         ("1:3", NodeRange(1, 3)),
+        ("2-4", NodeRange(2, 4)),  # sbatch's form too
     ],
 )
 def test_node_ranges(text: str, expected: NodeRange) -> None:
-    assert parse_nnodes(text) == expected
+    assert parse_node_range(text, "--nnodes") == expected
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("3:2", "--nnodes=3:2: MIN=3 is above MAX=2. Hint: --nnodes 2:3"),
+        ("3:2", "--nnodes=3:2: MIN=3 is above MAX=2. Hint: write 2:3"),
         ("0:2", "--nnodes=0:2: MIN=0 must be at least 1 node"),
         ("2:x", "--nnodes='2:x' must be a number of nodes N or a range MIN:MAX"),
         ("0", "--nnodes=0 must be at least 1"),
@@ -45,7 +46,7 @@ def test_node_ranges(text: str, expected: NodeRange) -> None:
 )
 def test_bad_node_ranges(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_nnodes(text)
+        parse_node_range(text, "--nnodes")
     assert expected in str(info.value)
 
 

@@ -49,7 +49,7 @@ def test_the_command_every_host_runs_parses_back_to_the_same_launch(argv: list[s
 
 
 def test_each_host_writes_its_own_run_directory_under_the_job_s() -> None:
-    config = LaunchConfig(command=("t.py", "--run-dir", "mine"), host_slots="localhost:1,n2:1", log_dir="/r")
+    config = LaunchConfig(command=("t.py", "--run-dir", "mine"), host_slots="localhost:1,n2:1", run_dir="/r")
     started = dict(commands(config, "localhost:29400", "/w"))
     assert set(started) == {"localhost", "n2"}
     assert "--run-dir /r/localhost t.py --run-dir mine" in started["localhost"][-1]  # the script's own stays

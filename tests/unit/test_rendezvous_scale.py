@@ -253,7 +253,9 @@ def test_a_second_launcher_named_like_a_running_node_is_refused_alone(jobs: list
 def test_an_elastic_job_of_256_loses_a_tenth_and_takes_newcomers_at_the_next_round(jobs: list[Job]) -> None:
     """256 nodes (--nnodes 128:256): 13 launchers die and 13 hosts are cut (their connections stay open);
     the survivors meet again and form within the last call; 10 newcomers wait for the next round."""
-    jobs.append(job := Job(256, fewest=128, rounds=3, last_call=1.0))
+    # The last call outlasts 230 joins on a loaded 2-core machine (1 s did not, once): a survivor joining
+    # after it would find the round formed without it.
+    jobs.append(job := Job(256, fewest=128, rounds=3, last_call=4.0))
     everyone = names(256)
     assert len(job.join(everyone)[0]) == 256
     dead, cut = everyone[:13], everyone[13:26]
@@ -264,7 +266,7 @@ def test_an_elastic_job_of_256_loses_a_tenth_and_takes_newcomers_at_the_next_rou
     met, errors = job.join(survivors)
     took = time.monotonic() - started
     assert not errors and {a.names for a in met.values()} == {tuple(survivors)}
-    assert 1.0 <= took < 6.0, took  # the cut nodes were waited for until the last call, not longer
+    assert 4.0 <= took < 12.0, took  # the cut nodes were waited for until the last call, not longer
     assert {a.round for a in met.values()} == {1}
     for name in cut:  # their connections of the round before are closed: they are not in the job
         assert name not in job.server.members

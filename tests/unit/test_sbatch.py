@@ -222,10 +222,11 @@ def test_submit_without_sbatch_says_how_to_get_it(
 def test_a_node_range_lets_slurm_start_with_fewer(
     nodes: str, command: tuple[str, ...], expected: str
 ) -> None:
-    from tfdist.slurm.script import parse_nodes
+    from tfdist.nodes import parse_node_range
 
-    low, high = parse_nodes(nodes)
-    assert expected in render_sbatch(SbatchSpec(command=command, nodes=high, min_nodes=low))
+    node_range = parse_node_range(nodes, "--nodes", "-")
+    spec = SbatchSpec(command=command, nodes=node_range.high, min_nodes=node_range.low)
+    assert expected in render_sbatch(spec)
 
 
 def test_a_node_range_reserves_cpus_per_node_not_a_task_count() -> None:

@@ -137,7 +137,7 @@ def test_gpu_ids_and_scheduler_binding() -> None:
         ({"SLURM_STEP_TASKS_PER_NODE": "3,2"}, "adds up to 5 tasks"),
         ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 but this node runs 2"),
         ({"SLURM_JOB_ID": "<unset>"}, "set TFDIST_PORT"),
-        ({"TFDIST_PORT": "65535"}, "pass 65535"),
+        ({"TFDIST_PORT": "65535"}, "passes port 65535"),
         ({"TFDIST_PORT": "abc"}, "TFDIST_PORT='abc' is not an integer"),
         ({"SLURM_STEP_NUM_TASKS": "0"}, "below 1"),
     ],

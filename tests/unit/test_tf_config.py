@@ -127,32 +127,32 @@ BAD = [
     (
         "port zero",
         json.dumps({"cluster": {"worker": ["a:0"]}, "task": {"type": "worker", "index": 0}}),
-        "ports are integers 1-65535",
+        "must be HOST:PORT (a port 1-65535",
     ),
     (
         "port too big",
         json.dumps({"cluster": {"worker": ["a:70000"]}, "task": {"type": "worker", "index": 0}}),
-        "ports are integers 1-65535",
+        "must be HOST:PORT (a port 1-65535",
     ),
     (
         "port not number",
         json.dumps({"cluster": {"worker": ["a:http"]}, "task": {"type": "worker", "index": 0}}),
-        "ports are integers",
+        "must be HOST:PORT",
     ),
     (
         "no port",
         json.dumps({"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}),
-        "is not host:port",
+        "must be HOST:PORT",
     ),
     (
         "no host",
         json.dumps({"cluster": {"worker": [":80"]}, "task": {"type": "worker", "index": 0}}),
-        "no valid host",
+        "must be HOST:PORT",
     ),
     (
         "address not string",
         json.dumps({"cluster": {"worker": [80]}, "task": {"type": "worker", "index": 0}}),
-        "is not host:port",
+        "must be HOST:PORT",
     ),
     (
         "role not list",

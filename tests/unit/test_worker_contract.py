@@ -149,6 +149,10 @@ def test_the_three_sources_give_the_same_environment_for_the_same_job() -> None:
         (RunFiles("/r").attempt(1).ended, "/r/attempt-1/ended.json"),
         (RunFiles("/r").attempt(1).record("error", 2), "/r/attempt-1/rank2.error.json"),
         (RunFiles("/r").attempt(1).record("strategy", "0"), "/r/attempt-1/rank0.strategy.json"),
+        (RunFiles("/r").launcher_log("n2"), "/r/n2/launcher.log"),
+        (RunFiles("/r").train_config, "/r/train.json"),
+        (RunFiles("/r").bench, "/r/bench.json"),
+        (RunFiles.sbatch, "job.sbatch"),
     ],
 )
 def test_run_files(path: str, expected: str) -> None:
@@ -217,7 +221,7 @@ def test_ssh_hosts_get_the_same_variables_as_ray_nodes(monkeypatch: pytest.Monke
     """-H: every host's launcher starts with the forwarded variables exported, this host's GPUs not."""
     for name, value in {**HOST_ENV, "CUDA_VISIBLE_DEVICES": "0,1", "TF_CONFIG": "{}"}.items():
         monkeypatch.setenv(name, value)
-    config = LaunchConfig(command=("t.py",), host_slots="localhost:1", log_dir="/w/runs")
+    config = LaunchConfig(command=("t.py",), host_slots="localhost:1", run_dir="/w/runs")
     ((_host, argv),) = commands(config, "localhost:29400", "/w")
     shell = argv[-1]
     assert (

@@ -31,6 +31,7 @@ from tfdist.bench.scaling import bench_predictions
 from tfdist.bench.stats import Sample, combine_copies, common_window, sample_from_summary, summarize
 from tfdist.diagnose.linkreport import describe, link_of, probe_pairs
 from tfdist.diagnose.linkreport import diagnosis as link_diagnosis
+from tfdist.worker.contract import RunFiles
 
 
 def machine() -> dict[str, Any]:
@@ -185,7 +186,7 @@ class Bench:
 
     def _allreduce(self, spec: RunSpec, floats: int) -> float:
         name = f"diagnose-allreduce-{spec.backend}"
-        result = str(self.out / "runs" / name / "bench.json")
+        result = RunFiles(str(self.out / "runs" / name)).bench
         program: tuple[str, ...] = ("-m", "tfdist.bench.probes", "allreduce", "--backend", spec.backend)
         program += ("--floats", str(floats), "--out", result)
         commands = self._command(spec, name, program=program)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tfdist import backends, jsonconfig
 from tfdist.errors import ConfigError
-from tfdist.nodes import check_hosts
+from tfdist.nodes import MAX_PORT, check_hosts
 from tfdist.sync.wire import COMPRESSIONS, check_bucket_setting, check_compression
 from tfdist.workloads.config import TrainConfig
 
@@ -176,9 +176,10 @@ class BenchConfig:
                 f"--on-host {self.on_host!r} has no {{host}}: every node would run the same command. "
                 "Hint: e.g. --on-host 'ssh {host}'."
             )
-        if not 1024 <= self.base_port <= 65535 - 1000:
+        if not 1024 <= self.base_port <= MAX_PORT - 1000:
             raise ConfigError(
-                f"--base-port={self.base_port} must be in 1024..64535 (runs rotate ports above it)."
+                f"--base-port={self.base_port} must be in 1024..{MAX_PORT - 1000} (runs rotate ports above "
+                "it)."
             )
 
     @property
@@ -256,7 +257,7 @@ class WorkerSpec:
             epochs=1,
             batch_size_per_replica=self.batch_size_per_replica,
             lr=0.01,
-            output_dir=self.run_dir,
+            run_dir=self.run_dir,
             steps_per_epoch=self.warmup + self.steps,
             seed=self.seed,
         )

@@ -7,6 +7,8 @@ import os
 from tfdist.bench.config import BenchConfig
 from tfdist.bench.plan import BenchPlan
 from tfdist.errors import ConfigError
+from tfdist.train.report import require_plots
+from tfdist.workloads import datasets
 
 
 def preflight(config: BenchConfig, plan: BenchPlan) -> None:
@@ -17,6 +19,8 @@ def preflight(config: BenchConfig, plan: BenchPlan) -> None:
         raise ConfigError(
             f"--out {config.out!r} already holds results.json. Hint: choose a new --out directory."
         )
+    datasets.require_packages(config.dataset)
+    require_plots()
     if any(spec.backend == "mpi" for spec in plan.runs):
         from tfdist.launch.preflight import find_mpiexec
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from tfdist import files
 from tfdist.bench.config import WorkerSpec
+from tfdist.worker.contract import RunFiles
 
 
 class Timeline:
@@ -155,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if chief:
         out = Path(spec.run_dir)
         out.mkdir(parents=True, exist_ok=True)
-        files.write_json(out / "bench.json", result, default=float)
+        files.write_json(RunFiles(str(out)).bench, result, default=float)
     return 0
 
 

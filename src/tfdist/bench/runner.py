@@ -16,6 +16,7 @@ from tfdist.bench.plan import Command
 from tfdist.errors import TfdistError
 from tfdist.launch.plan import ProcessSpec, TaskSlot
 from tfdist.launch.workers import WorkerGroup
+from tfdist.worker.contract import RunFiles
 
 POLL_S = 0.1
 
@@ -138,7 +139,7 @@ class Finished:
 def read_results(run_dir: Path) -> tuple[dict[str, Any], ...]:
     """``bench.json`` written by a job's chief, or ``bench-r<rank>.json`` by each of N independent copies
     (in rank order); () when there is neither."""
-    chief = run_dir / "bench.json"
+    chief = Path(RunFiles(str(run_dir)).bench)
     if chief.exists():
         return (json.loads(chief.read_text()),)
     copies = sorted(run_dir.glob("bench-r*.json"), key=lambda p: int(p.stem.removeprefix("bench-r")))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import files, variables
+from tfdist.worker.contract import RunFiles
 
 
 def slowed(train_data: Any, per_replica: int, delay_s: float, seed: int) -> Any:
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         files.write_json(out / f"bench-r{copy}.json", result, default=float)
     elif tfdist.is_chief():
         out.mkdir(parents=True, exist_ok=True)
-        files.write_json(out / "bench.json", result, default=float)
+        files.write_json(RunFiles(str(out)).bench, result, default=float)
     return 0
 
 

@@ -54,18 +54,3 @@ def seconds_or_off(text: str) -> float:
         return seconds(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or off)") from None
-
-
-def node_range(separator: str) -> Callable[[str], str]:
-    """A node count or range written ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's), given back
-    with ``separator``: ``tfdist launch --nnodes`` and ``tfdist slurm --nodes`` take either form.
-
-    Input/Output: ``node_range(":")("2-4")`` -> ``"2:4"``; ``node_range("-")("2:4")`` -> ``"2-4"``; ``"3"``
-    -> ``"3"``.
-    """
-
-    def parse(text: str) -> str:
-        low, sep, high = text.replace(":", "-").partition("-")
-        return f"{low.strip()}{separator}{high.strip()}" if sep else text
-
-    return parse

@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from tfdist.cli.argtypes import integer, number
-from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
 
 #: Input shape of a built-in workload when --input-shape is not given: the synthetic dataset's 28x28x1,
@@ -74,12 +73,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", dest="json_path", metavar="PATH", help="also write the estimate as JSON")
     p.add_argument("--format", default="table", help="table | json (json: the estimate on stdout)")
     p.set_defaults(run=run)
-    # The flags tfdist train and tfdist bench take for the same things; the old names keep working.
-    with_old_spellings(p, RENAMED)
 
 
-#: Old flag names of ``tfdist estimate`` -> the names ``tfdist train`` uses for the same settings.
-RENAMED = {"--batch-per-replica": "--batch-size-per-replica", "--precision": "--mixed-precision"}
 #: ``--mixed-precision``'s words (train's, and Keras' policy names) -> the estimate's precision policy.
 PRECISION_WORDS = {
     "bf16": "mixed_bfloat16",

@@ -9,16 +9,8 @@ from typing import Any
 
 from tfdist import files
 from tfdist.cli.argtypes import integer
-from tfdist.cli.spellings import with_command_guard, with_old_spellings
+from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError
-
-#: Old flag -> new flag: elsewhere in tfdist a "worker" is one training process and --cpu a switch.
-RENAMED = {
-    "--workers": "--pods",
-    "--gpus-per-worker": "--gpus-per-pod",
-    "--cpu": "--cpus-per-pod",
-    "--memory": "--memory-per-pod",
-}
 
 
 def register(sub: Any) -> None:
@@ -89,7 +81,6 @@ def register(sub: Any) -> None:
         a.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND... run in every pod")
         a.set_defaults(run=run_manifest if name == "manifest" else run_submit)
         with_command_guard(a, f"tfdist k8s {name} --pods 2 --image IMAGE -- python train.py")
-        with_old_spellings(a, RENAMED)
     for name, helptext in (
         ("status", "show a job's state and its pods"),
         ("logs", "print the output of a job's pods"),

@@ -9,8 +9,8 @@ from typing import Any
 
 from tfdist import nodes
 from tfdist.cli import examples
-from tfdist.cli.argtypes import add_run_dir, integer, node_range, seconds, seconds_or_off
-from tfdist.cli.spellings import flags_after_script
+from tfdist.cli.argtypes import add_run_dir, integer, seconds, seconds_or_off
+from tfdist.cli.guards import flags_after_script
 from tfdist.errors import ConfigError
 from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     )
     workers.add_argument(
         "--gpus-per-worker",
-        metavar="1|all",
+        choices=("1", "all"),
         help="1: one GPU per worker (default); all: one worker drives every GPU of its node. On Ray a "
         "worker's GPUs are --ray-gpus G",
     )
@@ -70,7 +70,6 @@ def register(sub: Any) -> None:
     )
     nodes.add_argument(
         "--nnodes",
-        type=node_range(":"),
         default="1",
         metavar="N|MIN:MAX",
         help="number of nodes (run the same command on each); with --rdzv MIN:MAX goes on with fewer",
@@ -129,7 +128,7 @@ def register(sub: Any) -> None:
     )
     ps.add_argument("--chief", action="store_true", help="add a chief task to the cluster")
     output = p.add_argument_group("output")
-    add_run_dir(output, "log_dir", "logs, attempts")
+    add_run_dir(output, "run_dir", "logs, attempts")
     output.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [w0] etc.")
     output.add_argument(
         "--quiet-workers", action="store_true", help="show only the chief (or w0) on the console"
@@ -182,7 +181,7 @@ def register(sub: Any) -> None:
     p.add_argument("script", metavar="SCRIPT", help="the Python script (or module with -m) every worker runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script untouched")
     p.set_defaults(run=run)
-    # Old spellings are rewritten before parsing (see LaunchParser): its class, not a new parser.
+    # Flags typed after the script are noted (see LaunchParser): its class, not a new parser.
     p.__class__ = _launch_parser_class(type(p))
 
 
@@ -202,7 +201,6 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the LaunchConfig (validated) from parsed flags."""
     from tfdist.launch import LaunchConfig
-    from tfdist.launch.elastic import parse_nnodes
     from tfdist.launch.membership import scheduler_nodes
     from tfdist.launch.rendezvous import RendezvousSpec
     from tfdist.nodes import visible_gpus
@@ -210,11 +208,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     nproc = args.nproc_per_node
     gpus = args.gpus_per_worker or "1"
     ray = args.ray_address or args.ray
-    if ray is None and gpus not in ("1", "all"):
-        raise ConfigError(
-            f"argument --gpus-per-worker: invalid choice: {gpus!r} (choose 1 or all; GPUs per Ray worker are "
-            "--ray-gpus G)."
-        )
     slots = nodes.parse_host_slots(args.host_slots) if args.host_slots else ()
     if slots and nproc is not None and nproc != slots[0].slots:
         raise ConfigError(
@@ -227,7 +220,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         else:
             nproc = 1 if args.cpu or gpus == "all" or ray else max(1, len(visible_gpus(os.environ)))
     command = ("-m", args.script, *args.args) if args.module else (args.script, *args.args)
-    node_range = parse_nnodes(args.nnodes)
+    node_range = nodes.parse_node_range(args.nnodes, "--nnodes")
     if not args.rdzv:  # a scheduler's step answers the flags that describe the nodes: say so first
         scheduler_nodes(
             os.environ, ray is not None, args.hosts or args.hostfile, args.node_rank, node_range.high
@@ -249,7 +242,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         chief=args.chief,
         cpu=args.cpu,
         gpus_per_worker="1" if ray else gpus,
-        log_dir=args.log_dir,
+        run_dir=args.run_dir,
         prefix=not args.no_prefix,
         quiet_workers=args.quiet_workers,
         grace=args.grace,
@@ -284,72 +277,15 @@ def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"ray": address, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
-#: Old flag names of ``tfdist launch`` -> their names now (every command names the run directory --run-dir).
-RENAMED = {"--log-dir": "--run-dir"}
-#: Options of ``tfdist launch`` that take a value (what follows them is not the script).
-_VALUE_OPTIONS: frozenset[str] = frozenset()
-
-
-def old_spellings(argv: list[str]) -> list[str]:
-    """``argv`` (the arguments after ``launch``) with the old spellings rewritten, each with a one-line
-    deprecation warning: ``--ray ADDRESS`` is ``--ray-address ADDRESS`` (a bare ``--ray`` no longer takes
-    the next word, so ``--ray train.py`` cannot take the script for an address), and ``--gpus-per-worker G``
-    with a number G beside --ray is ``--ray-gpus G``. Only the options before the script are read."""
-    from tfdist.launch.ray.address import looks_like_address
-
-    out: list[str] = []
-    ray = any(a in ("--ray", "--ray-address") or a.startswith(("--ray=", "--ray-address=")) for a in argv)
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, has_value, value = arg.partition("=")
-        if not arg.startswith("-") or arg == "--":
-            out.extend(argv[i:])  # the script and its own arguments, untouched
-            break
-        if name == "--ray" and (has_value or (i + 1 < len(argv) and looks_like_address(argv[i + 1]))):
-            address = value if has_value else argv[i + 1]
-            _deprecated(f"--ray {address}", f"--ray-address {address}")
-            out += ["--ray-address", address]
-            i += 1 if has_value else 2
-            continue
-        if name in RENAMED:  # a plain rename: the same value under the new name
-            _deprecated(name, RENAMED[name])
-            arg = f"{RENAMED[name]}={value}" if has_value else RENAMED[name]
-            name = RENAMED[name]
-        if name == "--gpus-per-worker" and ray:
-            count = value if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
-            if count.replace(".", "", 1).isdigit():
-                _deprecated(f"--gpus-per-worker {count} with --ray", f"--ray-gpus {count}")
-                out += ["--ray-gpus", count]
-                i += 1 if has_value else 2
-                continue
-        out.append(arg)
-        if name in _VALUE_OPTIONS and not has_value and i + 1 < len(argv):
-            out.append(argv[i + 1])
-            i += 1
-        i += 1
-    return out
-
-
-def _deprecated(old: str, new: str) -> None:
-    sys.stderr.write(f"tfdist launch: {old} is an old spelling: write {new}.\n")
-
-
 def _launch_parser_class(base: type) -> type:
-    """The launch parser's class: ``base`` that rewrites old spellings before it parses (argparse hands
-    a sub-command's arguments to its parser's ``parse_known_args``, whoever built the parser tree)."""
-    global _VALUE_OPTIONS
+    """The launch parser's class: ``base`` that notes tfdist launch's flags typed after the script (argparse
+    hands a sub-command's arguments to its parser's ``parse_known_args``, whoever built the parser tree)."""
 
     class LaunchParser(base):
         def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-            global _VALUE_OPTIONS
-            if not _VALUE_OPTIONS:
-                _VALUE_OPTIONS = frozenset(
-                    s for a in self._actions if a.option_strings and a.nargs is None for s in a.option_strings
-                )
-            given = old_spellings(list(args)) if args is not None else None
-            parsed, extras = super().parse_known_args(given, namespace)
-            if given is not None and getattr(parsed, "script", None) is not None:
+            parsed, extras = super().parse_known_args(args, namespace)
+            if args is not None and getattr(parsed, "script", None) is not None:
+                given = list(args)
                 before = given[: len(given) - len(parsed.args) - 1]
                 note = flags_after_script(self.prog, before, parsed.script, parsed.args, self)
                 if note:

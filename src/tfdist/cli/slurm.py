@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import add_run_dir, integer, node_range
-from tfdist.cli.spellings import with_command_guard
+from tfdist.cli.argtypes import add_run_dir, integer
+from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
 #: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
@@ -18,7 +18,6 @@ _SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     (
         "--nodes",
         {
-            "type": node_range("-"),
             "metavar": "N|MIN-MAX",
             "help": "nodes; MIN-MAX (or MIN:MAX): Slurm may start (or restart) with fewer",
         },
@@ -153,7 +152,7 @@ def _check_toml_type(path: str, key: str, value: Any) -> None:
         "a table of strings": isinstance(value, dict) and all(isinstance(v, str) for v in value.values()),
         'a boolean or "mirrored"': isinstance(value, bool) or value == "mirrored",
         'an integer or a "MIN-MAX" string': (isinstance(value, int) and not isinstance(value, bool))
-        or isinstance(value, str),  # the string's form is checked with the flag's (parse_nodes)
+        or isinstance(value, str),  # the string's form is checked with the flag's (parse_node_range)
         "a string": isinstance(value, str),
     }[want]
     if not ok:
@@ -183,10 +182,11 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             values[dest] = getattr(args, dest)
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if isinstance(values.get("nodes"), str):  # from the flag or the file: N or MIN-MAX
-        from tfdist.slurm.script import parse_nodes
+        from tfdist.nodes import parse_node_range
 
         source = "--nodes" if args.nodes is not None else f"--config {args.config!r}: nodes"
-        values["min_nodes"], values["nodes"] = parse_nodes(values["nodes"], source)
+        nodes = parse_node_range(values["nodes"], source, "-")
+        values["min_nodes"], values["nodes"] = (nodes.low if nodes.elastic else None), nodes.high
     if args.export:
         values["exports"] = dict(_parse_export(item) for item in args.export)
     if args.per_node or values.get("per_node") in (True, "mirrored"):
@@ -230,16 +230,17 @@ def run_submit(args: argparse.Namespace) -> int:
 
     from tfdist.launch.outcome import new_run_id
     from tfdist.slurm import commands, render_sbatch
+    from tfdist.worker.contract import RunFiles
 
     spec = spec_from_args(args)
     run_dir = os.path.abspath(args.run_dir or os.path.join("tfdist-runs", new_run_id()))
     if spec.output == "tfdist-%j.out":
-        spec = replace(spec, output=os.path.join(run_dir, "slurm-%j.out"))
+        spec = replace(spec, output=RunFiles(run_dir).slurm_output)
     # The tasks record the step's first failure there, so the job ends with that task's exit code.
     spec = replace(spec, exports={**spec.exports, "TFDIST_RUN_DIR": run_dir})
     made = not os.path.exists(run_dir)
     os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, "job.sbatch")
+    path = RunFiles(run_dir).sbatch
     files.write_text(path, render_sbatch(spec))
     try:
         job_id = commands.submit(path, cwd=os.getcwd())

@@ -11,8 +11,8 @@ from typing import Any
 from tfdist import files
 from tfdist.cli import examples
 from tfdist.cli.argtypes import add_run_dir, integer, number
-from tfdist.cli.spellings import with_old_spellings
 from tfdist.errors import ConfigError
+from tfdist.worker.contract import RunFiles
 
 
 def register(sub: Any) -> None:
@@ -71,7 +71,7 @@ def register(sub: Any) -> None:
         metavar="EPOCHS",
         help="epochs of linear LR warm-up (default 0)",
     )
-    add_run_dir(p, "output_dir", "logs, checkpoints, history")
+    add_run_dir(p, "run_dir", "logs, checkpoints, history")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --run-dir")
     p.add_argument(
         "--checkpoint-every", type=integer, metavar="STEPS", help="also checkpoint every STEPS steps"
@@ -119,8 +119,6 @@ def register(sub: Any) -> None:
         "(ZeRO-1; with buckets also the gradients, ZeRO-2); checkpoints stay whole",
     )
     p.set_defaults(run=run)
-    # Every command names the run directory --run-dir; the old name keeps working.
-    with_old_spellings(p, {"--output-dir": "--run-dir"})
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -138,7 +136,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         optimizer=args.optimizer,
         lr_scaling=args.lr_scaling,
         warmup_epochs=args.warmup_epochs,
-        output_dir=args.output_dir or os.path.join("tfdist-runs", new_run_id()),
+        run_dir=args.run_dir or os.path.join("tfdist-runs", new_run_id()),
         resume=args.resume,
         checkpoint_every=args.checkpoint_every,
         steps_per_epoch=args.steps_per_epoch,
@@ -192,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         quiet_workers=True,
         prefix=False,
         max_restarts=args.max_restarts,
-        log_dir=os.path.join(config.output_dir, "logs"),
+        run_dir=RunFiles(config.run_dir).launch_dir,
         backend=backend,
         extra_env=wire,
     )
@@ -201,8 +199,8 @@ def run(args: argparse.Namespace) -> int:
     launch_preflight(launch_config)  # refused here, before the run directory is made
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
     # attempt must continue from the checkpoints the failed one wrote.
-    os.makedirs(config.output_dir, exist_ok=True)
-    config_path = os.path.join(config.output_dir, "train.json")
+    os.makedirs(config.run_dir, exist_ok=True)
+    config_path = RunFiles(config.run_dir).train_config
     files.write_text(config_path, replace(config, resume=True).to_json())
     result = launch(launch_config, ["-m", "tfdist.workloads.job", config_path])
     return result.exit_code

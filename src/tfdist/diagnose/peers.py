@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from tfdist._log import get_logger
-from tfdist.nodes import address_of, host_name
+from tfdist.nodes import address_of, host_name, split_address
 from tfdist.slurm.commands import requeue_slurm_job
 
 log = get_logger(__name__)
@@ -54,7 +54,7 @@ def lost_peers(
     by_address: dict[tuple[str, str], tuple[str, int, str]] = {}
     for task_type, addresses in cluster.items():
         for index, address in enumerate(addresses):
-            host, _, port = address.rpartition(":")
+            host, port = split_address(address)
             entry = (task_type, index, address)
             by_address[(host, port)] = entry
             ip = resolve(host)
@@ -80,7 +80,7 @@ PROBE_S = 1.0
 
 def _knock(address: str, timeout: float) -> str | None:
     """Why the task at ``host:port`` is lost (``does not answer``, ``refuses connections``), or None."""
-    host, _, port = address.rpartition(":")
+    host, port = split_address(address)
     try:
         with socket.create_connection((host, int(port)), timeout=timeout):
             return None
@@ -117,7 +117,7 @@ def probe(
     for n, (task_type, index, address) in enumerate(tasks):
         why = answers.get(n)
         if why:
-            name = name_of(address.rpartition(":")[0], 1.0)
+            name = name_of(split_address(address)[0], 1.0)
             where = f" on {name}" if name and not address.startswith(name + ":") else ""
             lost.append(f"{task_type} {index}{where} ({address}) {why}")
     return lost

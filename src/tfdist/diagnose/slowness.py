@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tfdist import variables
 from tfdist._log import get_logger
-from tfdist.nodes import address_of, host_name
+from tfdist.nodes import address_of, host_name, split_address
 
 log = get_logger(__name__)
 
@@ -187,7 +187,7 @@ class SlowWatch:
 
     def __init__(self, cluster: Mapping[str, Sequence[str]], own_address: str | None) -> None:
         self.addresses = [a for role, tasks in cluster.items() if role != "evaluator" for a in tasks]
-        self.own = own_address.rpartition(":")[0] if own_address else None
+        self.own = split_address(own_address)[0] if own_address else None
         self.steps = SlowSteps()
         self.thread: threading.Thread | None = None
         self.line: str | None = None  # what was logged, once the check ran
@@ -208,7 +208,7 @@ class SlowWatch:
             self.thread.start()
 
     def _tell(self, seconds: float, usual: float) -> None:
-        hosts = {_address_of(a.rpartition(":")[0]) for a in self.addresses}
+        hosts = {_address_of(split_address(a)[0]) for a in self.addresses}
         backlogs = []
         for _ in range(SAMPLES):  # spread over half a second: a step's traffic comes in bursts
             backlogs.append(send_backlog())

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
-from tfdist.nodes import parse_gpu_list
+from tfdist.nodes import check_ports, cuda_visible_devices
 
 #: The port every pod listens on when the manifest names none (the TFJob operator's default too).
 DEFAULT_PORT = 2222
@@ -101,10 +101,8 @@ class KubernetesEnvironment(ClusterEnvironment):
         port = DEFAULT_PORT
         if variables.is_set("TFDIST_PORT", environ):
             port = int(variables.get("TFDIST_PORT", environ))
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"TFDIST_PORT={port} is not a port (1-65535). {_HINT}")
+            check_ports(port, 1, f"TFDIST_PORT={port}")
         prefix = pod_name_prefix(hostname, index)
-        cuda = environ.get("CUDA_VISIBLE_DEVICES")
         return cls(
             rank=index,
             world_size=workers,
@@ -114,7 +112,7 @@ class KubernetesEnvironment(ClusterEnvironment):
             role="worker",
             task_index=index,
             cluster_spec={"worker": kubernetes_cluster_spec(prefix, service, workers, port)},
-            gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
+            gpu_ids=cuda_visible_devices(environ),
             # The device plugin already gave this pod (and only it) its GPUs.
             gpus_bound_by_scheduler=True,
             source=f"{INDEX_VARIABLE}={index}, HOSTNAME={hostname}, service {service}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tfdist.env.base import ClusterEnvironment
-from tfdist.nodes import parse_gpu_list
+from tfdist.nodes import cuda_visible_devices
 
 
 class LocalEnvironment(ClusterEnvironment):
@@ -16,6 +16,4 @@ class LocalEnvironment(ClusterEnvironment):
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> LocalEnvironment:
         """Always succeeds: every process is at least a local one."""
-        cuda = environ.get("CUDA_VISIBLE_DEVICES")
-        gpu_ids = parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None
-        return cls(gpu_ids=gpu_ids, source="no cluster variables")
+        return cls(gpu_ids=cuda_visible_devices(environ), source="no cluster variables")

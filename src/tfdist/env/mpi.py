@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
-from tfdist.nodes import parse_gpu_list
+from tfdist.nodes import cuda_visible_devices
 
 #: (rank, size, local rank, local size) variables per MPI family, in the order they are tried.
 FAMILIES = (
@@ -57,7 +57,6 @@ class MPIEnvironment(ClusterEnvironment):
                 )
             local = _number(environ, local_var, 0)
             local_size = _number(environ, local_size_var, 1)
-            cuda = environ.get("CUDA_VISIBLE_DEVICES")
             return cls(
                 rank=rank,
                 world_size=size,
@@ -66,7 +65,7 @@ class MPIEnvironment(ClusterEnvironment):
                 role="worker",
                 task_index=rank,
                 cluster_spec={},
-                gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
+                gpu_ids=cuda_visible_devices(environ),
                 source=f"{family} ({rank_var})",
             )
         return None

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tfdist.env.base import ClusterEnvironment
-from tfdist.nodes import parse_gpu_list
+from tfdist.nodes import cuda_visible_devices
 
 #: Set by Ray in every process it starts (the raylet that owns the worker); never in a plain shell.
 RAY_MARKER = "RAY_RAYLET_PID"
@@ -31,10 +31,10 @@ class RayEnvironment(ClusterEnvironment):
         """``RAY_RAYLET_PID`` set: a process Ray started; ``None`` otherwise."""
         if not environ.get(RAY_MARKER):
             return None
-        cuda = environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = cuda_visible_devices(environ)
         return cls(
-            gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
-            gpus_bound_by_scheduler=cuda is not None,
+            gpu_ids=gpus,
+            gpus_bound_by_scheduler=gpus is not None,
             source=f"{RAY_MARKER} (a process Ray started)",
             ray_address=environ.get("RAY_ADDRESS") or None,
             ray_job_id=environ.get("RAY_JOB_ID") or None,

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
-from tfdist.nodes import expand_nodelist, expand_tasks_per_node, parse_gpu_list
+from tfdist.nodes import (
+    check_ports,
+    cuda_visible_devices,
+    expand_nodelist,
+    expand_tasks_per_node,
+    parse_gpu_list,
+)
 
 #: Ports are derived as BASE + (job id mod SLOTS) * SLOT_WIDTH + local task index, so concurrent jobs
 #: sharing a node almost never collide while all tasks of one job agree. TFDIST_PORT overrides the base.
@@ -37,9 +43,7 @@ def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int
     """First port of this job's tasks on each node: TFDIST_PORT, else derived from SLURM_JOB_ID."""
     if variables.is_set("TFDIST_PORT", environ):
         base = int(variables.get("TFDIST_PORT", environ))
-        if base < 1:
-            raise ConfigError(f"TFDIST_PORT={base} is below 1.")
-        source = "TFDIST_PORT"
+        source = f"TFDIST_PORT={base}"
     elif "SLURM_JOB_ID" in environ:
         job_id = _int_var(environ, "SLURM_JOB_ID")
         if max_tasks_per_node > PORT_SLOT_WIDTH:
@@ -48,17 +52,13 @@ def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int
                 "per job. Hint: set TFDIST_PORT to a free base port."
             )
         base = PORT_BASE + (job_id % PORT_SLOTS) * PORT_SLOT_WIDTH
-        source = "SLURM_JOB_ID"
+        source = f"SLURM_JOB_ID's base port {base}"
     else:
         raise ConfigError(
             "SLURM_JOB_ID is not set, so tasks cannot agree on ports. Hint: set TFDIST_PORT to a free "
             "base port."
         )
-    if base + max_tasks_per_node - 1 > 65535:
-        raise ConfigError(
-            f"{source} gives base port {base}; with {max_tasks_per_node} tasks per node the ports pass 65535."
-        )
-    return base
+    return check_ports(base, max_tasks_per_node, source)
 
 
 def slurm_cluster_spec(nodes: list[str], tasks_per_node: list[int], base_port: int) -> list[str]:
@@ -153,7 +153,8 @@ def _local_rank(rank: int, tasks: list[int]) -> int:
 def _visible_gpus(environ: Mapping[str, str]) -> tuple[tuple[str, ...] | None, bool]:
     """GPUs this task may see, and whether Slurm already bound them per task (--gpus-per-task, --gpu-bind)."""
     bound = any(k in environ for k in ("SLURM_GPUS_PER_TASK", "SLURM_GPU_BIND"))
-    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        if name in environ:
-            return parse_gpu_list(environ[name], name), bound
-    return None, bound
+    gpus = cuda_visible_devices(environ)
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if gpus is None and name in environ:
+            gpus = parse_gpu_list(environ[name], name)
+    return gpus, bound

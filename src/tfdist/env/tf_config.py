@@ -9,29 +9,12 @@ from typing import Any
 from tfdist import variables
 from tfdist.env.base import KNOWN_ROLES, ClusterEnvironment, ClusterSpecDict
 from tfdist.errors import ConfigError
-from tfdist.nodes import loopback_among_remote, parse_gpu_list
+from tfdist.nodes import cuda_visible_devices, loopback_among_remote, parse_address, split_address
 
 _HINT = (
     'Hint: TF_CONFIG looks like {"cluster": {"worker": ["host:port", ...]}, '
     '"task": {"type": "worker", "index": 0}}.'
 )
-
-
-def parse_address(address: object, where: str) -> tuple[str, int]:
-    """Split ``host:port`` (IPv6 as ``[::1]:port``) and check the port range.
-
-    Input/Output: ``"node1:2222"`` -> ``("node1", 2222)``; ``"[::1]:80"`` -> ``("[::1]", 80)``.
-    """
-    if not isinstance(address, str) or ":" not in address:
-        raise ConfigError(f'{where}: address {address!r} is not host:port. Hint: write e.g. "node1:2222".')
-    host, _, port_text = address.rpartition(":")
-    if not host or (":" in host and not (host.startswith("[") and host.endswith("]"))):
-        raise ConfigError(
-            f"{where}: address {address!r} has no valid host. Hint: IPv6 hosts go in brackets, [::1]:2222."
-        )
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(f"{where}: address {address!r} has port {port_text!r}; ports are integers 1-65535.")
-    return host, int(port_text)
 
 
 def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
@@ -56,7 +39,7 @@ def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
                 f"{where}: cluster has {len(addresses)} chiefs; a cluster has at most one chief."
             )
         for i, address in enumerate(addresses):
-            parse_address(address, f"{where} cluster[{role!r}][{i}]")
+            parse_address(address, f"{where} cluster[{role!r}][{i}]", 'write e.g. "node1:2222"')
             if address in seen:
                 raise ConfigError(
                     f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: "
@@ -71,7 +54,7 @@ def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
 
 def loopback_warning(spec: ClusterSpecDict) -> str | None:
     """Warn when loopback addresses are mixed with other hosts: remote tasks could never reach them."""
-    hosts = {addr.rpartition(":")[0] for addrs in spec.values() for addr in addrs}
+    hosts = {split_address(addr)[0] for addrs in spec.values() for addr in addrs}
     loop = set(loopback_among_remote(hosts))
     if loop:
         return (
@@ -106,7 +89,6 @@ class TFConfigEnvironment(ClusterEnvironment):
         role, index = _parse_task(config.get("task"), spec)
         world = len(spec.get("chief", [])) + len(spec.get("worker", []))
         warning = loopback_warning(spec)
-        cuda = environ.get("CUDA_VISIBLE_DEVICES")
         local_rank = int(variables.get("TFDIST_LOCAL_RANK", environ))
         local_world = int(variables.get("TFDIST_LOCAL_WORLD_SIZE", environ))
         return cls(
@@ -117,7 +99,7 @@ class TFConfigEnvironment(ClusterEnvironment):
             role=role,
             task_index=index,
             cluster_spec={k: v for k, v in spec.items() if k != "evaluator"},
-            gpu_ids=parse_gpu_list(cuda, "CUDA_VISIBLE_DEVICES") if cuda is not None else None,
+            gpu_ids=cuda_visible_devices(environ),
             # The launcher pins one GPU per worker through CUDA_VISIBLE_DEVICES before the process starts.
             gpus_bound_by_scheduler=variables.raw("TFDIST_RANK", environ) is not None,
             source="TF_CONFIG",

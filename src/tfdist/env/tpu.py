@@ -1,6 +1,5 @@
-"""A Cloud TPU host (TPU VM, Colab or GKE). Detected from variables only; TPUClusterResolver is built
-by the strategy actor. No TPU hardware is available to tfdist's test suite: detection and planning are
-tested, the TPU strategy itself is not."""
+"""A Cloud TPU host (TPU VM, Colab or GKE), detected from variables only (the strategy builds
+TPUClusterResolver); the test suite has no TPU: detection and planning are tested, the strategy is not."""
 
 from __future__ import annotations
 

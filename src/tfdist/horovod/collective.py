@@ -1,19 +1,14 @@
-"""A Horovod collective as TensorFlow ops: *submit* (hands the arrays to the coordinator, returns at once)
-then *wait* (blocks until every rank submitted the same name, returns the result).
+"""A Horovod collective as two TensorFlow ops: *submit* (hands the arrays to the coordinator, returns at
+once), then *wait* (blocks until every rank submitted the same name; the coordinator matches by name).
 
-Why two ops: TensorFlow's executor blocks a thread in a Python op. If one op did both, a rank running
-``a`` then ``b`` and a rank running ``b`` then ``a`` would each block in their first and never submit their
-second. The submits are stateful, so a ``tf.function`` runs them in program order and never prunes them;
-the waits are stateless, and each earlier wait of the graph is made to start after every later submit
-(when that adds no cycle), so every rank has submitted all of a step's collectives before it blocks in
-any of them, even with one inter-op thread. In a TensorFlow 1 graph (a ``Session``), where stateful ops
-have no program order, each submit is made to follow the graph's previous one. The coordinator then
-matches them by name.
+Why two: a Python op blocks an executor thread, so ranks running ``a, b`` and ``b, a`` would each block in
+their first and never submit their second. Submits are stateful (program order in a ``tf.function``;
+chained explicitly in a TensorFlow 1 graph); each earlier wait is made to start after every later submit
+(when that adds no cycle), so every rank submitted a step's collectives before it blocks in any.
 
-Errors: a rank whose collective disagrees with the others gets ``tf.errors.FailedPreconditionError``, as
-with Horovod. Eagerly it is raised directly; inside a graph a Python op can only raise UnknownError, so the
-wait returns the message and a read of ``/dev/null/<message>`` (ENOTDIR, which TensorFlow reports as a
-failed precondition) raises it.
+A rank whose collective disagrees gets ``tf.errors.FailedPreconditionError`` (Horovod's type): raised
+directly when eager; in a graph, by a read of ``/dev/null/<message>`` (ENOTDIR), since a Python op can
+only raise UnknownError.
 """
 
 from __future__ import annotations
@@ -135,12 +130,8 @@ def run(
 
 
 def _previous_submit() -> list[Any]:
-    """The graph's last submit, which the next one must follow.
-
-    A ``tf.function`` already runs stateful ops in program order, but a TensorFlow 1 graph (a
-    ``Session``) does not: there a wait could start, and hold the only inter-op thread, before an
-    earlier submit of the same run was made, and the ranks would wait for each other forever.
-    """
+    """The graph's last submit, which the next must follow: a TensorFlow 1 graph has no program order, so
+    a wait could hold the only inter-op thread before an earlier submit of the run was made."""
     import tensorflow as tf
 
     last = _LAST_SUBMIT.get(tf.compat.v1.get_default_graph())

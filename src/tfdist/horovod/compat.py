@@ -1,12 +1,7 @@
-"""Keras 2 idioms in Horovod's own examples, accepted on Keras 3 so those scripts run as written.
-
-- ``model.compile(..., experimental_run_tf_function=False)``: a tf.keras 2 argument Keras 3 rejects; it
-  only told tf.keras to go through the optimizer (Keras 3 always does), so it is dropped.
-- ``opt.variables()``: a method in tf.keras 2, a property (a list) in Keras 3; the list is made callable.
-- ``compile(optimizer=hvd.DistributedOptimizer(...))`` leaves ``jit_compile="auto"`` off: Keras would
-  turn XLA on by itself on a GPU, and XLA cannot compile the all-reduce.
-
-Installed when a script imports tfdist's Horovod API, not before.
+"""Keras 2 idioms of Horovod's own examples, accepted on Keras 3 so those scripts run as written (installed
+when a script imports tfdist's Horovod API): ``compile(experimental_run_tf_function=False)`` is dropped
+(Keras 3 always goes through the optimizer); ``opt.variables()`` works (a list made callable); and
+``compile(optimizer=hvd.DistributedOptimizer(...))`` keeps XLA off, which cannot compile the all-reduce.
 """
 
 from __future__ import annotations

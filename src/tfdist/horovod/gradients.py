@@ -1,11 +1,7 @@
-"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``.
-
-Within one node every dense gradient of a step goes in ONE packed all-reduce (shared memory: ~0.4 ms, nothing
-to hide). Across nodes, inside a ``tf.function``, the gradients are reduced in buckets, as ``tfdist.fit``'s
-MPI backend does: grouped in the order the backward pass produces them (``TFDIST_BUCKET_MB``, or Horovod's
-``groups=``/``num_groups=``), each bucket one collective whose submit runs as soon as its gradients exist, so
-the coordinator's thread sums it while TensorFlow computes the rest of the backward pass (Horovod's
-background thread and tensor fusion do the same for its users).
+"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``: within a
+node every dense gradient of a step in ONE packed all-reduce; across nodes, inside a ``tf.function``, in
+buckets (``TFDIST_BUCKET_MB``, or Horovod's ``groups=``), each submitted as soon as its gradients exist so
+the coordinator sums it while the backward pass goes on (Horovod's tensor fusion does the same).
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist._log import get_logger
-from tfdist.horovod import functions, ops
+from tfdist.horovod import functions, ops, runtime
 from tfdist.horovod.compression import Compression
 
 log = get_logger(__name__)
@@ -74,6 +70,47 @@ def allreduce_gradients(
     return out
 
 
+def reduce_shared(
+    grads: list[Any], variables: Sequence[Any], options: GradientOptions, local: Any, scale_local: bool
+) -> list[Any]:
+    """:func:`allreduce_gradients` of every gradient but those of the ``local`` variables (keys), which
+    stay on this rank, divided by the size when ``scale_local`` (Horovod's partial tape and optimizer)."""
+    keep = [variable_key(v) in local for v in variables]
+    shared = iter(
+        allreduce_gradients(
+            [g for g, k in zip(grads, keep, strict=True) if not k],
+            options,
+            [v for v, k in zip(variables, keep, strict=True) if not k],
+        )
+    )
+    out = []
+    for grad, kept in zip(grads, keep, strict=True):
+        if not kept:
+            out.append(next(shared))
+        elif grad is not None and scale_local:
+            out.append(divided(grad, float(runtime.world().size)))
+        else:
+            out.append(grad)
+    return out
+
+
+class ReducingOptimizer:
+    """What every distributed optimizer class adds to its Keras class: the gradient options, the
+    variables whose gradients stay on each rank (``PartialDistributedOptimizer``), and the reduction."""
+
+    _hvd_options: GradientOptions
+    _hvd_local_refs: frozenset[Any] = frozenset()
+    _hvd_scale_local = True
+
+    def register_local_var(self, var: Any) -> None:
+        """A variable whose gradient stays on this rank (divided by the size unless
+        ``scale_local_gradients=False``)."""
+        self._hvd_local_refs = self._hvd_local_refs | {variable_key(var)}
+
+    def _hvd_reduce(self, grads: list[Any], variables: list[Any]) -> list[Any]:
+        return reduce_shared(grads, variables, self._hvd_options, self._hvd_local_refs, self._hvd_scale_local)
+
+
 def _refs(variables: Sequence[Any] | None, present: list[int]) -> list[Any] | None:
     if variables is None:
         return None
@@ -129,7 +166,7 @@ def _buckets(grads: Sequence[Any]) -> list[list[int]]:
     whole = [list(range(len(grads)))[::-1]]
     if tf.executing_eagerly():
         return whole  # every gradient exists already: nothing to overlap
-    world = functions.runtime.world()
+    world = runtime.world()
     if world.size == 1 or world.mpi is None:
         return whole
     sync = world.float_sync()
@@ -168,7 +205,7 @@ class DistributedGradientTape:
     ) -> None:
         del device_dense, device_sparse
         if process_set is not None:
-            functions._check_process_set(process_set)
+            runtime.check_process_set(process_set)
         self._tape = gradtape
         self._options = GradientOptions(
             op, compression, sparse_as_dense, gradient_predivide_factor, groups_option(groups, num_groups)
@@ -192,18 +229,9 @@ class DistributedGradientTape:
         del use_generic_names
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients)
         flat_sources, flat_grads = tf.nest.flatten(sources), tf.nest.flatten(grads, expand_composites=False)
-        shared = [i for i, s in enumerate(flat_sources) if not self._is_local(s)]
-        reduced = allreduce_gradients(
-            [flat_grads[i] for i in shared], self._options, [flat_sources[i] for i in shared]
+        out = reduce_shared(
+            flat_grads, flat_sources, self._options, self._local_sources, self._scale_local_gradients
         )
-        out = list(flat_grads)
-        for i, g in zip(shared, reduced, strict=True):
-            out[i] = g
-        if self._scale_local_gradients and self._local_sources:
-            size = float(functions.runtime.world().size)
-            for i, s in enumerate(flat_sources):
-                if self._is_local(s) and out[i] is not None:
-                    out[i] = divided(out[i], size)
         return tf.nest.pack_sequence_as(sources, out)
 
     def get_local_and_global_gradients(self, target: Any, sources: Any, output_gradients: Any = None) -> Any:
@@ -226,15 +254,19 @@ class DistributedGradientTape:
         return getattr(self._tape, name)
 
 
-def layer_types() -> tuple[type, ...]:
-    """Keras 3's layer class, and Keras 2's when this process loaded tf-keras (``tf.keras`` under
-    ``TF_USE_LEGACY_KERAS=1``): the local layers a partial tape or optimizer may name."""
+def local_weights(local_layers: Any) -> list[Any]:
+    """The trainable weights of a partial tape's or optimizer's ``local_layers`` (a layer, a list, None):
+    Keras 3 layers, or Keras 2's when this process loaded tf-keras (``TF_USE_LEGACY_KERAS=1``)."""
     import sys
 
     import keras
 
     tf_keras = sys.modules.get("tf_keras")
-    return (keras.layers.Layer,) if tf_keras is None else (keras.layers.Layer, tf_keras.layers.Layer)
+    types = (keras.layers.Layer,) if tf_keras is None else (keras.layers.Layer, tf_keras.layers.Layer)
+    layers = [local_layers] if isinstance(local_layers, types) else list(local_layers or [])
+    if not all(isinstance(layer, types) for layer in layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    return [var for layer in layers for var in layer.trainable_weights]
 
 
 def PartialDistributedGradientTape(
@@ -253,12 +285,7 @@ def PartialDistributedGradientTape(
 ) -> DistributedGradientTape:
     """:class:`DistributedGradientTape` whose ``local_layers``' weights keep their own gradients (divided
     by the size when ``scale_local_gradients``), as Horovod's."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, layer_types()):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, layer_types()) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local = local_weights(local_layers)
     tape = DistributedGradientTape(
         gradtape,
         compression=compression,
@@ -270,9 +297,8 @@ def PartialDistributedGradientTape(
         process_set=process_set,
         scale_local_gradients=scale_local_gradients,
     )
-    for layer in local_layers:
-        for var in layer.trainable_weights:
-            tape.register_local_source(var)
+    for var in local:
+        tape.register_local_source(var)
     return tape
 
 

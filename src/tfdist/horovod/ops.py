@@ -1,9 +1,6 @@
-"""What Horovod's collectives do to NumPy arrays once every rank submitted them (run by the coordinator's
-thread, :mod:`tfdist.sync.coordinator`), and Horovod's reduction constants.
-
-Float32 sums and averages (allreduce and reducescatter) of one round travel together through the MPI
-backend's packed shared-memory all-reduce, as ``tfdist.fit`` does (tensor fusion); other dtypes and
-Min / Max / Product use MPI's own reductions; gathers, broadcasts and all-to-alls use MPI directly.
+"""What Horovod's collectives do to NumPy arrays once every rank submitted them (on the coordinator's
+thread), and Horovod's reduction constants. A round's float32 sums travel together through the MPI
+backend's packed shared-memory all-reduce (tensor fusion, as ``tfdist.fit``'s); the rest uses MPI itself.
 """
 
 from __future__ import annotations
@@ -67,7 +64,7 @@ def execute(requests: list[Request]) -> None:
         _fused_sums(fused)
     halves = [r for r in requests if _fusable(r, np.float16)] if runtime.world().size > 1 else []
     if halves:
-        _fused_half_sums(halves)
+        _fused_sums(halves, half=True)
     for request in requests:
         if request in fused or request in halves:
             continue
@@ -80,22 +77,6 @@ def _fusable(request: Request, dtype: Any) -> bool:
         and request.args[0] in (Sum, Average)
         and all(a.dtype == dtype for a in request.arrays)
     )
-
-
-def _fused_half_sums(requests: list[Request]) -> None:
-    """Every float16 sum of the round (``hvd.Compression.fp16``'s tensors) in ONE packed all-reduce whose
-    wire carries 16 bits across nodes: the float16 values are exact in the float32 buffer and exact again
-    when sent as float16; the sums are added in float32 and rounded to float16 once, as Horovod does."""
-    parts = [a.astype(np.float32) * np.float32(r.args[1]) for r in requests for a in r.arrays]
-    sync = runtime.world().float_sync()
-    views = sync.packed_sum(parts, 0, len(parts), "fp16", _waiter(sync))
-    at = 0
-    for request in requests:
-        factor = np.float32(_factor(request))
-        mine = views[at : at + len(request.arrays)]
-        at += len(request.arrays)
-        summed = [(v * factor if factor != 1.0 else v).astype(np.float16) for v in mine]
-        request.result = _scatter(request, summed) if request.kind == REDUCESCATTER else summed
 
 
 def _waiter(sync: Any) -> Any:
@@ -115,22 +96,31 @@ def _factor(request: Request) -> float:
     return post / runtime.world().size if op == Average else post
 
 
-def _fused_sums(requests: list[Request]) -> None:
-    """Every float32 sum of the round in ONE packed all-reduce (shared memory within a node)."""
+def _fused_sums(requests: list[Request], half: bool = False) -> None:
+    """Every float32 sum of the round in ONE packed all-reduce (shared memory within a node). ``half``: the
+    round's float16 sums (``hvd.Compression.fp16``'s tensors), exact in the float32 buffer and again on a
+    16-bit wire across nodes: added in float32 and rounded to float16 once, as Horovod does."""
     world = runtime.world()
-    parts = [p for r in requests for p in _prescaled(r)]
+    if half:
+        parts = [a.astype(np.float32) * np.float32(r.args[1]) for r in requests for a in r.arrays]
+    else:
+        parts = [p for r in requests for p in _prescaled(r)]
     # Views of shared memory (the next all-reduce overwrites them): the scaling pass is also the copy.
+    views = parts
     if world.size > 1:
         sync = world.float_sync()
-        views = sync.packed_sum(parts, len(parts), waiter=_waiter(sync))
-    else:
-        views = parts
+        if half:
+            views = sync.packed_sum(parts, 0, len(parts), "fp16", _waiter(sync))
+        else:
+            views = sync.packed_sum(parts, len(parts), waiter=_waiter(sync))
     at = 0
     for request in requests:
         factor = np.float32(_factor(request))
         mine = views[at : at + len(request.arrays)]
         at += len(request.arrays)
         summed = [v * factor if factor != 1.0 else np.array(v, copy=True) for v in mine]
+        if half:
+            summed = [v.astype(np.float16) for v in summed]
         request.result = _scatter(request, summed) if request.kind == REDUCESCATTER else summed
 
 

@@ -1,8 +1,6 @@
-"""The state behind ``hvd.init()``: ranks from MPI (mpi4py), the node-local and cross-node groups, and the
-MPI backend's synchroniser that carries every float32 sum (shared memory within a node).
-
-Without mpi4py, or in a process no MPI launcher started, the job is one process of size 1 and every
-collective returns its input, as Horovod does with one rank.
+"""The state behind ``hvd.init()``: ranks from MPI (mpi4py), the node-local and cross-node groups, the MPI
+backend's synchroniser, and process sets. Without mpi4py or an MPI launcher, the job is one process and
+every collective returns its input, as Horovod does with one rank.
 """
 
 from __future__ import annotations
@@ -128,6 +126,35 @@ def shutdown() -> None:
 def is_initialized() -> bool:
     """True between :func:`init` and :func:`shutdown`."""
     return bool(_WORLD)
+
+
+class ProcessSet:
+    """Horovod's process sets: tfdist supports the global one (every rank)."""
+
+    process_set_id = 0
+
+    def size(self) -> int:
+        """Ranks in the set."""
+        return world().size
+
+    def rank(self) -> int:
+        """This process's rank in the set."""
+        return world().rank
+
+    def included(self) -> bool:
+        """Whether this process belongs to the set."""
+        return True
+
+
+global_process_set = ProcessSet()
+
+
+def check_process_set(process_set: Any) -> None:
+    """NotImplementedError for any process set but the global one."""
+    if process_set is not global_process_set:
+        raise NotImplementedError(
+            "process sets other than hvd.global_process_set are not supported by tfdist's Horovod API."
+        )
 
 
 def world() -> World:

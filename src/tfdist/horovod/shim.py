@@ -1,10 +1,7 @@
-"""``import horovod…`` answered by tfdist's Horovod API, for jobs started with ``tfdist launch --backend
-horovod`` on a machine without Horovod: users' scripts run unchanged.
-
-A meta-path finder placed first: ``horovod``, ``horovod.tensorflow``, ``horovod.tensorflow.keras`` (and its
-``callbacks``) and ``horovod.keras`` become the very module objects of ``tfdist.horovod…`` (one state
-per process, whichever name a script uses). Other ``horovod.*`` modules (torch, spark, runner) raise
-ModuleNotFoundError saying what is provided.
+"""``import horovod…`` answered by tfdist's Horovod API (``tfdist launch --backend horovod`` without
+Horovod): a meta-path finder placed first makes ``horovod``, ``horovod.tensorflow[.keras[.callbacks]]`` and
+``horovod.keras`` the very module objects of ``tfdist.horovod…`` (one state per process); other
+``horovod.*`` modules raise ModuleNotFoundError saying what is provided.
 """
 
 from __future__ import annotations

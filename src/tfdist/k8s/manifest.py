@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from tfdist.env.kubernetes import INDEX_VARIABLE
+from tfdist.errors import require
 from tfdist.k8s.spec import JOBSET_REPLICATED_JOB, K8sJobSpec
 
 Manifest = dict[str, Any]
@@ -24,15 +23,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 class _Command(list[str]):
     """A command line: written on one line in the YAML (``[python, -m, tfdist, run, --, ...]``)."""
-
-
-class _Dumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, with commands on one line."""
-
-
-_Dumper.add_representer(
-    _Command, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
-)
 
 
 def labels(spec: K8sJobSpec) -> dict[str, str]:
@@ -230,7 +220,16 @@ def render_yaml(spec: K8sJobSpec) -> str:
         f"# Every pod runs `tfdist run -- ...`, which reads {reads}.\n"
         "# Apply with: kubectl apply -f THIS_FILE (or tfdist k8s submit with the same options).\n"
     )
+    yaml: Any = require("yaml", "PyYAML", "k8s", "tfdist k8s manifest")
+
+    class Dumper(yaml.SafeDumper):
+        """PyYAML's safe dumper, with commands on one line."""
+
+    Dumper.add_representer(
+        _Command,
+        lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True),
+    )
     body = yaml.dump_all(
-        render_manifests(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000
+        render_manifests(spec), Dumper=Dumper, sort_keys=False, default_flow_style=False, width=1000
     )
     return header + body

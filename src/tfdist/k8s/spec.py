@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from tfdist.errors import ConfigError
+from tfdist.nodes import check_ports
 
 #: The objects ``--kind`` can make: an Indexed Job with its headless Service (any cluster), a JobSet (the
 #: JobSet controller), a TFJob (Kubeflow's v1 training operator).
@@ -80,8 +81,7 @@ class K8sJobSpec:
             raise ConfigError(f"--pods {self.workers}: a job needs at least 1 worker (one pod each).")
         if self.gpus_per_worker < 0:
             raise ConfigError(f"--gpus-per-pod {self.gpus_per_worker} is negative; give 0 or more.")
-        if not 1 <= self.port <= 65535:
-            raise ConfigError(f"--port {self.port} is not a port (1-65535).")
+        check_ports(self.port, 1, f"--port {self.port}")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} is negative; give 0 or more.")
         self._check_procs()
@@ -108,8 +108,7 @@ class K8sJobSpec:
                 f"--nproc-per-pod {k} with --gpus-per-pod {self.gpus_per_worker}: each process drives one "
                 f"GPU. Hint: --gpus-per-pod {k} (or 0 on CPU)."
             )
-        if self.port + k - 1 > 65535:
-            raise ConfigError(f"--port {self.port} with --nproc-per-pod {k} passes port 65535.")
+        check_ports(self.port, k, f"--port {self.port}", "processes per pod (--nproc-per-pod)")
 
     def pod_command(self) -> tuple[str, ...]:
         """What every pod runs: ``tfdist run -- CMD``, or ``tfdist launch -n K ...`` for K processes.

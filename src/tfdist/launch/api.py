@@ -112,7 +112,7 @@ def _supervise(
 ) -> RunResult:
     """This node's workers, attempt after attempt, until the restart policy says stop."""
     machine = preflight(config)
-    run_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
+    run_dir = os.path.abspath(config.run_dir or os.path.join("tfdist-runs", new_run_id()))
     cpu_ids = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     devices = Devices(visible_gpus(os.environ) if not config.cpu else [], cpu_ids)
     base_env: Mapping[str, str] = os.environ

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from tfdist import backends
 from tfdist.errors import ConfigError
 from tfdist.launch.ray.address import check_address
 from tfdist.launch.rendezvous import RendezvousSpec
-from tfdist.nodes import HostSlots, check_hosts, parse_host_slots
+from tfdist.nodes import HostSlots, check_hosts, check_ports, parse_host_slots
 
 BACKENDS = backends.NAMES
 
@@ -40,7 +40,8 @@ class LaunchConfig:
     chief: bool = False
     cpu: bool = False
     gpus_per_worker: str = "1"
-    log_dir: str | None = None
+    #: ``--run-dir``: logs and attempts (default ./tfdist-runs/<run-id>).
+    run_dir: str | None = None
     prefix: bool = True
     quiet_workers: bool = False
     grace: float = 10.0
@@ -69,8 +70,12 @@ class LaunchConfig:
     #: ``ssh`` elsewhere -- and the hosts meet at a rendezvous on the first one.
     host_slots: tuple[HostSlots, ...] | str = ()
     ssh: str = "ssh"
+    #: ``run_dir`` under the keyword the Python API first documented.
+    log_dir: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, log_dir: str | None) -> None:
+        if log_dir is not None:
+            object.__setattr__(self, "run_dir", log_dir)
         # Frozen, yet given in the short forms users write: normalised once, here.
         if isinstance(self.rdzv, str):
             object.__setattr__(self, "rdzv", RendezvousSpec(self.rdzv))
@@ -168,12 +173,8 @@ class LaunchConfig:
                 f"--hosts names {len(self.hosts)} host(s) ({','.join(self.hosts)}) but "
                 f"--nnodes={self.nnodes}."
             )
-        if self.base_port is not None and not 1 <= self.base_port <= 65535:
-            raise ConfigError(f"--base-port={self.base_port} is outside 1-65535.")
-        if self.base_port is not None and self.base_port + self.tasks_per_node - 1 > 65535:
-            raise ConfigError(
-                f"--base-port={self.base_port} with {self.tasks_per_node} tasks per node passes port 65535."
-            )
+        if self.base_port is not None:
+            check_ports(self.base_port, self.tasks_per_node, f"--base-port={self.base_port}")
 
     def _check_times(self) -> None:
         for flag, value in (

@@ -27,7 +27,7 @@ from tfdist.launch.outcome import RunResult, new_run_id
 from tfdist.launch.plan import ProcessSpec, TaskSlot
 from tfdist.launch.workers import WorkerGroup
 from tfdist.nodes import HostSlots, free_ports, is_this_machine
-from tfdist.worker.contract import forwarded_env
+from tfdist.worker.contract import RunFiles, forwarded_env
 
 #: Port of the rendezvous when the first host is another machine (no way to ask it for a free one).
 DEFAULT_RDZV_PORT = 29400
@@ -43,7 +43,7 @@ def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
     flags: list[tuple[str, object, object]] = [
         ("--ps", config.ps, defaults.ps),
         ("--gpus-per-worker", config.gpus_per_worker, defaults.gpus_per_worker),
-        ("--run-dir", config.log_dir, defaults.log_dir),
+        ("--run-dir", config.run_dir, defaults.run_dir),
         ("--grace", config.grace, defaults.grace),
         ("--max-restarts", config.max_restarts, defaults.max_restarts),
         ("--watchdog-timeout", config.watchdog_timeout, defaults.watchdog_timeout),
@@ -80,14 +80,14 @@ def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]
 
 def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, list[str]]]:
     """(host, argv) of the process that starts each host's launcher, each writing its own run directory
-    under the job's (``config.log_dir``, set); ssh starts remote commands with a bare environment, so each
+    under the job's (``config.run_dir``, set); ssh starts remote commands with a bare environment, so each
     gets what travels to another host (:func:`forwarded_env`) and the launch's own ``extra_env``."""
-    assert config.log_dir, "the job's run directory is decided before the hosts start"
+    assert config.run_dir, "the job's run directory is decided before the hosts start"
     env = {**forwarded_env(os.environ), **config.extra_env}
     out = []
     for host in config.host_slots:
         assert isinstance(host, HostSlots)
-        own = launch_argv(replace(config, log_dir=os.path.join(config.log_dir, host.name)), endpoint)
+        own = launch_argv(replace(config, run_dir=os.path.join(config.run_dir, host.name)), endpoint)
         shell = remote_shell(config.python, cwd, env, own)
         if is_this_machine(host.name):
             out.append((host.name, ["/bin/sh", "-c", shell]))
@@ -105,14 +105,14 @@ def launch_on_hosts(config: LaunchConfig, *, check: bool = False) -> RunResult:
     hosts = tuple(h for h in config.host_slots if isinstance(h, HostSlots))
     check_hosts_resolve(tuple(h.name for h in hosts))
     preflight(replace(config, host_slots=()))  # the script and options, before any host starts
-    log_dir = os.path.abspath(config.log_dir or os.path.join("tfdist-runs", new_run_id()))
+    run_dir = os.path.abspath(config.run_dir or os.path.join("tfdist-runs", new_run_id()))
     started = time.monotonic()
-    job = replace(config, log_dir=log_dir)
-    code, host = run(commands(job, rendezvous_endpoint(hosts), os.getcwd()), log_dir, config.grace)
+    job = replace(config, run_dir=run_dir)
+    code, host = run(commands(job, rendezvous_endpoint(hosts), os.getcwd()), run_dir, config.grace)
     if check and code != 0:
-        log = os.path.join(log_dir, host, "launcher.log")
+        log = RunFiles(run_dir).launcher_log(host)
         raise WorkerFailedError(f"{host}'s launcher", code, log, f"exited with code {code}")
-    return RunResult(code, 1, log_dir, time.monotonic() - started)
+    return RunResult(code, 1, run_dir, time.monotonic() - started)
 
 
 def rendezvous_endpoint(hosts: Sequence[HostSlots]) -> str:
@@ -127,8 +127,8 @@ def rendezvous_endpoint(hosts: Sequence[HostSlots]) -> str:
 STOP_MARGIN_S = 20.0
 
 
-def run(started: Sequence[tuple[str, list[str]]], log_dir: str, grace: float = 10.0) -> tuple[int, str]:
-    """Start every host's launcher (each logged to ``log_dir/HOST/launcher.log``), relay its output (the
+def run(started: Sequence[tuple[str, list[str]]], run_dir: str, grace: float = 10.0) -> tuple[int, str]:
+    """Start every host's launcher (each logged to ``run_dir/HOST/launcher.log``), relay its output (the
     other hosts' prefixed with ``[HOST]``), and return the job's exit code and the host that failed first
     (``""`` when none): the first non-zero exit ends the others."""
     token = secrets.token_hex(16).encode() + b"\n"
@@ -137,7 +137,7 @@ def run(started: Sequence[tuple[str, list[str]]], log_dir: str, grace: float = 1
             TaskSlot("host", i, i, 0),
             tuple(argv),
             dict(os.environ),
-            os.path.join(log_dir, host, "launcher.log"),
+            RunFiles(run_dir).launcher_log(host),
             label=host,
             stdin=token,  # the token travels on standard input, never in a command line
             console_prefix="" if i == 0 else f"[{host}] ",

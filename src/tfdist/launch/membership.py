@@ -38,6 +38,7 @@ from tfdist.launch.assignment import Assignment, Notice
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import DEFAULT_BASE_PORT
 from tfdist.launch.rendezvous.server import LAST_CALL_S
+from tfdist.nodes import check_ports, split_address
 
 
 class Membership(Protocol):
@@ -108,7 +109,7 @@ def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: i
     ``Assignment(node_rank=1, names=("n1", "n2"), ports=((20400, 20401), (20400, 20401)), ...)`` for 2 tasks.
     """
     addresses = env.cluster_spec.get("worker", [])
-    hosts = tuple(address.rpartition(":")[0] for address in addresses)
+    hosts = tuple(split_address(address)[0] for address in addresses)
     if env.local_world_size != 1 or len(set(hosts)) != len(hosts):
         raise ConfigError(
             f"tfdist launch is running in each of the {env.world_size} tasks of a {env.kind} job "
@@ -117,13 +118,11 @@ def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: i
             "train.py), or let the scheduler start the workers: srun tfdist run -- python train.py "
             "(or tfdist slurm submit -- python train.py)."
         )
-    base = int(addresses[0].rpartition(":")[2])
+    base = int(split_address(addresses[0])[1])
     if env.kind == "slurm":
-        # Slurm's own checks of a job's ports, now for `tasks` per node: the job's slot, TFDIST_PORT, 65535.
+        # Slurm's own checks of a job's ports, now for `tasks` per node: the job's slot, TFDIST_PORT.
         derive_base_port(environ, tasks)
-    ports = tuple(range(base, base + tasks))
-    if ports[-1] > 65535:
-        raise ConfigError(f"{env.source}: base port {base} with {tasks} tasks per node passes 65535.")
+    ports = tuple(range(check_ports(base, tasks, f"{env.source}: base port {base}"), base + tasks))
     return Fixed(
         Assignment(
             node_rank=env.rank,

@@ -74,8 +74,8 @@ class Machine:
 def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> Machine:
     """Every check that needs the machine, before anything is started or written."""
     check_not_in_multi_task_step(environ, config.nnodes, config.rendezvous)
-    if config.log_dir and os.path.exists(config.log_dir) and not os.path.isdir(config.log_dir):
-        raise ConfigError(f"--run-dir {config.log_dir!r} is a file. Hint: give a directory (new or a run's).")
+    if config.run_dir and os.path.exists(config.run_dir) and not os.path.isdir(config.run_dir):
+        raise ConfigError(f"--run-dir {config.run_dir!r} is a file. Hint: give a directory (new or a run's).")
     if config.command and not config.no_python:
         if config.command[0] == "-m":
             check_module(config.command[1])

@@ -1,12 +1,6 @@
-"""Node and host lists, pure: Slurm's compressed lists, ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS``, and
-their checks (valid names, no repeats, no loopback beside remote hosts).
-
-Slurm's lists are expanded by hand, without ``scontrol``: nothing in the Python ecosystem parses them
-without a Slurm installation, and tasks must agree on the cluster spec from their environment alone.
-
-Input/Output: ``expand_nodelist("n[01-02],m5")`` -> ``["n01", "n02", "m5"]``; ``parse_host_slots("a:2,b:2")``
--> ``(HostSlots("a", 2), HostSlots("b", 2))``; ``check_hosts(("node1", "node1"), "--hosts")`` -> ConfigError
-naming the repeated host.
+"""Node and host lists, pure: Slurm's compressed lists (expanded here, without ``scontrol``: every task
+derives the cluster spec from its environment alone), ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS`` and
+their checks, ``HOST:PORT`` addresses, port ranges and node ranges.
 """
 
 from __future__ import annotations
@@ -20,33 +14,9 @@ from tfdist.errors import ConfigError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_NODE_RANGE = re.compile(r"^\s*(\d+)\s*(?:[:-]\s*(\d+)\s*)?$")
 #: Guard against lists like n[0-99999999] that would exhaust memory rather than describe a real job.
 MAX_HOSTS = 100_000
-
-
-def _split_top_level(text: str, source: str) -> list[str]:
-    """Split on commas that are outside brackets."""
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for ch in text:
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise ConfigError(f"{source}={text!r} has nested brackets; Slurm node lists never nest them.")
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"{source}={text!r} has a ']' without '['.")
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if depth != 0:
-        raise ConfigError(f"{source}={text!r} has an unclosed '['.")
-    parts.append("".join(current))
-    return parts
 
 
 def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
@@ -58,38 +28,14 @@ def _expand_ranges(body: str, source: str, whole: str) -> list[str]:
             raise ConfigError(
                 f"{source}={whole!r}: {item!r} inside brackets is not a number or a range like 01-04."
             )
-        lo_text, hi_text = match.group(1), match.group(2)
-        if hi_text is None:
-            values.append(lo_text)
-            continue
+        lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
             raise ConfigError(f"{source}={whole!r}: range {item!r} runs backwards.")
         if hi - lo + 1 > MAX_HOSTS:
             raise ConfigError(f"{source}={whole!r}: range {item!r} names more than {MAX_HOSTS} hosts.")
-        width = len(lo_text)
-        values.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+        values.extend(str(n).zfill(len(lo_text)) for n in range(lo, hi + 1))
     return values
-
-
-def _expand_host(pattern: str, source: str, whole: str) -> list[str]:
-    """Expand one host pattern that may hold several bracket groups (a[1-2]b[3-4] -> 4 hosts)."""
-    hosts = [""]
-    rest = pattern
-    while rest:
-        open_at = rest.find("[")
-        if open_at < 0:
-            hosts = [h + rest for h in hosts]
-            break
-        close_at = rest.find("]", open_at)
-        prefix, body = rest[:open_at], rest[open_at + 1 : close_at]
-        expanded = _expand_ranges(body, source, whole)
-        # Checked before the product is built: a[1-99999]b[1-99999] would otherwise fill the memory first.
-        if len(hosts) * len(expanded) > MAX_HOSTS:
-            raise ConfigError(f"{source}={whole!r} names more than {MAX_HOSTS} hosts.")
-        hosts = [h + prefix + v for h in hosts for v in expanded]
-        rest = rest[close_at + 1 :]
-    return hosts
 
 
 def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]:
@@ -100,15 +46,31 @@ def expand_nodelist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]
     """
     if not text or not text.strip():
         raise ConfigError(f"{source} is empty. Hint: run inside an srun step, or set TF_CONFIG yourself.")
+    text, depth = text.strip(), 0
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if depth > 1:
+            raise ConfigError(f"{source}={text!r} has nested brackets; Slurm node lists never nest them.")
+        if depth < 0:
+            raise ConfigError(f"{source}={text!r} has a ']' without '['.")
+    if depth:
+        raise ConfigError(f"{source}={text!r} has an unclosed '['.")
     hosts: list[str] = []
-    for part in _split_top_level(text.strip(), source):
+    for part in re.split(r",(?![^\[]*\])", text):  # the commas outside brackets
         if not part or part.startswith("["):
             raise ConfigError(
                 f"{source}={text!r} has an empty host name. Hint: expected e.g. node[01-04],gpu7."
             )
         if any(c.isspace() for c in part):
             raise ConfigError(f"{source}={text!r} contains white space inside a host name.")
-        hosts.extend(_expand_host(part, source, text))
+        expanded = [""]
+        for piece in re.split(r"(\[[^\]]*\])", part):
+            values = _expand_ranges(piece[1:-1], source, text) if piece.startswith("[") else [piece]
+            # Checked before the product is built: a[1-99999]b[1-99999] would fill the memory first.
+            if len(expanded) * len(values) > MAX_HOSTS:
+                raise ConfigError(f"{source}={text!r} names more than {MAX_HOSTS} hosts.")
+            expanded = [h + v for h in expanded for v in values]
+        hosts.extend(expanded)
         if len(hosts) > MAX_HOSTS:
             raise ConfigError(f"{source}={text!r} names more than {MAX_HOSTS} hosts.")
     return hosts
@@ -135,6 +97,43 @@ def expand_tasks_per_node(text: str, source: str = "SLURM_STEP_TASKS_PER_NODE") 
     return counts
 
 
+@dataclass(frozen=True)
+class NodeRange:
+    """The fewest and the most nodes of a job (equal: a fixed count)."""
+
+    low: int
+    high: int
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job may run on fewer nodes than the most."""
+        return self.low < self.high
+
+
+def parse_node_range(text: str, where: str, sep: str = ":") -> NodeRange:
+    """``N``, ``MIN:MAX`` (torchrun's form) or ``MIN-MAX`` (sbatch's): ``tfdist launch --nnodes`` and
+    ``tfdist slurm --nodes`` take either; ConfigError naming ``where``, its hint written with ``sep``.
+
+    Input/Output: ``"2:4"`` and ``"2-4"`` -> ``NodeRange(2, 4)``; ``"3"`` -> ``NodeRange(3, 3)``.
+    """
+    match = _NODE_RANGE.match(text)
+    if not match:
+        raise ConfigError(
+            f"{where}={text!r} must be a number of nodes N or a range MIN{sep}MAX, e.g. 2{sep}3."
+        )
+    low = int(match.group(1))
+    high = low if match.group(2) is None else int(match.group(2))
+    if low < 1:
+        raise ConfigError(
+            f"{where}={f'{text}: MIN={low}' if match.group(2) else low} must be at least 1 node."
+        )
+    if low > high:
+        raise ConfigError(
+            f"{where}={text}: MIN={low} is above MAX={high}. Hint: write {high}{sep}{low} (fewest{sep}most)."
+        )
+    return NodeRange(low, high)
+
+
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 1-63 characters each.
 _LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -158,6 +157,48 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """``HOST:PORT`` split at its last colon, as written and unchecked; no colon: ``("", address)``.
+
+    Input/Output: ``"node1:2222"`` -> ``("node1", "2222")``; ``"[::1]:80"`` -> ``("[::1]", "80")``.
+    """
+    host, _, port = address.rpartition(":")
+    return host, port
+
+
+def parse_address(address: object, where: str, hint: str = "e.g. node1:2222") -> tuple[str, int]:
+    """``HOST:PORT`` checked (an IPv6 host in brackets, kept; a port 1-65535), else ConfigError naming
+    ``where`` with ``hint``.
+
+    Input/Output: ``"node1:2222"`` -> ``("node1", 2222)``; ``"[::1]:80"`` -> ``("[::1]", 80)``.
+    """
+    host, port = split_address(address) if isinstance(address, str) else ("", "")
+    bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if not host or bare_ipv6 or not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
+        raise ConfigError(
+            f"{where}={address!r} must be HOST:PORT (a port 1-{MAX_PORT}, an IPv6 host in brackets). "
+            f"Hint: {hint}."
+        )
+    return host, int(port)
+
+
+def check_ports(base: int, count: int, what: str, per: str = "tasks per node") -> int:
+    """``base`` when ports ``base`` .. ``base + count - 1`` all exist, else ConfigError naming ``what``.
+
+    Input/Output: ``(65535, 2, "--base-port=65535")`` -> ConfigError("--base-port=65535 with 2 tasks per
+    node passes port 65535.").
+    """
+    if not 1 <= base <= MAX_PORT:
+        raise ConfigError(f"{what} is not a port (1-{MAX_PORT}).")
+    if base + count - 1 > MAX_PORT:
+        raise ConfigError(f"{what} with {count} {per} passes port {MAX_PORT}.")
+    return base
 
 
 def loopback_among_remote(hosts: Iterable[str]) -> list[str]:

@@ -57,11 +57,8 @@ def gpu_count() -> int:
 
 def gpu_names() -> list[str]:
     """The model name of each NVIDIA GPU of this node, in the driver's order: NVML, else ``nvidia-smi -L``,
-    else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver.
-
-    From the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` must show the
-    GPUs of a machine whose TensorFlow is missing or cannot use them.
-    """
+    else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver. From
+    the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` works without it."""
     try:
         import pynvml  # nvidia-ml-py, installed with the gpu extra
 
@@ -125,12 +122,21 @@ def gpu_memory() -> tuple[str, int] | None:
         pynvml.nvmlShutdown()
 
 
+def cuda_visible_devices(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` limits a process to; None when it is unset (every GPU)."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    return None if value is None else parse_gpu_list(value, "CUDA_VISIBLE_DEVICES")
+
+
 def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[str]:
     """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of the node (``count``, or
     :func:`gpu_count` when None)."""
-    if "CUDA_VISIBLE_DEVICES" in environ:
-        return list(parse_gpu_list(environ["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES"))
-    return [str(i) for i in range(gpu_count() if count is None else count)]
+    limited = cuda_visible_devices(environ)
+    return (
+        list(limited)
+        if limited is not None
+        else [str(i) for i in range(gpu_count() if count is None else count)]
+    )
 
 
 def address_of(host: str) -> str | None:

@@ -309,25 +309,3 @@ def render_sbatch(spec: SbatchSpec) -> str:
         ),
     ]
     return "\n".join(body) + "\n"
-
-
-def parse_nodes(text: str, source: str = "--nodes") -> tuple[int | None, int]:
-    """``--nodes N`` or ``--nodes MIN-MAX`` (sbatch's form) -> ``(MIN or None, MAX)``; ConfigError naming
-    ``source`` (the flag, or the config file's key) else.
-
-    >>> parse_nodes("3"), parse_nodes("2-3")
-    ((None, 3), (2, 3))
-    """
-    match = re.match(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", text)
-    if not match:
-        raise ConfigError(f"{source}={text!r} must be a number of nodes N or a range MIN-MAX, e.g. 2-3.")
-    if match.group(2) is None:
-        return None, int(match.group(1))
-    low, high = int(match.group(1)), int(match.group(2))
-    if low > high:
-        raise ConfigError(
-            f"{source}={text}: MIN={low} is above MAX={high}. Hint: write {high}-{low} (fewest-most)."
-        )
-    if low < 1:
-        raise ConfigError(f"{source}={text}: MIN={low} must be at least 1 node.")
-    return low, high

@@ -1,13 +1,9 @@
 """One schedule for every worker, decided at set-up from what each worker brought.
 
-Workers need not run the same script line for line: Horovod's own examples give ``TensorBoard`` and
-``ModelCheckpoint`` to rank 0 only, and a worker may build its own ``BackupAndRestore``. But every worker
-must run the same collective program: read results at the same steps, checkpoint at the same steps, stop at
-the same step. So each worker describes what it was given as one row of numbers (:func:`setup_row`), the
-rows are gathered once (``Synchroniser.table``), and every worker derives the same :class:`Schedule` from
-the same table (:func:`agree`, pure): the union of what the workers' callbacks need, the chief's
-checkpoint directory, and one line naming the workers when they disagree on what cannot be merged (epochs,
-batch size...).
+Workers may run different callbacks (Horovod's examples give ``TensorBoard`` to rank 0 only), but must run
+the same collective program: read results, checkpoint and stop at the same steps. Each worker describes
+what it was given as one row (:func:`setup_row`), the rows are gathered once, and every worker derives the
+same :class:`Schedule` (:func:`agree`, pure), or one line naming the workers that disagree.
 """
 
 from __future__ import annotations
@@ -72,11 +68,7 @@ def _path(row: np.ndarray) -> str | None:
 
 def agree(table: np.ndarray) -> Schedule:
     """The schedule from every worker's row (row 0: the chief); ConfigError when they cannot be merged.
-
-    Callback needs are merged (any worker's); the checkpoint directory and frequency are the chief's, and
-    a worker other than the chief with a directory the chief does not have is refused (only the chief
-    writes checkpoints: it would checkpoint nothing).
-    """
+    Callback needs are merged; the checkpoint directory and frequency are the chief's (it alone writes)."""
     for index, name in enumerate(SAME):
         values = table[:, _FLAGS + index]
         if np.any(values != values[0]):
@@ -103,11 +95,8 @@ def agree(table: np.ndarray) -> Schedule:
 
 
 def check_resumed(table: np.ndarray, directory: str | None) -> None:
-    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not.
-
-    A worker that cannot read the chief's checkpoints would start from scratch while the others resume:
-    the job would then train two different models, or wait forever at the first unmatched step.
-    """
+    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not
+    (a worker that cannot read the chief's checkpoints would start afresh while the others resume)."""
     if np.all(table == table[0]):
         return
     told = ", ".join(

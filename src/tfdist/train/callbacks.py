@@ -1,11 +1,9 @@
 """The user's Keras callbacks under ``tfdist.fit``: which run where, which need every step, and
 ``BackupAndRestore`` mapped onto tfdist's step-exact checkpoints.
 
-Keras calls ``on_train_batch_end`` after every ``steps_per_execution`` steps with the results read then;
-tfdist does the same with its results reads (every ``log_every`` steps) and reads after EVERY step as soon
-as one callback overrides a batch hook, so per-step schedules, loggers and stops see each step, as under
-``model.fit``. Whether a callback does is decided from the whole list, before chief-only callbacks are
-dropped on the other workers: every worker must read at the same steps.
+As under ``model.fit``, batch hooks see results every ``log_every`` steps, or every step once a callback
+overrides one: decided from the whole list, before chief-only callbacks are dropped on the other workers,
+so every worker reads at the same steps.
 """
 
 from __future__ import annotations
@@ -53,12 +51,9 @@ class Backup:
 
 
 def split_backup(callbacks: Sequence[Any]) -> tuple[list[Any], Backup | None]:
-    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one).
-
-    Why not run Keras' own: it saves ``model.save_weights`` on every worker into one directory and, after
-    a crash, resumes at an epoch (or batch) start without the optimizer's slots or the data position;
-    tfdist's checkpoints resume at the exact step with both, on the chief's directory only.
-    """
+    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one). Keras' own
+    would save weights on every worker into one directory and resume without the optimizer's slots or the
+    data position; tfdist's checkpoints resume at the exact step with both."""
     kept: list[Any] = []
     backups: list[Any] = []
     for cb in callbacks:

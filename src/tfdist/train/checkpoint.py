@@ -1,10 +1,7 @@
-"""Chief-aware, step-exact checkpoints.
-
-Every worker must take part in a save (TensorFlow may run collectives while saving distributed
-variables), but only the chief writes to the shared directory; the others write to a private temporary
-directory that is deleted right after. TensorFlow writes checkpoint data under temporary names and
-renames them, and CheckpointManager updates its index file atomically, so a crash never leaves a
-half-written checkpoint as "latest".
+"""Chief-aware, step-exact checkpoints. Every worker takes part in a save (TensorFlow may run collectives
+while saving distributed variables); only the chief writes the shared directory, the others a private one
+deleted at once. TensorFlow renames its files into place and updates the index atomically, so a crash never
+leaves a half-written checkpoint as the latest.
 """
 
 from __future__ import annotations
@@ -84,12 +81,9 @@ class Checkpointer:
             ) from None
 
     def save(self, step: int, history: dict[str, list[float]] | None = None) -> str:
-        """Save on every worker; only the chief's copy lands in ``directory``.
-
-        ``history`` (at epoch ends): the run's per-epoch logs so far, kept next to the checkpoints so a
-        resumed run returns the whole run's history. Written before the checkpoint: a crash in between
-        leaves a history one epoch ahead, which :meth:`history` cuts back to the checkpoint's epoch.
-        """
+        """Save on every worker; only the chief's copy lands in ``directory``. ``history`` (epoch ends):
+        the per-epoch logs so far, written first (a crash in between leaves it one epoch ahead, which
+        :meth:`history` cuts back)."""
         if self.shard is not None:
             return self._save_whole(step, history)
         if self.is_chief:

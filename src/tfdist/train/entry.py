@@ -14,8 +14,8 @@ from typing import Any
 
 from tfdist.errors import ConfigError
 from tfdist.sync.shard import check_not_parameter_server
+from tfdist.train.batches import check_arrays, sample_inputs
 from tfdist.train.callbacks import Backup, split_backup
-from tfdist.train.data import check_arrays, sample_inputs
 from tfdist.train.loop import SyncTrainer, ensure_built, is_parameter_server, strategy_of
 from tfdist.train.options import FitOptions
 from tfdist.train.ps import ParameterServerTrainer

@@ -1,9 +1,6 @@
-"""``tfdist.evaluate`` and ``tfdist.predict``: the same inputs as ``tfdist.fit``, the same global numbers.
-
-Evaluation pads a partial last batch with zero-weight rows, so every example counts exactly once, and
-sums loss and metric state over all replicas and workers in one all-reduce (as ``fit`` does).
-Prediction returns every example's output once, in order, on every worker: each worker predicts its slice
-of each global batch, the slices are gathered across replicas and workers and the padding is dropped.
+"""``tfdist.evaluate`` and ``tfdist.predict``: ``tfdist.fit``'s inputs, the same global numbers on every
+worker. Evaluation pads a partial last batch with zero-weight rows and sums loss and metric state in one
+all-reduce; prediction gathers every worker's slice of each global batch and drops the padding.
 """
 
 from __future__ import annotations
@@ -17,8 +14,9 @@ from tfdist import context
 from tfdist.errors import ConfigError
 from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
+from tfdist.train.batches import sample_inputs
 from tfdist.train.callbacks import chief_filtered, overrides
-from tfdist.train.data import DistributedData, sample_inputs
+from tfdist.train.data import DistributedData
 from tfdist.train.loop import ensure_built, strategy_of
 from tfdist.train.metrics import MetricSet
 

@@ -27,8 +27,9 @@ from tfdist.sync.shard import open_shard
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.sync.watch import set_step
 from tfdist.train.agreement import Schedule, agree, check_resumed, setup_row
+from tfdist.train.batches import BatchPlan
 from tfdist.train.callbacks import chief_filtered, needs_every_step, overrides
-from tfdist.train.data import BatchPlan, DistributedData
+from tfdist.train.data import DistributedData
 from tfdist.train.hooks import Heartbeat, LearningRate, StopRequest
 from tfdist.train.metrics import MetricSet
 from tfdist.train.options import FitOptions

@@ -1,13 +1,10 @@
 """Any Keras metric with its exact global value, through the metric's own state variables.
 
-Keras metrics keep additive state (totals, counts, confusion matrices, AUC buckets: variables with
-``aggregation="sum"``). In each replica step tfdist asks the model's compiled metrics what their state
-would become for this batch, starting from zeros (``stateless_update_state``): that is the batch's
-contribution. The contributions ride in the same packed vector as the loss sums, are added over steps on
-the worker and over replicas and workers in the one all-reduce of each sync point, and the logged value is
-``stateless_result`` of the summed state — what one process would have computed over the same examples.
-Why not the metric objects themselves: under a multi-worker strategy every read of their variables would
-be a collective of its own.
+Each replica step asks the compiled metrics what their additive state would become for this batch from
+zeros (``stateless_update_state``). These contributions ride in the loss sums' packed vector, are summed
+over steps, replicas and workers by the one all-reduce of each sync point, and the logged value is
+``stateless_result`` of the sum: what one process would compute. (Reading the metric objects under a
+multi-worker strategy would cost a collective per variable.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""``tfdist.fit`` under ParameterServerStrategy: the chief schedules steps on workers through a
-ClusterCoordinator (Keras 3's ``model.fit`` refuses this strategy on TensorFlow 2.21).
-
-Training is asynchronous: each scheduled step applies one worker's batch. Steps are counted by tfdist's
-own variable on a parameter server because Keras 3's ``optimizer.iterations`` undercounts here.
+"""``tfdist.fit`` under ParameterServerStrategy (which Keras 3's ``model.fit`` refuses): the chief schedules
+asynchronous steps of one worker's batch through a ClusterCoordinator, counted by tfdist's own variable
+(Keras 3's ``optimizer.iterations`` undercounts here).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import numpy as np
 from tfdist.errors import ConfigError
 from tfdist.sync.parameter_server import ParameterServer
 from tfdist.sync.step import replica_eval_step, replica_train_step
-from tfdist.train.data import BatchPlan, check_arrays, full_batches, static_batch, weighted
+from tfdist.train.batches import BatchPlan, check_arrays, full_batches, static_batch, weighted
 from tfdist.train.loop import SyncTrainer
 
 

@@ -8,6 +8,11 @@ import time
 from typing import Any
 
 from tfdist import files
+from tfdist.errors import require
+
+#: What ``tfdist.fit`` writes in its ``run_dir`` (the chief): the history with the summary, and its plot.
+#: Named here, not by the worker contract's RunFiles: this room sits below it.
+METRICS, CURVES = "metrics.json", "curves.png"
 
 
 class Reporter:
@@ -31,6 +36,8 @@ class Reporter:
         self._progress: Any = None
         self._task: Any = None
         self.tty = sys.stdout.isatty()
+        if run_dir:  # before training, not after it
+            require_plots()
         if is_chief and tensorboard_dir:
             import importlib.util
 
@@ -96,15 +103,18 @@ class Reporter:
             return
         os.makedirs(self.run_dir, exist_ok=True)
         payload = {"history": history, **summary, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        files.write_json(os.path.join(self.run_dir, "metrics.json"), payload, indent=2, default=str)
-        plot_curves(history, os.path.join(self.run_dir, "curves.png"))
+        files.write_json(os.path.join(self.run_dir, METRICS), payload, indent=2, default=str)
+        plot_curves(history, os.path.join(self.run_dir, CURVES))
+
+
+def require_plots() -> Any:
+    """matplotlib, or the one line naming the extra that installs it (curves.png, the bench's plots)."""
+    return require("matplotlib", "matplotlib", "plots", "a run directory's plots")
 
 
 def plot_curves(history: dict[str, list[float]], path: str) -> None:
     """Loss and metric curves per epoch (train and validation), one panel per quantity."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require_plots().use("Agg")
     import matplotlib.pyplot as plt
 
     names = [k for k in history if not k.startswith("val_") and k != "examples_per_sec"]

@@ -9,15 +9,13 @@ from typing import Any
 
 from tfdist.errors import ConfigError
 
-FORMATS = (".keras", ".weights.h5")
-
 
 def save_model(model: Any, path: str) -> str | None:
     """Save ``model`` to ``path`` on the chief; other workers write to a temporary directory and delete it.
 
     ``path`` ending in ``.keras`` saves the whole model, ``.weights.h5`` the weights; any other path is a
-    SavedModel export directory (``model.export``). Returns the path on the chief, None elsewhere.
-    Writes go to a temporary name first and are renamed into place.
+    SavedModel export directory (``model.export``), written under a temporary name first. Returns the
+    path on the chief, None elsewhere.
     """
     from tfdist import context
 

@@ -1,22 +1,10 @@
-"""``tfdist.fit(timeline=DIR)``: a Chrome trace per rank of every step: the input wait, the step (its
-forward + backward pass, the gradient exchange, the update) and the waits at the loop's reads of the results.
+"""``tfdist.fit(timeline=DIR)``: a Chrome trace per rank (``DIR/timeline-r<rank>.json``, for
+``chrome://tracing`` or ui.perfetto.dev) of every step, in wall-clock microseconds.
 
-Each rank writes ``DIR/timeline-r<rank>.json`` (the Chrome trace event format: open it in
-``chrome://tracing`` or https://ui.perfetto.dev; :func:`merge` puts every rank's file into one, one process
-row per rank). Times are wall-clock microseconds, so the ranks of one machine line up; across machines
-they are as far apart as the machines' clocks.
-
-What is measured where:
-- on the host, around the loop's calls: ``input`` (waiting for the next batch), ``step`` (the training
-  step's call: TensorFlow runs it before returning on CPU) and ``read results`` (the read every
-  ``log_every`` steps: the totals' all-reduce and the wait for the slowest worker);
-- inside the step, by two markers in the step's graph (``tf.numpy_function`` stamps around
-  ``Synchroniser.exchange``): when the gradients are ready and when the exchange has returned. With the
-  MPI and Horovod backends the exchange is the gradients' all-reduce; with TensorFlow's collectives it
-  returns at once and the all-reduce runs inside ``apply_gradients``, so the trace shows
-  ``all-reduce + update`` from the gradients to the step's end.
-
-Off (the default), nothing is added to the graph and the loop's spans are one shared no-op context.
+Host spans around the loop's calls (``input``, ``step``, ``read results``), and inside the step two graph
+stamps around ``Synchroniser.exchange``: gradients ready, exchange done. With TensorFlow's collectives the
+exchange returns at once and the all-reduce runs in ``apply_gradients`` (``all-reduce + update``). Off,
+nothing is added to the graph.
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
-"""Each worker's own data, in unequal amounts: one job, the same result as one process on all of it.
+"""Each worker's own data, in unequal amounts (NumPy arrays that differ between workers, a dataset with
+auto-shard ``OFF`` or its own number of batches, or ``per_worker_data=True``): one job with the result of
+one process on all of it.
 
-By default ``tfdist.fit`` takes the data as the job's whole data set, identical on every worker, and each
-worker keeps its slice of every global batch. A worker may instead hold data of its own (its own files,
-its own rows): NumPy arrays that differ between the workers, or a dataset whose auto-shard policy is
-``OFF`` (TensorFlow's way to say "this worker's dataset is its own") or whose number of batches differs,
-or ``per_worker_data=True``. Then:
-
-- every step, each worker contributes its next batch of ``batch_size / workers`` rows (NumPy), or the
-  next element of its dataset (batched by the worker's share of the global batch);
-- **global batch k** is worker 0's k-th batch, then worker 1's, ... (in rank order): one process trained
-  on those global batches gives the same model;
-- a worker whose data ran out contributes zero-weight rows until the last worker's data is done, so the
-  epoch has as many steps as the longest worker's data (or ``steps_per_epoch``: then each worker's data
-  starts again from its beginning when it runs out, as a global data set does);
-- the loss is averaged over the real rows of the global batch: each row's share is divided inside the step
-  by the job's count of real rows (one all-reduce of a number per step, :mod:`tfdist.sync.step`);
-- when a worker's dataset does not know its length (a filter, files read lazily), the first epoch asks
-  after every step whether any worker's next batch holds rows (one more small agreement per step, that
-  epoch only) and ends after the last; later epochs have as many steps as the first.
-
-Every worker decides from every worker's row (sizes and a digest of its arrays, or its dataset's
-cardinality, auto-shard policy and batch size) gathered once (``Synchroniser.table``), so all decide
-the same. What cannot be made exact (a dataset infinite on some workers only) is one line at set-up, not a
-hang at the last step.
+Global batch k is worker 0's k-th batch, then worker 1's, ... A worker whose data ran out contributes
+zero-weight rows until the longest is done (with ``steps_per_epoch``, each starts again instead); the loss
+is averaged over the global batch's real rows (:mod:`tfdist.sync.step`); a length unknown to some worker
+is learnt in the first epoch, by one agreement per step. Every worker decides from every worker's row,
+gathered once (``Synchroniser.table``), so all decide the same; what cannot be exact is one line at
+set-up, not a hang at the last step.
 """
 
 from __future__ import annotations
@@ -129,7 +114,7 @@ def own_dataset(
 
     ``per_worker`` None: own when a worker's dataset has the auto-shard policy ``OFF`` or the workers'
     datasets hold different numbers of batches. ``batch_of``: the rows of the dataset's batches
-    (:func:`tfdist.train.data.static_batch`).
+    (:func:`tfdist.train.batches.static_batch`).
     """
     if per_worker is False or table is None:
         return None

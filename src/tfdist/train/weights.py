@@ -1,9 +1,5 @@
-"""``class_weight`` as Keras applies it: each example's sample weight times the weight of its class.
-
-Keras turns ``class_weight`` into sample weights in its input pipeline; tfdist does the same in its own
-(:mod:`tfdist.train.data`), with Keras' rule for reading a label's class and with the checks a user needs
-before a run starts (a class the data cannot hold is a typo, not something to train on silently).
-"""
+"""``class_weight`` as Keras applies it: each example's sample weight times its class's weight, read from
+the label with Keras' rule, checked before a run starts (a class the data cannot hold is a typo)."""
 
 from __future__ import annotations
 

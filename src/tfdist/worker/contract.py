@@ -1,17 +1,8 @@
-"""The worker contract: what a task of a job finds in its environment and where its run's files are.
-
-Every source of workers describes a task the same way (:class:`TaskSpec`) and gets its environment from
-ONE function, :func:`task_env`: the launcher's own processes (:func:`tfdist.launch.plan.plan_workers`,
-the MPI launcher of :func:`tfdist.launch.plan.plan_mpi`), Ray's placements
-(:func:`tfdist.launch.ray.plan.plan_ray_workers`) and a scheduler's tasks (``tfdist run`` under srun or
-in a pod, :func:`tfdist.worker.task.plan_task_env`). What each source decides on its own (ports, GPUs,
-thread counts, log levels) it passes in or adds around it.
-
-:class:`RunFiles` and :class:`AttemptFiles` name every file of a launch's run directory, for the
-launcher that reads them and the workers that write them. :func:`forwarded_env` decides which of this
-process's variables travel to another host (``-H`` over ssh, ``--ray``).
-
-Pure: no TensorFlow, no file system, no ``os.environ``.
+"""The worker contract, pure (no TensorFlow, file system or ``os.environ``): every source of workers (the
+launcher, its MPI launcher, Ray, ``tfdist run`` under srun or in a pod) describes a task as a
+:class:`TaskSpec` and gets its environment from ONE function, :func:`task_env`; :class:`RunFiles` and
+:class:`AttemptFiles` name the run directory's files for those who write and read them;
+:func:`forwarded_env` decides what travels to another host (``-H`` over ssh, ``--ray``).
 """
 
 from __future__ import annotations
@@ -127,20 +118,53 @@ class AttemptFiles:
 RECORD_KINDS = ("strategy", "error", "progress")
 
 
+class _Name:
+    """A name in a run directory: its path on a :class:`RunFiles`, the bare name on the class."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, files: RunFiles | None, owner: type) -> str:
+        return self.name if files is None else files.join(self.name)
+
+
 @dataclass(frozen=True)
 class RunFiles:
-    """A launch's run directory: one :class:`AttemptFiles` per attempt (``attempt-K/``)."""
+    """A run directory (``--run-dir``) and every name a command writes in it: a launch's attempts
+    (``attempt-K/``, :class:`AttemptFiles`), ``tfdist train``'s, ``tfdist slurm``'s and a bench run's.
+    ``tfdist.fit``'s own two (``metrics.json``, ``curves.png``) are named in :mod:`tfdist.train.report`,
+    a room below this one."""
 
     run_dir: str
 
+    def join(self, name: str) -> str:
+        """``name`` in the run directory."""
+        return os.path.join(self.run_dir, name)
+
     def attempt(self, attempt: int) -> AttemptFiles:
         """The files of attempt ``attempt`` (0 for the first start, +1 per restart)."""
-        return AttemptFiles(os.path.join(self.run_dir, f"attempt-{attempt}"))
+        return AttemptFiles(self.join(f"attempt-{attempt}"))
 
     def first_failure(self, step: str) -> str:
         """The exit code of a scheduler step's first failed task (``step``: ``JOB.STEP`` with the requeue
         count, e.g. ``4242.0-r1``), written by the task that failed first (:mod:`tfdist.worker.task`)."""
-        return os.path.join(self.run_dir, f"first-failure-{step}")
+        return self.join(f"first-failure-{step}")
+
+    def launcher_log(self, host: str) -> str:
+        """``-H``: the output of ``host``'s launcher (its own run directory is ``<run>/<host>``)."""
+        return os.path.join(self.run_dir, host, "launcher.log")
+
+    # tfdist train: the checked options its workers read, the launch's run directory, the training's files.
+    train_config = _Name("train.json")
+    launch_dir = _Name("logs")
+    checkpoints = _Name("checkpoints")
+    tensorboard = _Name("tensorboard")
+    model = _Name("model.keras")
+    # tfdist slurm submit: the job script, and Slurm's output unless --output names another.
+    sbatch = _Name("job.sbatch")
+    slurm_output = _Name("slurm-%j.out")
+    # tfdist bench: one run's result, written by its chief.
+    bench = _Name("bench.json")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
 from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
-from tfdist.nodes import gpu_count, loopback_peers
+from tfdist.nodes import gpu_count, loopback_peers, split_address
 from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 
@@ -73,7 +73,7 @@ def _task_gpu(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: in
 
 def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) -> None:
     """ConfigError naming the node and the fix when a peer node's name resolves to loopback here."""
-    hosts = [address.rpartition(":")[0] for tasks in env.cluster_spec.values() for address in tasks]
+    hosts = [split_address(address)[0] for tasks in env.cluster_spec.values() for address in tasks]
     own = environ.get("SLURMD_NODENAME") or socket.gethostname()
     if len(set(hosts)) < 2:
         return

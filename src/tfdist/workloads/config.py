@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from tfdist import jsonconfig
 from tfdist.errors import ConfigError
 from tfdist.train.scaling import RULES
+from tfdist.worker.contract import RunFiles
 from tfdist.workloads import datasets, models
 
 OPTIMIZERS = ("sgd", "adam")
@@ -29,7 +29,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     lr_scaling: str = "none"
     warmup_epochs: float = 0.0
-    output_dir: str = "tfdist-runs/train"
+    run_dir: str = "tfdist-runs/train"
     resume: bool = False
     checkpoint_every: int | None = None
     steps_per_epoch: int | None = None
@@ -89,4 +89,4 @@ class TrainConfig:
     @property
     def checkpoint_dir(self) -> str:
         """Where the chief keeps checkpoints."""
-        return os.path.join(self.output_dir, "checkpoints")
+        return RunFiles(self.run_dir).checkpoints

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist.errors import ConfigError
+from tfdist.errors import ConfigError, require
 from tfdist.workloads import files
 from tfdist.workloads.files import StreamDataset
 
@@ -37,6 +37,7 @@ class ArrayDataset:
 
 def digits(test_fraction: float = 0.2, seed: int = 0) -> ArrayDataset:
     """scikit-learn's shipped 8x8 handwritten digits (1,797 images): no download, scaled to [0, 1]."""
+    require_packages("digits")
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -45,6 +46,12 @@ def digits(test_fraction: float = 0.2, seed: int = 0) -> ArrayDataset:
     y = bunch.target.astype("int64")
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
     return ArrayDataset("digits", x_tr, y_tr, x_te, y_te, 10)
+
+
+def require_packages(name: str) -> None:
+    """The one line naming the extra when dataset ``name`` needs a package that is missing."""
+    if name == "digits":
+        require("sklearn", "scikit-learn", "digits", "the digits dataset")
 
 
 def synthetic(

@@ -1,9 +1,6 @@
-"""File-backed datasets streamed with tf.data: ``folder:PATH``, ``tfrecord:GLOB`` and ``tfds:NAME``.
-
-Training data is a ``dataset_fn(input_context)`` that shards by file (FILE policy) when there are at least
-as many files as workers and by element (DATA policy) otherwise, then decodes with a parallel map,
-shuffles, batches per replica and prefetches. Test splits are small and are read into memory, so that
-evaluation counts every example exactly once.
+"""File-backed datasets streamed with tf.data (``folder:PATH``, ``tfrecord:GLOB``, ``tfds:NAME``): sharded
+by file when there are at least as many files as workers, else by element; test splits are read into
+memory so that evaluation counts every example once.
 """
 
 from __future__ import annotations

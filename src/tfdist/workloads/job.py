@@ -1,8 +1,5 @@
-"""The body of ``tfdist train`` in each worker: strategy, data, model, fit, summary, saved model.
-
-``python -m tfdist.workloads.job CONFIG.json`` is what ``tfdist train --workers N`` starts in each worker:
-the validated :class:`TrainConfig`, written as JSON into the run directory.
-"""
+"""The body of ``tfdist train`` in each worker (strategy, data, model, fit, summary, saved model), and
+``python -m tfdist.workloads.job CONFIG.json``: what ``tfdist train --workers N`` starts in each worker."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import ConfigError
+from tfdist.worker.contract import RunFiles
 from tfdist.workloads.config import TrainConfig
 
 
@@ -99,12 +97,12 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
         lr_scaling=config.lr_scaling,
         warmup_epochs=config.warmup_epochs,
         seed=config.seed,
-        run_dir=config.output_dir,
-        tensorboard_dir=os.path.join(config.output_dir, "tensorboard"),
+        run_dir=config.run_dir,
+        tensorboard_dir=RunFiles(config.run_dir).tensorboard,
         jit_compile=config.xla,
         on_nan=config.on_nan,
     )
-    model_path = os.path.join(config.output_dir, "model.keras")
+    model_path = RunFiles(config.run_dir).model
     tfdist.save_model(model, model_path)
     summary = dict(history.summary)
     summary.update(
@@ -113,7 +111,7 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
             "test_mae": history.history.get("val_mae", [float("nan")])[-1],
             "test_loss": history.history.get("val_loss", [float("nan")])[-1],
             "wall_s": time.monotonic() - started,
-            "run_dir": os.path.abspath(config.output_dir),
+            "run_dir": os.path.abspath(config.run_dir),
             "model": model_path,
         }
     )

@@ -5,16 +5,20 @@ from __future__ import annotations
 import os
 
 from tfdist.errors import ConfigError
-from tfdist.workloads import files
+from tfdist.train.report import require_plots
+from tfdist.workloads import datasets, files
 from tfdist.workloads.config import TrainConfig
 
 
 def preflight(config: TrainConfig) -> None:
-    """The data and the weights file exist; the run directory is new, or resumed on purpose, and writable.
-    Checked before anything starts or is written: with ``--workers`` every worker would fail alike."""
+    """The data and the weights file exist, with the packages they and the plots need; the run directory
+    is new, or resumed on purpose, and writable. Checked before anything starts or is written: with
+    ``--workers`` every worker would fail alike."""
     files.check_source(config.dataset)
-    if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
-        raise ConfigError(f"--run-dir {config.output_dir!r} is a file. Hint: give a directory.")
+    datasets.require_packages(config.dataset)
+    require_plots()  # the run directory's curves.png
+    if os.path.exists(config.run_dir) and not os.path.isdir(config.run_dir):
+        raise ConfigError(f"--run-dir {config.run_dir!r} is a file. Hint: give a directory.")
     if config.resume and not _has_checkpoint(config.checkpoint_dir):
         raise ConfigError(
             f"--resume: no checkpoint to resume in {os.path.abspath(config.checkpoint_dir)!r}. Hint: give "
@@ -24,14 +28,12 @@ def preflight(config: TrainConfig) -> None:
         raise ConfigError(f"--weights {config.weights!r} does not exist.")
     if os.path.isdir(config.checkpoint_dir) and os.listdir(config.checkpoint_dir) and not config.resume:
         raise ConfigError(
-            f"--run-dir {config.output_dir!r} already holds checkpoints. "
+            f"--run-dir {config.run_dir!r} already holds checkpoints. "
             "Hint: add --resume to continue it, or choose a new --run-dir."
         )
-    parent = os.path.dirname(os.path.abspath(config.output_dir))
+    parent = os.path.dirname(os.path.abspath(config.run_dir))
     if os.path.exists(parent) and not os.access(parent, os.W_OK):
-        raise ConfigError(
-            f"--run-dir {config.output_dir!r} is not writable. Hint: choose a directory you own."
-        )
+        raise ConfigError(f"--run-dir {config.run_dir!r} is not writable. Hint: choose a directory you own.")
 
 
 def _has_checkpoint(directory: str) -> bool:

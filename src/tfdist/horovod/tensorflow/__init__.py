@@ -9,26 +9,23 @@ from typing import Any
 from tfdist.horovod import compat, ops, runtime
 from tfdist.horovod.compression import Compression
 from tfdist.horovod.functions import (
-    ProcessSet,
     allgather,
-    allgather_object,
     allreduce,
     alltoall,
     broadcast,
     broadcast_,
     broadcast_global_variables,
-    broadcast_object,
     broadcast_variables,
-    global_process_set,
     grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
-    join,
     reducescatter,
 )
 from tfdist.horovod.gradients import DistributedGradientTape, PartialDistributedGradientTape
+from tfdist.horovod.objects import allgather_object, broadcast_object, join
 from tfdist.horovod.ops import Adasum, Average, Max, Min, Product, Sum
 from tfdist.horovod.optimizer import DistributedOptimizer
+from tfdist.horovod.runtime import ProcessSet, global_process_set
 
 __all__ = [
     "Adasum",

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist.errors import ConfigError
+from tfdist.nodes import parse_address, split_address
 
 #: A ``HOST:PORT`` address that does not accept a connection within this time is reported as unreachable.
 CONNECT_TIMEOUT_S = 5.0
@@ -24,28 +25,19 @@ def check_address(address: str) -> str:
     text = address.strip()
     if text == "auto" or text.startswith("ray://"):
         return text
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigError(
-            f"--ray-address {address!r} is not a Ray address. Hint: --ray-address HOST:PORT (the head's GCS "
-            "address, as ray start --head prints it), or --ray alone for the cluster RAY_ADDRESS names."
-        )
+    parse_address(
+        text,
+        "--ray-address",
+        "the head's GCS address, as ray start --head prints it, ray://HOST:PORT, or --ray alone for the "
+        "cluster RAY_ADDRESS names",
+    )
     return text
-
-
-def looks_like_address(text: str) -> bool:
-    """Whether ``text`` is written as a Ray address (``auto``, ``ray://…``, ``HOST:PORT``) rather than a
-    script or an option. Input/Output: ``"h:6379"`` -> True; ``"train.py"``, ``"-n"`` -> False."""
-    if text == "auto" or text.startswith("ray://"):
-        return True
-    host, sep, port = text.rpartition(":")
-    return bool(sep and host and not host.startswith("-") and port.isdigit())
 
 
 def answers(address: str, timeout: float) -> OSError | None:
     """``None`` when a ``HOST:PORT`` (or ``ray://HOST:PORT``) address accepts a TCP connection now, else the
     error of the attempt (Ray's own connect retries for a long while before it says anything)."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host, port = split_address(address.removeprefix("ray://"))
     if not host or not port.isdigit():
         return OSError(f"{address!r} is not HOST:PORT")
     try:

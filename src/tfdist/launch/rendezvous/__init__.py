@@ -20,7 +20,7 @@ from tfdist.errors import ConfigError
 from tfdist.launch.rendezvous import client, protocol
 from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
 from tfdist.launch.rendezvous.server import LAST_CALL_S, RendezvousServer, keepalive
-from tfdist.nodes import free_ports
+from tfdist.nodes import free_ports, parse_address
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -60,10 +60,8 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     >>> parse_endpoint("node1:29400")
     ('node1', 29400)
     """
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ConfigError(f"--rdzv={text!r} must be HOST:PORT (a port 1-65535), e.g. node1:29400.")
-    return host.strip("[]"), int(port)
+    host, port = parse_address(text, "--rdzv", "e.g. node1:29400")
+    return host.strip("[]"), port
 
 
 def job_digest(parts: dict[str, object]) -> str:

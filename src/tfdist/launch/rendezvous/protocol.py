@@ -115,7 +115,7 @@ class JoinRequest:
             or request.nproc < 1
         ):
             raise ValueError("malformed join: name or nproc")
-        if len(request.ports) > MAX_PORTS or not all(0 < p < 65536 for p in request.ports):
+        if len(request.ports) > MAX_PORTS or not all(0 < p <= nodes.MAX_PORT for p in request.ports):
             raise ValueError("malformed join: ports")
         return request
 

@@ -74,34 +74,33 @@ def allreduce(
     compression: Any = Compression.none,
 ) -> np.ndarray:
     """The reduction of a NumPy value or tensor over all ranks, as a NumPy array (Keras' flavour)."""
-    del name
-    array = functions.as_numpy(value)
     reduced = functions.allreduce(
-        array,
+        _numpy(value),
         op=op,
         average=average,
         compression=compression,
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
     )
-    return functions.as_numpy(reduced)
+    return _numpy(reduced)
 
 
 def allgather(value: Any, name: str | None = None) -> np.ndarray:
     """Every rank's value concatenated on the first dimension, as a NumPy array."""
-    del name
-    return functions.as_numpy(functions.allgather(functions.as_numpy(value)))
+    return _numpy(functions.allgather(_numpy(value)))
 
 
 def broadcast(value: Any, root_rank: int, name: str | None = None) -> np.ndarray:
     """``root_rank``'s value on every rank, as a NumPy array."""
-    del name
-    return functions.as_numpy(functions.broadcast(functions.as_numpy(value), root_rank))
+    return _numpy(functions.broadcast(_numpy(value), root_rank))
+
+
+def _numpy(value: Any) -> np.ndarray:
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
 def broadcast_global_variables(root_rank: int) -> None:
     """Not available on Keras 3 (no global variable collection): use the callback or the variables."""
-    del root_rank
     raise NotImplementedError(
         "hvd.broadcast_global_variables needs TensorFlow 1's global variables. Hint: "
         "hvd.callbacks.BroadcastGlobalVariablesCallback(0) in model.fit, or "

@@ -1,50 +1,13 @@
-"""What the command line is checked for before argparse reads it.
-
-- Old flag names keep working: each is rewritten to its new name, with one line on stderr that names the
-  new spelling (``tfdist k8s manifest: --workers is an old spelling: write --pods.``).
-- A sub-command that runs a command (``tfdist slurm submit ... -- python train.py``) refuses its own flags
-  typed after that command without ``--``: argparse would hand them to the command, silently.
-  ``tfdist launch`` hands them to the script (torchrun's convention) with a one-line note (cli/launch.py).
-
-``tfdist launch`` has its own rewriting (cli/launch.py): its old ``--ray ADDRESS`` depends on the next word.
+"""The command's words stay the command's: ``tfdist``'s own flags typed after the command are refused
+(``tfdist slurm submit``, ``tfdist k8s``: argparse would hand them to the command, silently), or, for
+``tfdist launch`` (torchrun's convention: they stay the script's), named in a one-line note.
 """
 
 from __future__ import annotations
 
 import shlex
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-
-def rewrite(
-    argv: Sequence[str], renames: Mapping[str, str], prog: str, takes_value: frozenset[str] = frozenset()
-) -> list[str]:
-    """``argv`` with every old option name of ``renames`` replaced by its new one, a note for each.
-
-    Only the options before the command are read (before ``--``, or before the first word that is not an
-    option or the value of one in ``takes_value``): the command's own words stay untouched.
-    Input/Output: ``["--workers", "2", "--", "python", "t.py", "--workers", "9"]`` with
-    ``{"--workers": "--pods"}`` -> ``["--pods", "2", "--", "python", "t.py", "--workers", "9"]``.
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--" or not arg.startswith("-"):
-            out.extend(argv[i:])
-            break
-        name, has_value, value = arg.partition("=")
-        new = renames.get(name)
-        if new is not None:
-            sys.stderr.write(f"{prog}: {name} is an old spelling: write {new}.\n")
-            arg = f"{new}={value}" if has_value else new
-        out.append(arg)
-        if not has_value and (new or name) in takes_value and i + 1 < len(argv):
-            out.append(argv[i + 1])  # the option's value, even when it looks like a word of the command
-            i += 1
-        i += 1
-    return out
 
 
 def _value_options(parser: Any) -> frozenset[str]:
@@ -52,24 +15,6 @@ def _value_options(parser: Any) -> frozenset[str]:
     return frozenset(
         s for a in parser._actions if a.option_strings and a.nargs != 0 for s in a.option_strings
     )
-
-
-def with_old_spellings(parser: Any, renames: Mapping[str, str]) -> None:
-    """Make ``parser`` (an argparse sub-parser) accept the old names of ``renames``, hidden from its help.
-
-    argparse hands a sub-command its arguments through that parser's ``parse_known_args``, so the rewrite
-    goes there: the class of this one parser changes, not the parser tree.
-    """
-    base = type(parser)
-
-    class OldSpellingsParser(base):  # type: ignore[misc, valid-type]
-        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-            given = (
-                rewrite(list(args), renames, self.prog, _value_options(self)) if args is not None else None
-            )
-            return super().parse_known_args(given, namespace)
-
-    parser.__class__ = OldSpellingsParser
 
 
 def flag_after_command(argv: Sequence[str], parser: Any) -> str | None:
