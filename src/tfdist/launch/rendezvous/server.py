@@ -1,47 +1,37 @@
-"""The rendezvous server: one thread, one selector, bounded in connections, bytes and time.
+"""The rendezvous server: rounds of authenticated nodes, each handed the same table, and notices to the
+running round when a member fails or leaves.
 
 Written here rather than taken from a coordination service (etcd, torch's TCPStore, Ray's GCS) because the
 job needs only "wait for N authenticated nodes, hand each the same table", none of those is a dependency
-a TensorFlow user has, and a small server can be bounded exactly. Strangers and members are bounded apart:
-connections that have not sent a verified join are at most :data:`~.admission.MAX_PENDING` (and
-:data:`~.admission.MAX_PENDING_PER_ADDRESS` from one address), each with :data:`HANDSHAKE_S` seconds and
-:data:`~.protocol.MAX_MESSAGE` bytes to authenticate; the job's nodes are bounded only by the job (its most
-nodes, a round running and the next one meeting). Answers are sent without blocking (a peer that does not
-read within :data:`SEND_S` is dropped), the table once encoded for every node: forming, notices and each
-join cost work linear in the nodes, and one thread serves whatever strangers do.
+a TensorFlow user has, and a small server can be bounded exactly (:mod:`~.transport`: strangers are at
+most :data:`~.admission.MAX_PENDING` connections with :data:`~.transport.HANDSHAKE_S` seconds to
+authenticate; the job's nodes are bounded only by the job). The table is encoded once for every node:
+forming, notices and each join cost work linear in the nodes, and one thread serves whatever strangers do.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import selectors
 import socket
 import threading
 import time
-from collections.abc import Sequence
 
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.launch.rendezvous import protocol
-from tfdist.launch.rendezvous.admission import Admission
 from tfdist.launch.rendezvous.connection import KEEPALIVE as KEEPALIVE
-from tfdist.launch.rendezvous.connection import Connection, keepalive, open_files_for
+from tfdist.launch.rendezvous.connection import Connection, keepalive
 from tfdist.launch.rendezvous.protocol import JoinRequest
+from tfdist.launch.rendezvous.transport import Transport
 
 log = get_logger(__name__)
 
-#: Seconds a connection has to send an authenticated join (a stranger holding one open is closed then).
-HANDSHAKE_S = 5.0
 #: Seconds a round with enough nodes (elastic) waits for more before it forms without them.
 LAST_CALL_S = 10.0
-#: Seconds a peer has to read what it was sent (the assignment of a large job included).
-SEND_S = 30.0
-#: Connections accepted per wake-up: a burst of nodes is taken in a few passes, reads interleaved.
-ACCEPTS_PER_WAKE = 64
 
 
-class RendezvousServer:
+class RendezvousServer(Transport):
     """Waits for ``nnodes`` nodes presenting ``token``, then sends each its :class:`Assignment`."""
 
     def __init__(
@@ -59,7 +49,8 @@ class RendezvousServer:
         """``nnodes`` is the most nodes a round takes, ``min_nodes`` the fewest (elastic when fewer);
         ``rounds``: how many times the job may form (1 + its restarts); ``last_call``: seconds a round
         with at least ``min_nodes`` waits for more (see :func:`protocol.ready`)."""
-        self.listener, self.token, self.nnodes, self.endpoint = listener, token, nnodes, endpoint
+        super().__init__(listener, nnodes)
+        self.token, self.nnodes, self.endpoint = token, nnodes, endpoint
         self.min_nodes = min_nodes or nnodes
         self.rounds, self.last_call = rounds, last_call
         self.round = 0
@@ -69,26 +60,15 @@ class RendezvousServer:
         # The formed round's nodes, each holding its connection open while its launcher lives (a node
         # whose connection closes is gone: the next round does not wait for it).
         self.members: dict[str, Connection] = {}
-        self.selector = selectors.DefaultSelector()
-        self.conns: dict[int, Connection] = {}
-        self.admission: Admission[int] = Admission()  # connections still to send a verified join
-        self.sending: set[int] = set()  # connections with output the kernel did not take yet
         self.joined: dict[str, Connection] = {}  # by node name
         self.back = 0  # how many of the joined are members of the running round (kept as they come and go)
         self.formed: protocol.Assignment | None = None
         self.failed: str | None = None
         self.twins: str | None = None  # the last refusal of two launchers with one name (timeout line)
-        self.rejected = 0
         # Whether the running round's other members were told of a failure (once a round: the first
         # failure starts the next round; the rest is the same news).
         self.noticed = False
         self._farewell: dict[str, object] = {"bye": True}
-        self._stop = threading.Event()
-        self._accepting_from = 0.0  # out of file descriptors: accept again from then
-        self._checked_sends = 0.0
-        self.files = open_files_for(nnodes)
-        listener.setblocking(False)
-        self.selector.register(listener, selectors.EVENT_READ)
         self.thread = threading.Thread(target=self._serve, name="tfdist-rendezvous", daemon=True)
 
     def start(self) -> RendezvousServer:
@@ -134,55 +114,7 @@ class RendezvousServer:
                 conn,
                 {"error": why or f"the job at {self.endpoint} ended before a restart could take this node"},
             )
-        until = time.monotonic() + 2.0
-        while self.sending and time.monotonic() < until:
-            for key, mask in self.selector.select(timeout=0.1):
-                reader = self.conns.get(key.fd)
-                if reader is not None and mask & selectors.EVENT_WRITE:
-                    self._flush(reader)
-        for conn in list(self.conns.values()):
-            self._close(conn)
-        if self._accepting_from == 0.0:
-            self.selector.unregister(self.listener)
-        self.listener.close()
-        self.selector.close()
-
-    def _accept(self) -> None:
-        now = time.monotonic()
-        for _ in range(ACCEPTS_PER_WAKE):
-            try:
-                sock, peer = self.listener.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    self._out_of_files(now)
-                return
-            nonce = os.urandom(16).hex()
-            conn = Connection(sock, sock.fileno(), str(peer[0]), nonce)
-            try:
-                sock.setblocking(False)
-                sock.send(protocol.encode({"hello": protocol.VERSION, "nonce": nonce}))
-            except OSError:
-                sock.close()
-                continue
-            self.conns[conn.fd] = conn
-            self.selector.register(sock, selectors.EVENT_READ)
-            for fd in self.admission.admit(conn.fd, conn.address, now + HANDSHAKE_S):
-                self.rejected += 1  # the oldest stranger's connection makes room
-                self._close(self.conns[fd])
-
-    def _out_of_files(self, now: float) -> None:
-        """No descriptor for another connection: drop the oldest unauthenticated one, or stop accepting for
-        a moment (a listener that stays readable would otherwise spin this thread)."""
-        oldest = self.admission.oldest()
-        if oldest is not None:
-            self.rejected += 1
-            self._close(self.conns[oldest])
-            return
-        log.warning("the rendezvous ran out of open files (limit %d): not accepting for 0.5 s", self.files)
-        self.selector.unregister(self.listener)
-        self._accepting_from = now + 0.5
+        self._shut(until=time.monotonic() + 2.0)
 
     def _read(self, conn: Connection) -> None:
         try:
@@ -363,18 +295,7 @@ class RendezvousServer:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        if self._accepting_from and now >= self._accepting_from:
-            self._accepting_from = 0.0
-            self.selector.register(self.listener, selectors.EVENT_READ)
-        for fd in self.admission.expired(now):
-            self.rejected += 1
-            self._close(self.conns[fd])
-        if self.sending and now - self._checked_sends > 0.5:  # a scan of the slow readers, twice a second
-            self._checked_sends = now
-            for fd in list(self.sending):
-                conn = self.conns.get(fd)
-                if conn is not None and conn.send_by < now:
-                    self._close(conn)  # it does not read what it was sent
+        self._expire_connections(now)
         self._maybe_form()  # an elastic round whose last call ran out
         waiting = self.formed is None or self.first_join is not None  # a round is being formed
         if waiting and self.failed is None and now > self.deadline:
@@ -392,44 +313,8 @@ class RendezvousServer:
         self._clear_joined()
         self.first_join = None
 
-    def _reply(self, conn: Connection, message: dict[str, object]) -> None:
-        """Send ``message`` and close the connection once it is sent."""
-        conn.close_when_sent = True
-        self._send(conn, message)
-
-    def _send(self, conn: Connection, message: dict[str, object]) -> None:
-        self._send_pieces(conn, (protocol.encode(message),))
-
-    def _send_pieces(self, conn: Connection, pieces: Sequence[bytes]) -> None:
-        """Queue ``pieces`` (one line) and send what the kernel takes now; the rest goes when the peer
-        reads (a shared piece, the job's table, is not copied per node)."""
-        if not conn.closed:
-            conn.queue(pieces, time.monotonic() + SEND_S)
-            self._flush(conn)
-
-    def _flush(self, conn: Connection) -> None:
-        try:
-            conn.send_some()
-        except OSError:
-            self._close(conn)
-            return
-        if conn.out and conn.fd not in self.sending:
-            self.sending.add(conn.fd)
-            self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
-        elif not conn.out:
-            if conn.fd in self.sending:
-                self.sending.discard(conn.fd)
-                self.selector.modify(conn.sock, selectors.EVENT_READ)
-            if conn.close_when_sent:
-                self._close(conn)
-
-    def _close(self, conn: Connection) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        self.conns.pop(conn.fd, None)
-        self.admission.remove(conn.fd)
-        self.sending.discard(conn.fd)
+    def _forget(self, conn: Connection) -> None:
+        """A closed connection's node: no longer waiting, no longer a member (the others are told)."""
         name = conn.request.name if conn.request is not None else None
         if name is not None and self.joined.get(name) is conn:
             del self.joined[name]  # a joined node that went away is no longer counted
@@ -444,8 +329,3 @@ class RendezvousServer:
                 # Every node of the round is gone while newcomers wait: they are the next round.
                 self.first_join = time.monotonic()
                 self.deadline = self.first_join + self.timeout
-        try:
-            self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
