@@ -226,8 +226,8 @@ def _itemsize(dtype: Any) -> int:
 def check_script(spec: str) -> tuple[str, str]:
     """``SCRIPT.py:FUNCTION`` split, the script found and the function defined in it, read without
     importing anything (the import brings TensorFlow: seconds before a typo would be named)."""
-    path, sep, func_name = spec.rpartition(":")
-    if not sep or not path or not func_name:
+    path, func_name = ([*spec.rsplit(":", 1), ""])[:2]  # the function after the last colon
+    if not path or not func_name:
         raise ConfigError(f"{spec!r} is not SCRIPT.py:FUNCTION. Hint: tfdist estimate train.py:build_model")
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file. Hint: give the script's path, then :FUNCTION.")
