@@ -1,7 +1,9 @@
-"""Bare all-reduce time of 1.2M float32 (mnist-cnn's gradient) per backend vs the memory-copy bound.
+"""One all-reduce of mnist-cnn's gradient (1,199,882 float32) per backend, against a copy in memory.
 
-Two worker processes on this machine, one all-reduce per call timed on the chief (median of --iters
-after 5 warm-up calls), each backend started through `tfdist launch`; repeats alternate the backends.
+Two worker processes on this machine, started as ``tfdist bench --diagnose`` starts its probe
+(``tfdist.bench.probes allreduce``); the chief's median of ``--iters`` calls after 5 warm-up calls; the
+backends and the copy alternate from repeat to repeat.
+
     python benchmarks/allreduce.py --repeats 3 --out benchmarks/results/allreduce.json
 """
 
@@ -25,7 +27,7 @@ FLOATS = 1_199_882
 
 
 def allreduce_median(backend: str, workers: int, iters: int, run_dir: Path) -> float:
-    """The chief's median all-reduce time, started the way `tfdist bench --diagnose` starts its probe."""
+    """The chief's median all-reduce time through ``backend``."""
     program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(FLOATS))
     program += ("--iters", str(iters), "--out", str(run_dir / "bench.json"))
     command = command_for(
@@ -42,7 +44,7 @@ def allreduce_median(backend: str, workers: int, iters: int, run_dir: Path) -> f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
@@ -51,7 +53,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
 
         def one(name: str, repeat: int) -> float:
-            if name == "memcopy":  # the bound: one process copying the same floats
+            if name == "memcopy":  # for scale: one process copying the same floats
                 return statistics.median(memcopy_samples(FLOATS, args.iters))
             return allreduce_median(name, args.workers, args.iters, Path(tmp) / f"{name}{repeat}")
 

@@ -7,8 +7,7 @@ the server alone in a child process so that its threads and memory are its own.
 Forming time: from the first node's connect to the last node's assignment, the median of the repeats
 (taken in turns across sizes); on a small machine it is mostly the simulated nodes' own threads, so the
 server thread's CPU time is reported beside it. Memory: the server process's resident size and what
-tracemalloc sees the rendezvous' code hold at its peak (a separate run, since tracing slows it). A PNG is
-written next to the JSON.
+tracemalloc sees the rendezvous' code hold at its peak (a separate run, since tracing slows it).
 """
 
 from __future__ import annotations
@@ -120,32 +119,6 @@ def form(nnodes: int, trace: bool = False) -> dict[str, Any]:
         child.wait(timeout=30)
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    nodes = [row["nodes"] for row in rows]
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.8))
-    left.plot(nodes, [row["forming_s"] for row in rows], "o-", label="forming (wall, nodes' side)")
-    left.plot(nodes, [row["server_cpu_s"] for row in rows], "s--", label="server thread's CPU time")
-    left.set(xscale="log", yscale="log", xlabel="nodes (8 workers each)", ylabel="seconds", title="forming")
-    left.legend(fontsize=8)
-    middle.plot(nodes, [row["traced_peak_mib"] for row in rows], "o-", label="rendezvous code (tracemalloc)")
-    middle.plot(nodes, [row["rss_growth_mib"] for row in rows], "s--", label="process growth (RSS)")
-    middle.set(xscale="log", xlabel="nodes", ylabel="MiB", title="server memory")
-    middle.legend(fontsize=8)
-    right.plot(nodes, [row["threads"] for row in rows], "o-", label="threads")
-    right.plot(nodes, [row["open_files"] for row in rows], "s--", label="open files")
-    right.set(xscale="log", yscale="log", xlabel="nodes", title="server threads and files")
-    right.legend(fontsize=8)
-    for axis in (left, middle, right):
-        axis.set_xticks(nodes, [str(n) for n in nodes])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -185,9 +158,8 @@ def main() -> None:
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out)
     write_json(
-        out,
+        args.out,
         {
             "benchmark": "rendezvous_scale",
             "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
@@ -201,7 +173,6 @@ def main() -> None:
             "rows": rows,
         },
     )
-    plot(rows, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

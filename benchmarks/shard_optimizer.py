@@ -1,25 +1,17 @@
 """Optimizer-state sharding against plain data parallelism on the MPI backend: peak memory per rank and step
-time, for a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks, in three modes:
+time of a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks, in three modes:
 ``unsharded``; ``sharded`` (ZeRO stage 1: one reduce-scatter after the backward pass); ``sharded-buckets``
 (``bucket_mb=16``: each bucket reduce-scattered as the backward pass produces it and its gradients released,
-stage 2's saving).
+stage 2's saving). Each is a fresh ``tfdist launch --backend mpi -n N`` of this file's worker
+(``tfdist.fit``, a few steps), the modes alternated.
 
-Each configuration is a fresh ``tfdist launch --backend mpi -n N`` of this file's worker (``tfdist.fit``, a
-few steps); sharded and unsharded runs alternate (``_common.alternate``) so both meet the same machine.
-Every rank reports two high-water marks of its resident memory:
+Every rank reports two high-water marks of its resident memory: ``setup_peak_mib``, the kernel's ``VmHWM``
+when training begins (TensorFlow, the model, the first broadcast of the weights), read just before it is
+reset (``/proc/self/clear_refs``, 5); ``train_peak_mib``, ``VmHWM`` after the steps: training alone, where
+the optimizer's slots live. Expected from the arithmetic, float32: unsharded, weights + gradients + 2 Adam
+slots on every rank; sharded, the slots / N; in buckets, the gradients / N too.
 
-- ``setup_peak_mib``: the kernel's ``VmHWM`` when training begins (TensorFlow, building the model, the
-  first broadcast of the weights), read just before it is reset (``/proc/self/clear_refs``, 5);
-- ``train_peak_mib``: ``VmHWM`` after the steps: training alone, where the optimizer's slots live;
-  ``run_peak_mib`` is the larger of the two (``ru_maxrss`` is reset with ``VmHWM``).
-
-Expected from the arithmetic: unsharded, weights + gradients + 2 Adam slots (4 x P x 4 B) on every rank;
-sharded, weights + gradients + 2 slots / N; in buckets, weights + (gradients + 2 slots) / N, where the
-backward pass's own gradients are transient (a bucket's are released once it is sent).
-Writes benchmarks/results/shard_optimizer.json.
-
-Run: ``.venv/bin/python benchmarks/shard_optimizer.py [--ranks 2,4] [--repeats 2] [--steps 6] [--modes ...]``
-(peak memory about 3 GiB per rank: 4 ranks need about 12 GiB of RAM).
+    python benchmarks/shard_optimizer.py --ranks 2,4 --repeats 2 --steps 5   # about 3 GiB per rank
 """
 
 from __future__ import annotations
@@ -37,21 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, alternate, write_json
+from _estimate_worker import peak_mib  # VmHWM
 
 RESULT = ROOT / "benchmarks" / "results" / "shard_optimizer.json"
 MODES = ("unsharded", "sharded", "sharded-buckets")
 BUCKET_MB = 16.0  # each 4096 x 4096 kernel (64 MiB) closes a bucket: one bucket per layer
 WIDTH, DEPTH, BATCH_PER_RANK = 4096, 6, 8
 MIB = 2**20
-
-
-def vm_hwm_mib() -> float:
-    """This process's peak resident memory since the last reset (VmHWM), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def worker(mode: str, steps: int, out: str) -> None:
@@ -71,7 +55,7 @@ def worker(mode: str, steps: int, out: str) -> None:
         """Keeps the high-water mark so far (set-up) and resets it when training begins."""
 
         def on_train_begin(self, logs: Any = None) -> None:
-            setup.append(vm_hwm_mib())
+            setup.append(peak_mib())
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
 
@@ -102,7 +86,7 @@ def worker(mode: str, steps: int, out: str) -> None:
         # ru_maxrss is the kernel's same high-water mark, reset with it: the run's is the larger of the two.
         "run_peak_mib": max(setup[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "setup_peak_mib": setup[0],
-        "train_peak_mib": vm_hwm_mib(),
+        "train_peak_mib": peak_mib(),
         # The first step traces the function: left out of the step time.
         "step_s": [b - a for a, b in itertools.pairwise(ends)],
     }

@@ -51,7 +51,7 @@ INPUT_BATCHES = 3
 #: input itself (counted as input batches); and those that keep two (Dropout: output and its mask).
 KEPT_COPIES = {"InputLayer": 0, "Flatten": 0, "Reshape": 0, "Permute": 1, "Dropout": 2}
 #: Per batch-normalization layer, whatever the batch and the image size (TF 2.21 on CPU, oneDNN off): 8 MiB.
-#: Measured by benchmarks/estimate_conv.py (results/estimate_conv.json: peak resident memory of model.fit
+#: Measured by benchmarks/estimate_accuracy.py --conv (results/estimate_conv.json: peak memory of model.fit
 #: against the other terms). What they leave unexplained grows by 8.1 MiB per block between stacks of 8 and
 #: 32 conv + batch-norm + ReLU blocks (32x32x32 activations, batch 8) and is 378-438 MiB for ResNet-50's 53
 #: batch-norm layers (7-8 MiB each) at batch 2, 8 and 24 and at 32 and 64 px alike; 32 conv + ReLU blocks
