@@ -51,7 +51,7 @@ def alternate(
 
 
 def medians(samples: Mapping[str, Iterable[float]]) -> dict[str, float]:
-    """The median of each name's samples. Input: ``{"a": [3.0, 1.0, 2.0]}``  Output: ``{"a": 2.0}``"""
+    """The median of each name's samples: ``{"a": [3.0, 1.0, 2.0]}`` -> ``{"a": 2.0}``."""
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -62,10 +62,7 @@ def ratio_each(values: Sequence[float], reference: Sequence[float]) -> list[floa
 
 
 def by_key(rows: Iterable[Mapping[str, float]]) -> dict[str, list[float]]:
-    """Samples of several figures each (one dict per repeat) as one list per figure.
-
-    Input: ``[{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]``  Output: ``{"x": [1.0, 3.0], "y": [2.0, 4.0]}``
-    """
+    """Samples of several figures each as a list per figure: ``[{"x": 1}, {"x": 3}]`` -> ``{"x": [1, 3]}``."""
     figures: dict[str, list[float]] = {}
     for row in rows:
         for key, value in row.items():

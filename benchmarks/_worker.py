@@ -1,12 +1,10 @@
-"""One rank of the benchmarks that launch a training program (horovod_tape.py, batch_hooks.py, testhosts.py
---variant horovod, devtools/compare_commits.py --horovod): mnist-cnn on synthetic data, batch 64 per rank,
-two epochs of STEPS steps; rank 0 writes the second (timed) epoch's examples/s of the whole job as JSON.
+"""One rank of a benchmark that launches a training program (side_by_side.py, testhosts.py --variant
+horovod, devtools/compare_commits.py --horovod): mnist-cnn on synthetic data, batch 64 per rank,
+two epochs of STEPS steps; rank 0 writes the second (timed) epoch's examples/s of the job as JSON.
 
-usage (through tfdist launch): _worker.py MODE STEPS OUT_JSON, MODE one of
-- ``tfdist-fit``: ``tfdist.fit``;
-- ``batch-callback``: ``tfdist.fit`` with a callback overriding ``on_train_batch_end`` (a per-step logger,
-  which makes tfdist read the results after every step);
-- ``hvd-tape``: a ``DistributedGradientTape`` custom loop, as Horovod's TensorFlow 2 example writes it.
+usage (through tfdist launch): _worker.py MODE STEPS OUT_JSON, MODE: ``tfdist-fit``; ``batch-callback``
+(the same with a per-step logger, which makes tfdist read results after every step); ``hvd-tape`` (a
+``DistributedGradientTape`` loop as Horovod's TensorFlow 2 example writes it).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tfdist.bench.plan import RunSpec, command_for
 from tfdist.bench.probes import memcopy_samples
@@ -26,21 +27,23 @@ from _common import alternate, medians, write_json
 FLOATS = 1_199_882
 
 
-def allreduce_median(backend: str, workers: int, iters: int, run_dir: Path) -> float:
-    """The chief's median all-reduce time through ``backend``."""
-    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(FLOATS))
+def probe(backend: str, floats: str, iters: int, run_dir: Path, workers: int = 2) -> dict[str, Any]:
+    """The chief's all-reduce times of ``floats`` (a count, or several comma-separated: ``sizes``) through
+    ``backend``, the probe started as ``tfdist bench --diagnose`` starts it."""
+    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", floats)
     program += ("--iters", str(iters), "--out", str(run_dir / "bench.json"))
+    spec = RunSpec(workers, 1, backend)
     command = command_for(
-        RunSpec(workers, 1, backend),
+        spec,
         program,
         python=sys.executable,
         threads=1,
         gpus=0,
         run_dir=str(run_dir),
         log_path=str(run_dir / "probe.log"),
-        timeout=300,
+        timeout=900,
     )
-    return float(run_command(command, timeout=400).result["median_s"])
+    return run_command(command, timeout=1000).result
 
 
 def main() -> int:
@@ -55,7 +58,9 @@ def main() -> int:
         def one(name: str, repeat: int) -> float:
             if name == "memcopy":  # for scale: one process copying the same floats
                 return statistics.median(memcopy_samples(FLOATS, args.iters))
-            return allreduce_median(name, args.workers, args.iters, Path(tmp) / f"{name}{repeat}")
+            return probe(name, str(FLOATS), args.iters, Path(tmp) / f"{name}{repeat}", args.workers)[
+                "median_s"
+            ]
 
         per_repeat = alternate(("tf", "mpi", "memcopy"), args.repeats, one)
     best = medians(per_repeat)

@@ -1,22 +1,16 @@
-"""The control plane against the job's size: what a job of 8 ... 1,024 nodes computes before and around its
-workers (the rendezvous has its own benchmark, rendezvous_scale.py), and the launcher with many local
-workers.
+"""The control plane against the job's size (the rendezvous: rendezvous_scale.py).
 
     python benchmarks/control_plane_scale.py plan --repeats 5
     python benchmarks/control_plane_scale.py launcher --workers 8,32,64 --repeats 3
 
-``plan`` times, for N nodes x 4 tasks each, one call of every pure step that grows with the job: a Slurm
-node list expanded (several prefixes, several ranges) with its task counts; one srun task's environment
-(TF_CONFIG of 4N workers); the sbatch script; one node's launch plan (``--hosts`` of N nodes); the MPI
-launcher's plan (Hydra's ``-hosts``), and MPICH's own dry run when ``mpiexec`` is installed; a host file;
-the Kubernetes JobSet manifest and a pod's environment. Each figure is the median of the repeats (taken in
-turns across sizes) in milliseconds of CPU time; ``growth`` is the exponent between the two largest sizes
-(1: linear, 2: quadratic). Writes benchmarks/results/control_plane_scale.json.
-
-``launcher`` runs ``tfdist launch -n W --cpu`` of a small script that prints lines (no TensorFlow) and
-samples the launcher process with psutil while it runs: its threads, open files and resident memory at
-their peak, and whether every line reached the workers' logs and the console. Writes
-benchmarks/results/control_plane_scale_launcher.json.
+``plan``: for N = 8 ... 1,024 nodes x 4 tasks, the CPU time of one call of every pure step that grows with
+the job (a Slurm node list and its task counts expanded, an srun task's TF_CONFIG of 4N workers, the sbatch
+script, one node's ``--hosts`` launch plan, the MPI launcher's host list, a host file, the Kubernetes JobSet
+manifest and a pod's environment) and the wall time of MPICH's own dry run when ``mpiexec`` is installed;
+medians of the repeats (taken in turns across sizes); ``growth``: the exponent between the two largest
+sizes (1: linear). ``launcher``: ``tfdist launch -n W --cpu`` of a script printing lines (no TensorFlow),
+the launcher's peak threads, open files and memory (psutil), and whether every line reached the workers'
+logs and the console.
 """
 
 from __future__ import annotations

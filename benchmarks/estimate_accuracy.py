@@ -18,6 +18,7 @@ resident memory (``VmHWM``, see the worker) is the measured peak.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import subprocess
@@ -99,29 +100,26 @@ def row(name: str, batch: int, optimizer: str, folder: str) -> dict[str, Any]:
     estimate = plan.estimate(summary, plan.EstimateConfig(batch, optimizer)).total / plan.MIB
     bare = plan.estimate(summary, plan.EstimateConfig(batch, optimizer, margin=0.0))
     measured = measure(path, batch, optimizer)
-    peak = measured["peak_mib"]
-    kinds: dict[str, int] = {}
-    for layer in summary.layers:
-        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
-    found = {"model": name, "params": summary.params, "batch": batch, "optimizer": optimizer, "layers": kinds}
-    found |= {
-        "estimate_mib": round(estimate, 1),
-        "estimate_without_margin_mib": round(bare.total / plan.MIB, 1),
-    }
-    found |= {k: round(measured[k], 1) for k in ("idle_mib", "loaded_peak_mib")} | {
-        "measured_peak_mib": round(peak, 1)
-    }
-    found |= {
-        "step_peaks_mib": measured["step_peaks_mib"],
-        "error_percent": round(100 * (estimate - peak) / peak, 1),
-    }
-    found["unexplained_mib"] = round(peak - bare.total / plan.MIB, 1)
-    found["terms_mib"] = {t.name: round(t.bytes / plan.MIB, 1) for t in bare.terms}
+    peak, bare_mib = measured["peak_mib"], bare.total / plan.MIB
     print(
-        f"{name:14} {optimizer:5} batch {batch:3}: estimate {estimate:6.0f} MiB, measured {peak:6.0f} MiB",
+        f"{name:14} {optimizer:5} batch {batch:3}: estimate {estimate:6.0f}, measured {peak:6.0f} MiB",
         flush=True,
     )
-    return found
+    return {
+        "model": name,
+        "params": summary.params,
+        "batch": batch,
+        "optimizer": optimizer,
+        "layers": dict(collections.Counter(layer.kind for layer in summary.layers)),
+        "estimate_mib": round(estimate, 1),
+        "estimate_without_margin_mib": round(bare_mib, 1),
+        **{k: round(measured[k], 1) for k in ("idle_mib", "loaded_peak_mib")},
+        "measured_peak_mib": round(peak, 1),
+        "step_peaks_mib": measured["step_peaks_mib"],
+        "error_percent": round(100 * (estimate - peak) / peak, 1),
+        "unexplained_mib": round(peak - bare_mib, 1),
+        "terms_mib": {t.name: round(t.bytes / plan.MIB, 1) for t in bare.terms},
+    }
 
 
 def main() -> None:
@@ -140,7 +138,7 @@ def main() -> None:
         rows = [row(*case, tmp) for case in cases if not args.models or case[0] in args.models]
     if args.models and out.exists():  # some cases measured again: they replace their rows, the others stay
         kept = [r for r in json.loads(out.read_text())["rows"] if r["model"] not in args.models]
-        order = [(name, batch, optimizer) for name, batch, optimizer in cases]
+        order = list(cases)  # the committed estimate_conv.json's rows name no optimizer: Adam
         rows = sorted(
             kept + rows, key=lambda r: order.index((r["model"], r["batch"], r.get("optimizer", "adam")))
         )

@@ -1,6 +1,6 @@
 """Time from the command to the first training step: one plain process, ``tfdist launch -n 2 --cpu``, and
 one process through the Slurm task wrapper (``tfdist run -- python script``, as ``srun`` runs it), of the
-same small script (``_first_step_script.py``), alternated within each repeat.
+same small Keras script (below), the three alternated within each repeat.
 
     python benchmarks/launch_to_first_step.py --repeats 5 --out benchmarks/results/launch_to_first_step.json
 """
@@ -20,16 +20,36 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
 from _common import alternate, medians, write_json
 
-SCRIPT = str(Path(__file__).with_name("_first_step_script.py"))
+#: Builds a strategy (MultiWorkerMirroredStrategy under tfdist launch, the default alone), takes one
+#: training step and prints the wall time.
+SCRIPT = """import os, time
+import tensorflow as tf
+dist = tf.distribute
+strategy = dist.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else dist.get_strategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.01)
+@tf.function
+def step(x):
+    def replica(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x) ** 2)
+        weights = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+        return loss
+    return strategy.run(replica, args=(x,))
+step(tf.ones((4, 8)))
+print(f"FIRST_STEP {time.time():.6f}", flush=True)
+"""
 
 
-def command(name: str, run_dir: str) -> list[str]:
+def command(name: str, script: str, run_dir: str) -> list[str]:
     """The argv of ``single``, ``launched`` or ``wrapped``."""
     if name == "launched":
-        return [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--run-dir", run_dir, SCRIPT]
+        return [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--run-dir", run_dir, script]
     if name == "wrapped":
-        return [sys.executable, "-m", "tfdist", "run", "--", sys.executable, SCRIPT]
-    return [sys.executable, SCRIPT]
+        return [sys.executable, "-m", "tfdist", "run", "--", sys.executable, script]
+    return [sys.executable, script]
 
 
 def first_step_seconds(argv: list[str], env: dict[str, str]) -> float:
@@ -51,10 +71,12 @@ def main() -> int:
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"} | {"TF_CPP_MIN_LOG_LEVEL": "2"}
     with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "train.py")
+        Path(script).write_text(SCRIPT)
         samples = alternate(
             ("single", "launched", "wrapped"),
             args.repeats,
-            lambda name, repeat: first_step_seconds(command(name, f"{tmp}/run{repeat}"), env),
+            lambda name, repeat: first_step_seconds(command(name, script, f"{tmp}/run{repeat}"), env),
         )
     median = medians(samples)
     result = {

@@ -130,49 +130,26 @@ def main() -> None:
     if args.serve:
         serve(args.serve, bool(args.trace))
         return
-    sizes = [int(n) for n in args.sizes.split(",")]
-    samples = alternate(
-        [str(n) for n in sizes],
-        args.repeats,
-        lambda name, _: form(int(name)),
-        show=lambda repeat, name, sample: (
-            f"repeat {repeat}: {name} nodes formed in {sample['seconds']:.3f} s"
-        ),
-    )
-    times = medians({name: [s["seconds"] for s in runs] for name, runs in samples.items()})
+    sizes = args.sizes.split(",")
+    samples = alternate(sizes, args.repeats, lambda n, _: form(int(n)))
     rows = []
-    for n in sizes:
-        traced = form(n, trace=True)
-        last = samples[str(n)][-1]
-        rows.append(
-            {
-                "nodes": n,
-                "forming_s": times[str(n)],
-                "forming_samples_s": [s["seconds"] for s in samples[str(n)]],
-                "server_cpu_s": medians({"cpu": [s["server_cpu_s"] for s in samples[str(n)]]})["cpu"],
-                "threads": max(s["threads"] for s in samples[str(n)]),
-                "open_files": last["open_files"],
-                "rss_mib": last["rss_mib"],
-                "rss_growth_mib": last["rss_growth_mib"],
-                "traced_peak_mib": traced["traced_peak_mib"],
-            }
-        )
+    for n, runs in samples.items():
+        row = {"nodes": int(n), "forming_s": medians({n: [s["seconds"] for s in runs]})[n]}
+        row |= {"forming_samples_s": [s["seconds"] for s in runs], "threads": max(s["threads"] for s in runs)}
+        row["server_cpu_s"] = medians({n: [s["server_cpu_s"] for s in runs]})[n]
+        row |= {k: runs[-1][k] for k in ("open_files", "rss_mib", "rss_growth_mib")}
+        rows.append({**row, "traced_peak_mib": form(int(n), trace=True)["traced_peak_mib"]})
         print(json.dumps(rows[-1]), flush=True)
-    write_json(
-        args.out,
-        {
-            "benchmark": "rendezvous_scale",
-            "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
-            "nodes are threads of the benchmark's process running tfdist's client, the server a child "
-            "process (threads: the server process's, its main thread included)",
-            "machine": {
-                "cpus": len(os.sched_getaffinity(0)),
-                "python": platform.python_version(),
-            },
-            "repeats": args.repeats,
-            "rows": rows,
-        },
-    )
+    report = {
+        "benchmark": "rendezvous_scale",
+        "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
+        "nodes are threads of the benchmark's process running tfdist's client, the server a child "
+        "process (threads: the server process's, its main thread included)",
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,11 @@
 """Beyond this machine, on paper: the MPI backend's weak-scaling efficiency at 2-256 workers predicted by
-the all-reduce model of ``tfdist bench`` (:mod:`tfdist.bench.scaling`), with the backend's software costs
-measured here.
-
-1. One sum-all-reduce of 4 KB-64 MB over 2 workers per backend (``tfdist launch`` + ``python -m
-   tfdist.bench.probes allreduce``), fitted to t = 2 alpha + n beta (a 2-rank ring): alpha, the software's
-   latency per message, from the smallest size; beta, its cost per byte, from the two largest (past the
-   caches, as the gradients predicted for are).
-2. For ResNet-50 and MobileNetV2's gradients (keras.applications' parameters) on 10/25/100 Gbit/s links,
-   8 GPUs per node: the efficiency compute / (compute + all-reduce) of one flat ring over every worker and
-   of two levels (inside each node, then a ring across nodes), each hop costing the link's time and the
-   software's (added: no pipelining of copies with sends, a conservative choice). The step's compute and
-   the network's latency are ASSUMED (below).
+``tfdist bench``'s all-reduce model (:mod:`tfdist.bench.scaling`) with the backend's software costs measured
+here: one all-reduce of 4 KB-64 MB over 2 workers per backend (``allreduce.py``'s probe) fitted to
+t = 2 alpha + n beta (alpha from the smallest size, beta from the two largest: past the caches, as the
+gradients predicted for are). For ResNet-50's and MobileNetV2's gradients on 10/25/100 Gbit/s links, 8 GPUs
+per node: compute / (compute + all-reduce) of one flat ring over every worker and of two levels (inside each
+node, then a ring across nodes), every hop costing the link's time plus the software's (no pipelining of
+copies with sends: a conservative choice). The step's compute and the network's latency are ASSUMED.
 
     python benchmarks/scaling_model.py --out benchmarks/results/scaling_model.json
 """
@@ -18,9 +13,6 @@ measured here.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +22,7 @@ from tfdist.bench.scaling import Link, allreduce_s, efficiency
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
 from _common import write_json
+from allreduce import probe
 
 SIZES = (1024, 16384, 262144, 1048576, 4194304, 16777216)  # floats: 4 KB .. 64 MB
 WORKERS = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -45,18 +38,8 @@ COMPUTE_MS = {"ResNet-50": 178.0, "MobileNetV2": 64.0}
 def measure(backend: str, iters: int) -> list[dict[str, Any]]:
     """All-reduce times of every size of SIZES over 2 workers through ``backend``."""
     with tempfile.TemporaryDirectory() as tmp:
-        result = os.path.join(tmp, "allreduce.json")
-        cmd = [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--cpu", "--quiet-workers"]
-        cmd += ["--run-dir", os.path.join(tmp, "logs"), "--backend", backend]
-        cmd += ["-m", "tfdist.bench.probes", "allreduce", "--backend", backend]
-        cmd += ["--floats", ",".join(map(str, SIZES)), "--iters", str(iters), "--out", result]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-        env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS="1")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-        if proc.returncode != 0:
-            raise SystemExit(f"all-reduce probe ({backend}) failed:\n{proc.stderr[-3000:]}")
-        sizes = json.loads(Path(result).read_text())["sizes"]
-        return [{"bytes": s["bytes"], "median_s": s["median_s"]} for s in sizes]
+        sizes = probe(backend, ",".join(map(str, SIZES)), iters, Path(tmp))["sizes"]
+    return [{"bytes": s["bytes"], "median_s": s["median_s"]} for s in sizes]
 
 
 def fit(points: list[dict[str, Any]]) -> dict[str, Any]:

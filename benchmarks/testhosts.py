@@ -1,24 +1,18 @@
-"""Runs across test hosts: network namespaces of this machine (``scripts/testhosts.sh``, prefix ``tfdb``,
-subnet 10.90.0; needs root), one worker per host, each link capped at every rate of ``--links`` in turn
-(``uncapped``: no cap). ``--variant`` picks what runs:
+"""Runs across test hosts: network namespaces of this machine (``scripts/testhosts.sh``, prefix ``tfdb``;
+needs root), one worker per host, every link capped at each rate of ``--links`` in turn. ``--variant``:
 
-- ``bench`` (the default): ``tfdist bench --timeline`` with mnist-cnn on synthetic data, batch 64 per worker,
-  one thread per worker, the configurations alternated over ``--repeats``: on one host, 2 workers of
-  ``--backend tf,mpi --compare all`` (unless ``--no-one-host``); across each link, two hosts with
-  ``--backends``, ``--buckets`` and ``--compression`` beside ``--compare independent,raw-tf``.
-  ``summary.json`` holds, per place, every configuration's rate and ratios to the limit and the tutorial
-  loop (of the medians and repeat by repeat), its step's parts and bounds (:mod:`tfdist.bench.breakdown`),
-  and the day's single-step time.
+- ``bench`` (default): ``tfdist bench --timeline`` (mnist-cnn on synthetic data, batch 64 and one thread
+  per worker, the configurations alternated over ``--repeats``) on one host with 2 workers, ``--backend
+  tf,mpi --compare all`` (unless ``--no-one-host``), and on two hosts per link with ``--backends``,
+  ``--buckets`` and ``--compression`` beside ``--compare independent,raw-tf``; ``summary.json``: per place,
+  each configuration's rate, its ratios to the limit and the tutorial loop (also repeat by repeat), its
+  step's parts and bounds (:mod:`tfdist.bench.breakdown`);
 - ``scaling``: eight hosts, ``tfdist bench --nodes 2,4,8 --backend mpi --bucket-mb 0 --compare
-  independent``: the scaling model (:mod:`tfdist.bench.scaling`) fitted at 2 nodes against the measured 4
-  and 8; and the model at the setting of Horovod's paper (Sergeev & Del Balso, 2018: about 90 % scaling
-  efficiency at 512 GPUs, 128 servers of 4 Pascal GPUs, 25 Gbit/s RoCE, ResNet-101 and Inception V3).
-- ``horovod``: Horovod's ``DistributedGradientTape`` loop and ``tfdist.fit`` (``_worker.py``) on the MPI
-  backend with one sum (``TFDIST_BUCKET_MB=0``) and 2 MB buckets, beside one unsynchronised 1-rank job per
-  host, rotated within each repeat; each ratio to those taken repeat by repeat.
-- ``half-sum``: three ways to sum mnist-cnn's gradient (1.2M values), alternated: float32 in one MPI
-  all-reduce, the 16-bit wire's (an all-to-all of 16-bit slices, float32 additions, a 16-bit all-gather:
-  ``tfdist.sync.reduce.cross_sum_bits``), and MPICH's own float16 all-reduce; wall and CPU time.
+  independent``: the model of :mod:`tfdist.bench.scaling` fitted at 2 nodes against the measured 4 and 8;
+  and the model at Horovod's paper's setting (Sergeev & Del Balso, 2018: about 90 % scaling efficiency at
+  512 GPUs, 128 servers of 4 Pascal GPUs, 25 Gbit/s RoCE, ResNet-101 and Inception V3);
+- ``horovod``: Horovod's ``DistributedGradientTape`` loop and ``tfdist.fit`` (``_worker.py``) with one sum
+  and 2 MB buckets, beside one unsynchronised 1-rank job per host; ratios taken repeat by repeat.
 
     python benchmarks/testhosts.py --repeats 3 --out benchmarks/results/link-breakdown
     python benchmarks/testhosts.py --variant scaling --links 1gbit,uncapped
@@ -46,23 +40,14 @@ from tfdist.bench.scaling import Link, allreduce_s, efficiency
 
 HOSTS = {"TFDIST_HOSTS_PREFIX": "tfdb", "TFDIST_HOSTS_SUBNET": "10.90.0"}
 ON_HOST = f"{TESTHOSTS} exec {{host}} --"
-#: Each variant's hosts, result and steps (iterations for half-sum).
+#: Each variant's hosts, result and steps.
 VARIANTS = {
     "bench": (2, "benchmarks/results/link-breakdown", 40),
     "scaling": (8, "benchmarks/results/scaling-nodes", 20),
     "horovod": (2, "benchmarks/results/horovod-nodes.json", 40),
-    "half-sum": (2, "benchmarks/results/half_sum_nodes.json", 20),
 }
-BENCH = (
-    "--workload",
-    "mnist-cnn",
-    "--dataset",
-    "synthetic",
-    "--threads",
-    "1",
-    "--batch-size-per-replica",
-    "64",
-)
+BENCH = ("--workload", "mnist-cnn", "--dataset", "synthetic", "--threads", "1")
+BENCH += ("--batch-size-per-replica", "64")
 #: The rows of a bench summary: a configuration's step split into parts, its bytes and bounds.
 PARTS = ("step", "forward + backward", "all-reduce", "update", "all-reduce + update", "mb_across_nodes")
 PARTS += ("waiting for the slowest rank",)
@@ -72,8 +57,6 @@ PARTS += ("waiting for the slowest rank",)
 PAPER = {"nodes": 128, "gpus_per_node": 4, "node_gbit_s": 80.0, "published_efficiency": 0.90}
 PAPER_LINK = Link(gbit_s=25.0, latency_s=5e-6)
 PAPER_MODELS = {"ResNet-101": (44.7e6, 64 / 130), "Inception V3": (23.9e6, 64 / 140)}  # parameters, step s
-WAYS = ("fp32-allreduce", "fp16-alltoall-allgather", "fp16-mpich-allreduce")
-FLOATS = 1_200_000
 _ports = itertools.count(31000, 20)
 
 
@@ -98,7 +81,7 @@ def summary_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def bench(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+def bench(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
     """The ``bench`` variant: one host, then two hosts per link."""
     length = ("--steps", str(args.steps), "--warmup", str(args.warmup), "--repeats", str(args.repeats))
     common = (*BENCH, *length, "--timeline")
@@ -110,22 +93,14 @@ def bench(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         summary["single_step_ms"] = found.get("independent-w2-r1", {}).get("step")
     wire = "" if args.compression == "none" else f", {args.compression} wire"
     grid = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST, "--backend", args.backends)
-    grid += (
-        "--bucket-mb",
-        args.buckets,
-        "--compression",
-        args.compression,
-        "--compare",
-        "independent,raw-tf",
-    )
+    grid += ("--bucket-mb", args.buckets, "--compression", args.compression)
     for link in links(args):
         out = args.out / (link + wire.replace(", ", "-").replace(" wire", ""))
-        summary["places"][f"two hosts, {link}{wire}"] = summary_rows(
-            tfdist_bench(out, *common, *grid, env=HOSTS)
-        )
+        found = tfdist_bench(out, *common, *grid, "--compare", "independent,raw-tf", env=HOSTS)
+        summary["places"][f"two hosts, {link}{wire}"] = summary_rows(found)
 
 
-def scaling(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+def scaling(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
     """The ``scaling`` variant: the model checked at 4 and 8 hosts per link, then at the paper's setting."""
     grid = ("--hosts", ",".join(f"node{i}" for i in range(1, 9)), "--nodes", "2,4,8", "--on-host", ON_HOST)
     grid += ("--backend", "mpi", "--bucket-mb", "0", "--compare", "independent", "--run-timeout", "1200")
@@ -144,14 +119,11 @@ def scaling(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             if "predicted_step_s" in r
         }
         summary["links"][link] = {"checked": checked, "model": results.get("predictions", {})}
-    summary["paper"] = {
-        "setting": {**PAPER, "link_gbit_s": PAPER_LINK.gbit_s, "latency_s": PAPER_LINK.latency_s}
-    }
+    link, nodes, per_node = PAPER_LINK, PAPER["nodes"], PAPER["gpus_per_node"]
+    summary["paper"] = {"setting": {**PAPER, "link_gbit_s": link.gbit_s, "latency_s": link.latency_s}}
     for name, (params, compute) in PAPER_MODELS.items():
         nbytes = 4 * params
-        reduce_s = allreduce_s(
-            PAPER["nodes"], nbytes, PAPER_LINK, PAPER["gpus_per_node"], PAPER["node_gbit_s"]
-        )
+        reduce_s = allreduce_s(nodes, nbytes, link, per_node, PAPER["node_gbit_s"])
         summary["paper"][name] = {
             "gradient_mb": nbytes / 1e6,
             "compute_ms": compute * 1e3,
@@ -173,14 +145,9 @@ def on_two_hosts(program: list[str], env: dict[str, str], tmp: Path, *, job: boo
         common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(next(_ports))]
     procs = []
     for rank, host in enumerate(("node1", "node2")):
-        argv = [
-            *common,
-            *(["--node-rank", str(rank)] if job else []),
-            "--run-dir",
-            str(folder / f"logs-{host}"),
-        ]
         command = [TESTHOSTS, "exec", host, "--", "taskset", "-c", str(rank), sys.executable, "-m", "tfdist"]
-        command += [*argv, *program, str(folder / f"{host}.json")]
+        command += [*common, *(["--node-rank", str(rank)] if job else []), "--run-dir", str(folder / host)]
+        command += [*program, str(folder / f"{host}.json")]
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = [p.communicate(timeout=900)[0].decode(errors="replace") for p in procs]
     if any(p.returncode for p in procs):
@@ -200,9 +167,8 @@ def horovod(args: argparse.Namespace, summary: dict[str, Any], tmp: Path) -> Non
         mode, bucket_mb = configs[config]
         env = {**rank_env(args), "TFDIST_BUCKET_MB": bucket_mb or "0"}
         found = on_two_hosts([worker, mode, str(args.steps)], env, tmp, job=bucket_mb is not None)
-        return statistics.mean(
-            r["examples_per_sec"] / r["ranks"] for r in map(json.loads, map(Path.read_text, found))
-        )
+        results = [json.loads(path.read_text()) for path in found]  # the job's rank 0, or each copy
+        return statistics.mean(r["examples_per_sec"] / r["ranks"] for r in results)
 
     def show(repeat: int, config: str, value: float) -> str:
         return f"{config} repeat {repeat}: {value:.0f} ex/s per rank"
@@ -218,61 +184,6 @@ def horovod(args: argparse.Namespace, summary: dict[str, Any], tmp: Path) -> Non
             }
             for config, values in rates.items()
         }
-
-
-def half_sum_rank(iters: int, out: str) -> None:
-    """One rank of ``half-sum``: each way timed, alternated, started together on both ranks."""
-    import numpy as np
-
-    from tfdist import variables
-    from tfdist.sync.mpi import MPISync
-    from tfdist.sync.reduce import Waiter, cross_sum_bits
-
-    sync = MPISync()
-    mpi, comm = sync.mpi, sync.reducer.cross
-    # As the coordinator's thread waits beside a backward pass: a poll every TFDIST_MPI_PROGRESS_US.
-    waiter = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6)
-    values = np.random.default_rng(sync.rank).standard_normal(FLOATS).astype(np.float32)
-    half = values.astype(np.float16)  # as a training step hands them over (cast in the graph)
-
-    def way(name: str) -> Any:
-        if name == "fp16-alltoall-allgather":
-            return cross_sum_bits(comm, half.view(np.uint16), "fp16", waiter).view(np.float16)
-        buffer = values.copy() if name == "fp32-allreduce" else half.copy()
-        waiter.wait(
-            comm.Iallreduce(
-                mpi.IN_PLACE, buffer if name == "fp32-allreduce" else [buffer, mpi.FLOAT16_T], op=mpi.SUM
-            )
-        )
-        return buffer
-
-    def timed(name: str, _: int) -> tuple[float, float]:
-        comm.Barrier()
-        started, used = time.perf_counter(), time.process_time()
-        way(name)
-        return time.perf_counter() - started, time.process_time() - used
-
-    rounds = {name: r[3:] for name, r in alternate(WAYS, iters + 3, timed).items()}  # 3 to connect
-    result: dict[str, Any] = {
-        name: {
-            "median_ms": statistics.median(wall for wall, _ in r) * 1e3,
-            "cpu_median_ms": statistics.median(cpu for _, cpu in r) * 1e3,  # user + system: TCP's too
-            "samples_ms": [wall * 1e3 for wall, _ in r],
-        }
-        for name, r in rounds.items()
-    }
-    # Two ranks: one rounding of the same float32 sum.
-    result["fp16_results_identical"] = bool(np.array_equal(way(WAYS[1]), way(WAYS[2])))
-    if sync.rank == 0:
-        Path(out).write_text(json.dumps(result, indent=2))
-
-
-def half_sum(args: argparse.Namespace, summary: dict[str, Any], tmp: Path) -> None:
-    """The ``half-sum`` variant: every way per link."""
-    summary.update(floats=FLOATS, links={})
-    for link in links(args):
-        found = on_two_hosts([__file__, "--half-sum-rank", str(args.steps)], rank_env(args), tmp)
-        summary["links"][link] = json.loads(found[0].read_text())
 
 
 def links(args: argparse.Namespace) -> Iterator[str]:
@@ -294,38 +205,26 @@ def main() -> int:
     parser.add_argument("--variant", choices=VARIANTS, default="bench")
     parser.add_argument("--links", default="1gbit,uncapped", help="link rates; '' for none (bench: one host)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, help="measured steps (half-sum: sums); default per variant")
+    parser.add_argument("--steps", type=int, help="measured steps (default per variant)")
     parser.add_argument("--warmup", type=int, default=10, help="bench: steps before the measured ones")
     parser.add_argument("--no-one-host", action="store_true", help="bench: only the two-host runs")
     parser.add_argument("--backends", default="tf,mpi", help="bench: the two-host runs' backends")
     parser.add_argument("--buckets", default="0,2", help="bench: the MPI backend's bucket sizes")
     parser.add_argument("--compression", default="none", help="bench: the MPI backend's wire(s)")
-    parser.add_argument(
-        "--env", action="append", default=[], help="horovod, half-sum: NAME=VALUE for the ranks"
-    )
+    parser.add_argument("--env", action="append", default=[], help="horovod: NAME=VALUE for the ranks")
     parser.add_argument("--out", type=Path, help="the result (default per variant)")
-    parser.add_argument("--half-sum-rank", type=int, help=argparse.SUPPRESS)
-    args, rest = parser.parse_known_args()
-    if args.half_sum_rank is not None:  # a rank of half-sum, started by on_two_hosts (its output last)
-        half_sum_rank(args.half_sum_rank, rest[-1])
-        return 0
+    args = parser.parse_args()
     hosts, out, steps = VARIANTS[args.variant]
     args.out, args.steps = args.out or Path(out), args.steps or steps
-    summary: dict[str, Any] = {
-        "benchmark": f"testhosts-{args.variant}",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    summary: dict[str, Any] = {"benchmark": f"testhosts-{args.variant}", "date": time.strftime("%FT%T")}
     summary["load_1min_start"] = os.getloadavg()[0]
     up = any(args.links.split(","))
     if up:
         testhosts(HOSTS, "up", str(hosts))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            variant = {"bench": bench, "scaling": scaling}.get(args.variant)
-            if variant is not None:
-                variant(args, summary)
-            else:
-                (horovod if args.variant == "horovod" else half_sum)(args, summary, Path(tmp))
+            run = {"bench": bench, "scaling": scaling, "horovod": horovod}[args.variant]
+            run(args, summary, Path(tmp))
     finally:
         if up:
             testhosts(HOSTS, "down")

@@ -1,24 +1,12 @@
-"""Two commits of tfdist side by side in one run, on one host and across two test hosts: regressions seen,
-not guessed.
-
-This machine's speed moves from hour to hour, so the old and the new code are measured in turns within one
-run (each commit exported to a temporary directory and put first on PYTHONPATH, the new one as committed,
-so edits made while it runs do not enter the figures). Each repeat runs, for each commit:
-
-- one host: ``tfdist bench --workers 2 --backend tf,mpi --compare all`` (mnist-cnn on synthetic data, batch
-  64 per worker, one thread per worker): the backends beside 2 unsynchronised copies (the machine's limit),
-  TensorFlow's tutorial loop and ``model.fit``;
-- unless ``--links ''``: for each link rate (``--links 1gbit,uncapped``), two test hosts (network namespaces
-  of this machine, prefix ``tfdc``; needs root), one worker each: ``tfdist bench --nodes 2 --backend mpi
-  --compare independent,raw-tf``;
-- with ``--fit``: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit and the reference programs, one
-  device);
-- with ``--horovod``: ``benchmarks/horovod_tape.py``'s two programs once each (a Horovod
-  ``DistributedGradientTape`` loop and ``tfdist.fit``, MPI backend, 2 ranks, one thread per rank).
-
-The JSON has every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
-the date, and the day's single-step time (one unsynchronised copy's step on one host, from the new commit's
-runs), so a reader sees how fast the day was.
+"""Two commits of tfdist side by side in one run: regressions seen, not guessed. This machine's speed moves
+from hour to hour, so the two are measured in turns (each exported with ``git archive`` and put first on
+PYTHONPATH, so edits made meanwhile do not enter the figures). Each repeat runs, for each commit:
+``tfdist bench --workers 2 --backend tf,mpi --compare all`` on one host (mnist-cnn on synthetic data, batch
+64 per worker, one thread per worker); for each rate of ``--links`` (``''``: none), two test hosts (prefix
+``tfdc``; needs root) with one worker each, ``--backend mpi --compare independent,raw-tf``; with ``--fit``
+and ``--horovod``, ``benchmarks/side_by_side.py``'s sets of those names (``horovod``: each program once).
+The JSON holds every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
+and the day's single-step time (one unsynchronised copy's step on one host): how fast the day was.
 
     python devtools/compare_commits.py                      # the newest tag against HEAD
     python devtools/compare_commits.py --base HEAD~5 --repeats 3 --out benchmarks/results/compare_commits.json
@@ -85,8 +73,18 @@ def programs(src: Path, out: Path, args: argparse.Namespace) -> dict[str, float]
     figures: dict[str, float] = {}
     env = {**os.environ, **THREADS, "PYTHONPATH": str(src)}
     if args.fit:
-        script = ROOT / "benchmarks" / "fit_overhead.py"
-        argv = [sys.executable, str(script), "--repeats", "1", "--steps", str(args.steps), "--out", str(out)]
+        script = ROOT / "benchmarks" / "side_by_side.py"
+        argv = [
+            sys.executable,
+            str(script),
+            "fit",
+            "--repeats",
+            "1",
+            "--steps",
+            str(args.steps),
+            "--out",
+            str(out),
+        ]
         subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
         rates = json.loads(out.read_text())["median_examples_per_sec"]
         figures.update({f"fit_overhead/{k}": v for k, v in rates.items()})
@@ -125,8 +123,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10, help="steps before the measured ones")
     parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
-    parser.add_argument("--fit", action="store_true", help="also benchmarks/fit_overhead.py (one device)")
-    parser.add_argument("--horovod", action="store_true", help="also benchmarks/horovod_tape.py's programs")
+    parser.add_argument("--fit", action="store_true", help="also benchmarks/side_by_side.py fit (one device)")
+    parser.add_argument("--horovod", action="store_true", help="also side_by_side.py horovod's programs")
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
     args = parser.parse_args()
     base_rev = args.base or newest_tag()
@@ -143,7 +141,7 @@ def main() -> int:
             def measure(which: str, repeat: int) -> dict[str, float]:
                 src, work = trees[which], tmp / f"{which}-{repeat}"
                 work.mkdir()
-                figures = programs(src, work / "fit_overhead.json", args)
+                figures = programs(src, work / "side_by_side.json", args)
                 grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
                 figures.update(bench(src, work / "one-host", args, "one host", *grid))
                 for link in links:

@@ -16,17 +16,9 @@ PATH is a Horovod checkout, or a bare git directory of one (its HEAD is read). A
 when it passed on every rank, skipped when any rank skipped it, failed otherwise.
 
 Each rank (``horovod_upstream.py rank TEST_FILE REPORT_DIR TEST_TIMEOUT [SELECT]``, started by the launcher)
-runs the suite under pytest, JUnit XML out. The suite's helpers import a few Horovod-internal modules that
-are not Horovod's API: ``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``;
-Horovod's package re-exports it as ``hvd._executing_eagerly``), ``horovod.runner.util.threads.in_thread``
-(start a daemon thread), ``horovod.common.util.is_version_greater_equal_than`` (the Keras suite's version
-check) and the ``mock`` package (the standard library's ``unittest.mock``); stand-ins for exactly these are
-registered before the suite is imported. A run is bounded test by test (:class:`LockStep`): the ranks end
-every test together (a collective of the coordinator that also drops whatever a test left unmatched, e.g.
-a collective only one rank issued), and a test still running after TEST_TIMEOUT seconds on a rank has its
-stacks written to REPORT_DIR/rank<r>.stuck.txt and its waiting collectives failed, so that test fails and
-the run goes on (pytest-timeout cannot interrupt a rank blocked inside a TensorFlow op); the JSON's
-``stuck`` names those tests.
+runs the suite under pytest, JUnit XML out, with stand-ins for the few Horovod-internal modules the suite's
+helpers import (:func:`install_stand_ins`). A run is bounded test by test (:class:`LockStep`); the JSON's
+``stuck`` names the tests stopped after TEST_TIMEOUT seconds.
 """
 
 from __future__ import annotations
@@ -66,12 +58,8 @@ KERAS2 = ("tf-keras==2.21.0", "parameterized==0.9.0")
 def keras2_path() -> str:
     """The folder holding tf-keras and the suite's test dependency (installed on first use)."""
     if not (CACHE / "tf_keras").is_dir() or not (CACHE / "parameterized").is_dir():
-        installed = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(CACHE), *KERAS2],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(CACHE), *KERAS2]
+        installed = subprocess.run(pip, capture_output=True, text=True, timeout=600)
         if installed.returncode != 0:
             raise SystemExit(f"could not install {', '.join(KERAS2)}: {installed.stderr[-2000:]}")
     return str(CACHE)
@@ -79,24 +67,22 @@ def keras2_path() -> str:
 
 def copy_suite(source: Path, into: Path, suite: str) -> str:
     """The suite's files from a checkout or a git directory; returns the commit (or 'worktree')."""
-    commit = "worktree"
+    commit, git = "worktree", ["git", "--git-dir", str(source)]
     for name, target in SUITES[suite].items():
         (into / target).parent.mkdir(parents=True, exist_ok=True)
         if (source / name).is_file():
             shutil.copy(source / name, into / target)
             continue
-        proc = subprocess.run(
-            ["git", "--git-dir", str(source), "show", f"HEAD:{name}"], capture_output=True, timeout=60
-        )
+        proc = subprocess.run([*git, "show", f"HEAD:{name}"], capture_output=True, timeout=60)
         if proc.returncode != 0:
             raise SystemExit(
                 f"{name} is not in {source} (a Horovod checkout or git directory): {proc.stderr!r}"
             )
         (into / target).write_bytes(proc.stdout)
         commit = subprocess.run(
-            ["git", "--git-dir", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60
-        ).stdout.strip()
-    return commit
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60
+        ).stdout
+    return commit.strip()
 
 
 def outcomes(report: Path) -> dict[str, tuple[str, str]]:
@@ -150,7 +136,6 @@ def main() -> int:
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for the whole run")
     parser.add_argument("--out", default="benchmarks/results/horovod_upstream.json")
-    parser.add_argument("--keep", default="", help="copy the ranks' JUnit XML and stuck stacks here")
     args = parser.parse_args()
     if not args.horovod:
         raise SystemExit("--horovod PATH (a horovod/horovod checkout or git directory) is required")
@@ -158,17 +143,10 @@ def main() -> int:
         tmp = Path(tmp_name)
         commit = copy_suite(Path(args.horovod), tmp, args.suite)
         cmd = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-n", str(args.ranks)]
-        cmd += [
-            "--cpu",
-            "--timeout",  # the launcher ends its ranks itself (a killed launcher would leave them)
-            str(args.timeout),
-            "--run-dir",
-            str(tmp / "logs"),
-            __file__,
-            "rank",
-            str(tmp / "parallel" / f"test_{args.suite}.py"),
-        ]
-        cmd += [str(tmp / "reports"), str(args.test_timeout), args.select]
+        # The launcher ends its ranks itself at --timeout (a killed launcher would leave them).
+        cmd += ["--cpu", "--timeout", str(args.timeout), "--run-dir", str(tmp / "logs"), __file__, "rank"]
+        cmd += [str(tmp / "parallel" / f"test_{args.suite}.py"), str(tmp / "reports"), str(args.test_timeout)]
+        cmd.append(args.select)
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
         if args.tf_keras:
             path = [keras2_path(), env.get("PYTHONPATH", "")]
@@ -176,14 +154,10 @@ def main() -> int:
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout + 120, env=env)
         elapsed = time.monotonic() - started
-        if args.keep:
-            shutil.copytree(tmp / "reports", args.keep, dirs_exist_ok=True)
         reports = [tmp / "reports" / f"rank{r}.xml" for r in range(args.ranks)]
         if not all(r.is_file() for r in reports):
-            raise SystemExit(
-                f"the suite did not finish (exit {proc.returncode}):\n"
-                f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-            )
+            output = proc.stdout[-3000:] + proc.stderr[-3000:]
+            raise SystemExit(f"the suite did not finish (exit {proc.returncode}):\n{output}")
         combined = combine([outcomes(r) for r in reports])
         stuck = stuck_tests(tmp / "reports")
     counts = {s: sum(1 for v in combined.values() if v[0] == s) for s in ("passed", "failed", "skipped")}
@@ -214,12 +188,18 @@ def in_thread(
     daemon: bool = True,
     silent: bool = False,
 ) -> threading.Thread:
+    """Horovod's ``in_thread``: ``target(*args)`` started in a thread."""
     thread = threading.Thread(target=target, args=args, name=name, daemon=daemon)
     thread.start()
     return thread
 
 
 def install_stand_ins() -> None:
+    """Stand-ins for what the suite's helpers import that is not Horovod's API:
+    ``horovod.tensorflow.util._executing_eagerly`` (TensorFlow's ``executing_eagerly``, re-exported as
+    ``hvd._executing_eagerly``), ``horovod.runner.util.threads.in_thread`` (a daemon thread),
+    ``horovod.common.util.is_version_greater_equal_than`` (the Keras suite's version check) and the ``mock``
+    package (the standard library's ``unittest.mock``)."""
     import horovod.tensorflow  # tfdist's, through the launcher's shim
     import tensorflow as tf
 
@@ -271,7 +251,10 @@ class Once:
 
 
 class LockStep:
-    """A pytest plugin: every test ends on every rank together; a stuck test fails after ``timeout`` s."""
+    """A pytest plugin: every test ends on every rank together (a collective of the coordinator that also
+    drops whatever a test left unmatched, e.g. a collective only one rank issued); a test still running after
+    ``timeout`` s has its stacks written to ``stuck_file`` and its waiting collectives failed, so it fails
+    and the run goes on (pytest-timeout cannot interrupt a rank blocked inside a TensorFlow op)."""
 
     def __init__(self, coordinator: Any, timeout: float, stuck_file: Path) -> None:
         self.coordinator, self.timeout, self.stuck_file = coordinator, timeout, stuck_file
@@ -315,14 +298,9 @@ def rank_main(argv: list[str]) -> int:
         "-c",
         "/dev/null",
     ]
-    argv += [
-        f"--junitxml={reports / f'rank{hvd.rank()}.xml'}",
-        # A last resort for a rank looping in Python (the watchdog comes first).
-        f"--timeout={2 * timeout}",
-        "--timeout-method=signal",
-    ]
-    if select:
-        argv += ["-k", select]
+    argv.append(f"--junitxml={reports / f'rank{hvd.rank()}.xml'}")
+    # A last resort for a rank looping in Python (the watchdog comes first).
+    argv += [f"--timeout={2 * timeout}", "--timeout-method=signal", *(["-k", select] if select else [])]
     plugin = LockStep(runtime.world().coordinator, timeout, reports / f"rank{hvd.rank()}.stuck.txt")
     pytest.main(argv, plugins=[plugin])
     return 0
