@@ -1,6 +1,6 @@
 """What the benchmarks share: configurations measured in turns within one run (this machine's speed moves from
-hour to hour, so every configuration meets the same drift), their medians and ratios side by side, the JSON
-written; one launched worker run read back as JSON; a commit's tree to measure.
+hour to hour, so every configuration meets the same drift), their medians and ratios, the JSON written; one
+launched run read back as JSON; ``tfdist bench`` and the test hosts; a commit's tree to measure.
 
 A benchmark imports it as ``from _common import ...`` after putting its own folder first on ``sys.path``.
 """
@@ -22,17 +22,8 @@ from typing import Any, TypeVar
 from tfdist import files
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTHOSTS = str(ROOT / "scripts" / "testhosts.sh")
 T = TypeVar("T")
-
-
-def rotated(names: Sequence[str], repeat: int) -> list[str]:
-    """The order of ``names`` in repeat ``repeat`` (0-based): rotated left by ``repeat``, so each name runs
-    first in turn (with two names: A B, B A, A B ...).
-
-    Input: ``rotated(["a", "b", "c"], 1)``  Output: ``["b", "c", "a"]``
-    """
-    shift = repeat % len(names)
-    return [*names[shift:], *names[:shift]]
 
 
 def alternate(
@@ -42,16 +33,17 @@ def alternate(
     *,
     show: Callable[[int, str, T], str] | None = None,
 ) -> dict[str, list[T]]:
-    """Every name measured once per repeat, ``measure(name, repeat)``, the order rotated from repeat to
-    repeat (:func:`rotated`); returns each name's samples in repeat order. ``show(repeat, name, sample)``,
-    when given, is the progress line printed after each sample.
+    """Every name measured once per repeat, ``measure(name, repeat)``, the order rotated left by one from
+    repeat to repeat (each name runs first in turn); returns each name's samples in repeat order.
+    ``show(repeat, name, sample)``, when given, is the progress line printed after each sample.
 
     Input: ``alternate(["a", "b"], 2, f)`` calls ``f("a", 0), f("b", 0), f("b", 1), f("a", 1)``
     Output: ``{"a": [f("a", 0), f("a", 1)], "b": [f("b", 0), f("b", 1)]}``
     """
     samples: dict[str, list[T]] = {name: [] for name in names}
     for repeat in range(repeats):
-        for name in rotated(names, repeat):
+        shift = repeat % len(names)
+        for name in [*names[shift:], *names[:shift]]:
             samples[name].append(measure(name, repeat))
             if show is not None:
                 print(show(repeat, name, samples[name][-1]), flush=True)
@@ -59,19 +51,8 @@ def alternate(
 
 
 def medians(samples: Mapping[str, Iterable[float]]) -> dict[str, float]:
-    """The median of each name's samples.
-
-    Input: ``{"a": [3.0, 1.0, 2.0]}``  Output: ``{"a": 2.0}``
-    """
+    """The median of each name's samples: ``{"a": [3.0, 1.0, 2.0]}`` -> ``{"a": 2.0}``."""
     return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def ratios(values: Mapping[str, float], pairs: Mapping[str, tuple[str, str]]) -> dict[str, float]:
-    """Each named ratio ``key: (numerator, denominator)`` of ``values`` (medians, as a rule).
-
-    Input: ``ratios({"a": 3.0, "b": 2.0}, {"a_vs_b": ("a", "b")})``  Output: ``{"a_vs_b": 1.5}``
-    """
-    return {key: values[top] / values[bottom] for key, (top, bottom) in pairs.items()}
 
 
 def ratio_each(values: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -81,10 +62,7 @@ def ratio_each(values: Sequence[float], reference: Sequence[float]) -> list[floa
 
 
 def by_key(rows: Iterable[Mapping[str, float]]) -> dict[str, list[float]]:
-    """Samples that are several figures each (one dict per repeat) as one list per figure.
-
-    Input: ``[{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}]``  Output: ``{"x": [1.0, 3.0], "y": [2.0, 4.0]}``
-    """
+    """Samples of several figures each as a list per figure: ``[{"x": 1}, {"x": 3}]`` -> ``{"x": [1, 3]}``."""
     figures: dict[str, list[float]] = {}
     for row in rows:
         for key, value in row.items():
@@ -108,30 +86,24 @@ def write_json(path: str | Path, report: Mapping[str, Any]) -> None:
 
 
 def launched_run(
-    worker: str,
-    backend: str,
-    workers: int,
-    *args: str,
-    timeout: float = 600,
-    env: Mapping[str, str] | None = None,
+    worker: str, backend: str, workers: int, *args: str, env: Mapping[str, str] | None = None
 ) -> Any:
-    """``tfdist launch -n WORKERS --cpu --backend BACKEND WORKER ARGS... OUT_JSON``: the JSON written to
-    ``OUT_JSON`` (the worker's last argument), ``env`` added to the launch's environment; SystemExit with
-    the launch's output when it failed."""
+    """``tfdist launch -n WORKERS --cpu --backend BACKEND WORKER ARGS... OUT_JSON``: the JSON the worker wrote
+    to ``OUT_JSON`` (its last argument), ``env`` added to the launch's environment; SystemExit with the
+    launch's output when it failed."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(workers), "--cpu", "--backend", backend]
         proc = subprocess.run(
-            [*cmd, "--run-dir", os.path.join(tmp, "logs"), worker, *args, out],
+            [*cmd, "--quiet-workers", "--run-dir", os.path.join(tmp, "logs"), worker, *args, out],
             capture_output=True,
             text=True,
-            timeout=timeout,
-            env={**os.environ, **env} if env else None,
+            timeout=900,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
         )
         if proc.returncode != 0:
             raise SystemExit(f"{backend} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
+        return json.loads(Path(out).read_text())
 
 
 def export(rev: str, into: Path) -> Path:
@@ -139,9 +111,7 @@ def export(rev: str, into: Path) -> Path:
     first on PYTHONPATH, it is the code measured, whatever is edited or committed during the run."""
     into.mkdir(parents=True, exist_ok=True)
     archive = into / "tree.tar"
-    subprocess.run(
-        ["git", "archive", "--format=tar", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120
-    )
+    subprocess.run(["git", "archive", "-o", str(archive), rev], cwd=ROOT, check=True, timeout=120)
     with tarfile.open(archive) as tar:
         tar.extractall(into / "tree", filter="data")
     return into / "tree" / "src"
@@ -164,5 +134,12 @@ def tfdist_bench(out: Path, *args: str, env: Mapping[str, str], timeout: float =
 
 def testhosts(env: Mapping[str, str], *args: str) -> None:
     """``scripts/testhosts.sh ARGS`` on the hosts ``env`` names (TFDIST_HOSTS_PREFIX / _SUBNET)."""
-    script = str(ROOT / "scripts" / "testhosts.sh")
-    subprocess.run([script, *args], env={**os.environ, **env}, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [TESTHOSTS, *args], env={**os.environ, **env}, check=True, capture_output=True, timeout=120
+    )
+
+
+def cap_links(env: Mapping[str, str], hosts: int, rate: str) -> None:
+    """Every one of ``hosts`` test hosts' link capped at ``rate`` (``uncapped``: no cap)."""
+    for i in range(1, hosts + 1):
+        testhosts(env, "cap", f"node{i}", "off" if rate == "uncapped" else rate)

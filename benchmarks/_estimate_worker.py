@@ -19,7 +19,8 @@ import numpy as np
 
 
 def peak_mib() -> float:
-    """This process's high-water mark of resident memory since it started (its own address space)."""
+    """This process's high-water mark of resident memory (its own address space) since it started or since
+    the mark was reset (``/proc/self/clear_refs``, 5)."""
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):

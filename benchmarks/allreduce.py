@@ -1,7 +1,9 @@
-"""Bare all-reduce time of 1.2M float32 (mnist-cnn's gradient) per backend vs the memory-copy bound.
+"""One all-reduce of mnist-cnn's gradient (1,199,882 float32) per backend, against a copy in memory.
 
-Two worker processes on this machine, one all-reduce per call timed on the chief (median of --iters
-after 5 warm-up calls), each backend started through `tfdist launch`; repeats alternate the backends.
+Two worker processes on this machine, started as ``tfdist bench --diagnose`` starts its probe
+(``tfdist.bench.probes allreduce``); the chief's median of ``--iters`` calls after 5 warm-up calls; the
+backends and the copy alternate from repeat to repeat.
+
     python benchmarks/allreduce.py --repeats 3 --out benchmarks/results/allreduce.json
 """
 
@@ -13,6 +15,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tfdist.bench.plan import RunSpec, command_for
 from tfdist.bench.probes import memcopy_samples
@@ -24,25 +27,27 @@ from _common import alternate, medians, write_json
 FLOATS = 1_199_882
 
 
-def allreduce_median(backend: str, workers: int, iters: int, run_dir: Path) -> float:
-    """The chief's median all-reduce time, started the way `tfdist bench --diagnose` starts its probe."""
-    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", str(FLOATS))
+def probe(backend: str, floats: str, iters: int, run_dir: Path, workers: int = 2) -> dict[str, Any]:
+    """The chief's all-reduce times of ``floats`` (a count, or several comma-separated: ``sizes``) through
+    ``backend``, the probe started as ``tfdist bench --diagnose`` starts it."""
+    program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", floats)
     program += ("--iters", str(iters), "--out", str(run_dir / "bench.json"))
+    spec = RunSpec(workers, 1, backend)
     command = command_for(
-        RunSpec(workers, 1, backend),
+        spec,
         program,
         python=sys.executable,
         threads=1,
         gpus=0,
         run_dir=str(run_dir),
         log_path=str(run_dir / "probe.log"),
-        timeout=300,
+        timeout=900,
     )
-    return float(run_command(command, timeout=400).result["median_s"])
+    return run_command(command, timeout=1000).result
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
@@ -51,9 +56,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
 
         def one(name: str, repeat: int) -> float:
-            if name == "memcopy":  # the bound: one process copying the same floats
+            if name == "memcopy":  # for scale: one process copying the same floats
                 return statistics.median(memcopy_samples(FLOATS, args.iters))
-            return allreduce_median(name, args.workers, args.iters, Path(tmp) / f"{name}{repeat}")
+            return probe(name, str(FLOATS), args.iters, Path(tmp) / f"{name}{repeat}", args.workers)[
+                "median_s"
+            ]
 
         per_repeat = alternate(("tf", "mpi", "memcopy"), args.repeats, one)
     best = medians(per_repeat)

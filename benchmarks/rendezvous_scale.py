@@ -7,8 +7,7 @@ the server alone in a child process so that its threads and memory are its own.
 Forming time: from the first node's connect to the last node's assignment, the median of the repeats
 (taken in turns across sizes); on a small machine it is mostly the simulated nodes' own threads, so the
 server thread's CPU time is reported beside it. Memory: the server process's resident size and what
-tracemalloc sees the rendezvous' code hold at its peak (a separate run, since tracing slows it). A PNG is
-written next to the JSON.
+tracemalloc sees the rendezvous' code hold at its peak (a separate run, since tracing slows it).
 """
 
 from __future__ import annotations
@@ -120,32 +119,6 @@ def form(nnodes: int, trace: bool = False) -> dict[str, Any]:
         child.wait(timeout=30)
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    nodes = [row["nodes"] for row in rows]
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.8))
-    left.plot(nodes, [row["forming_s"] for row in rows], "o-", label="forming (wall, nodes' side)")
-    left.plot(nodes, [row["server_cpu_s"] for row in rows], "s--", label="server thread's CPU time")
-    left.set(xscale="log", yscale="log", xlabel="nodes (8 workers each)", ylabel="seconds", title="forming")
-    left.legend(fontsize=8)
-    middle.plot(nodes, [row["traced_peak_mib"] for row in rows], "o-", label="rendezvous code (tracemalloc)")
-    middle.plot(nodes, [row["rss_growth_mib"] for row in rows], "s--", label="process growth (RSS)")
-    middle.set(xscale="log", xlabel="nodes", ylabel="MiB", title="server memory")
-    middle.legend(fontsize=8)
-    right.plot(nodes, [row["threads"] for row in rows], "o-", label="threads")
-    right.plot(nodes, [row["open_files"] for row in rows], "s--", label="open files")
-    right.set(xscale="log", yscale="log", xlabel="nodes", title="server threads and files")
-    right.legend(fontsize=8)
-    for axis in (left, middle, right):
-        axis.set_xticks(nodes, [str(n) for n in nodes])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -157,51 +130,26 @@ def main() -> None:
     if args.serve:
         serve(args.serve, bool(args.trace))
         return
-    sizes = [int(n) for n in args.sizes.split(",")]
-    samples = alternate(
-        [str(n) for n in sizes],
-        args.repeats,
-        lambda name, _: form(int(name)),
-        show=lambda repeat, name, sample: (
-            f"repeat {repeat}: {name} nodes formed in {sample['seconds']:.3f} s"
-        ),
-    )
-    times = medians({name: [s["seconds"] for s in runs] for name, runs in samples.items()})
+    sizes = args.sizes.split(",")
+    samples = alternate(sizes, args.repeats, lambda n, _: form(int(n)))
     rows = []
-    for n in sizes:
-        traced = form(n, trace=True)
-        last = samples[str(n)][-1]
-        rows.append(
-            {
-                "nodes": n,
-                "forming_s": times[str(n)],
-                "forming_samples_s": [s["seconds"] for s in samples[str(n)]],
-                "server_cpu_s": medians({"cpu": [s["server_cpu_s"] for s in samples[str(n)]]})["cpu"],
-                "threads": max(s["threads"] for s in samples[str(n)]),
-                "open_files": last["open_files"],
-                "rss_mib": last["rss_mib"],
-                "rss_growth_mib": last["rss_growth_mib"],
-                "traced_peak_mib": traced["traced_peak_mib"],
-            }
-        )
+    for n, runs in samples.items():
+        row = {"nodes": int(n), "forming_s": medians({n: [s["seconds"] for s in runs]})[n]}
+        row |= {"forming_samples_s": [s["seconds"] for s in runs], "threads": max(s["threads"] for s in runs)}
+        row["server_cpu_s"] = medians({n: [s["server_cpu_s"] for s in runs]})[n]
+        row |= {k: runs[-1][k] for k in ("open_files", "rss_mib", "rss_growth_mib")}
+        rows.append({**row, "traced_peak_mib": form(int(n), trace=True)["traced_peak_mib"]})
         print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out)
-    write_json(
-        out,
-        {
-            "benchmark": "rendezvous_scale",
-            "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
-            "nodes are threads of the benchmark's process running tfdist's client, the server a child "
-            "process (threads: the server process's, its main thread included)",
-            "machine": {
-                "cpus": len(os.sched_getaffinity(0)),
-                "python": platform.python_version(),
-            },
-            "repeats": args.repeats,
-            "rows": rows,
-        },
-    )
-    plot(rows, out.with_suffix(".png"))
+    report = {
+        "benchmark": "rendezvous_scale",
+        "what": "a job of N simulated nodes x 8 workers forming at one rendezvous server on loopback; "
+        "nodes are threads of the benchmark's process running tfdist's client, the server a child "
+        "process (threads: the server process's, its main thread included)",
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,17 @@
 """Optimizer-state sharding against plain data parallelism on the MPI backend: peak memory per rank and step
-time, for a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks, in three modes:
+time of a dense model of 100.7M float32 parameters trained with Adam, on 2 and 4 ranks, in three modes:
 ``unsharded``; ``sharded`` (ZeRO stage 1: one reduce-scatter after the backward pass); ``sharded-buckets``
 (``bucket_mb=16``: each bucket reduce-scattered as the backward pass produces it and its gradients released,
-stage 2's saving).
+stage 2's saving). Each is a fresh ``tfdist launch --backend mpi -n N`` of this file's worker
+(``tfdist.fit``, a few steps), the modes alternated.
 
-Each configuration is a fresh ``tfdist launch --backend mpi -n N`` of this file's worker (``tfdist.fit``, a
-few steps); sharded and unsharded runs alternate (``_common.alternate``) so both meet the same machine.
-Every rank reports two high-water marks of its resident memory:
+Every rank reports two high-water marks of its resident memory: ``setup_peak_mib``, the kernel's ``VmHWM``
+when training begins (TensorFlow, the model, the first broadcast of the weights), read just before it is
+reset (``/proc/self/clear_refs``, 5); ``train_peak_mib``, ``VmHWM`` after the steps: training alone, where
+the optimizer's slots live. Expected from the arithmetic, float32: unsharded, weights + gradients + 2 Adam
+slots on every rank; sharded, the slots / N; in buckets, the gradients / N too.
 
-- ``setup_peak_mib``: the kernel's ``VmHWM`` when training begins (TensorFlow, building the model, the
-  first broadcast of the weights), read just before it is reset (``/proc/self/clear_refs``, 5);
-- ``train_peak_mib``: ``VmHWM`` after the steps: training alone, where the optimizer's slots live;
-  ``run_peak_mib`` is the larger of the two (``ru_maxrss`` is reset with ``VmHWM``).
-
-Expected from the arithmetic: unsharded, weights + gradients + 2 Adam slots (4 x P x 4 B) on every rank;
-sharded, weights + gradients + 2 slots / N; in buckets, weights + (gradients + 2 slots) / N, where the
-backward pass's own gradients are transient (a bucket's are released once it is sent).
-Writes benchmarks/results/shard_optimizer.json.
-
-Run: ``.venv/bin/python benchmarks/shard_optimizer.py [--ranks 2,4] [--repeats 2] [--steps 6] [--modes ...]``
-(peak memory about 3 GiB per rank: 4 ranks need about 12 GiB of RAM).
+    python benchmarks/shard_optimizer.py --ranks 2,4 --repeats 2 --steps 5   # about 3 GiB per rank
 """
 
 from __future__ import annotations
@@ -37,21 +29,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, alternate, write_json
+from _estimate_worker import peak_mib  # VmHWM
 
 RESULT = ROOT / "benchmarks" / "results" / "shard_optimizer.json"
 MODES = ("unsharded", "sharded", "sharded-buckets")
 BUCKET_MB = 16.0  # each 4096 x 4096 kernel (64 MiB) closes a bucket: one bucket per layer
 WIDTH, DEPTH, BATCH_PER_RANK = 4096, 6, 8
 MIB = 2**20
-
-
-def vm_hwm_mib() -> float:
-    """This process's peak resident memory since the last reset (VmHWM), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+PEAKS = ("run_peak_mib", "setup_peak_mib", "train_peak_mib")  # see the worker
 
 
 def worker(mode: str, steps: int, out: str) -> None:
@@ -71,7 +56,7 @@ def worker(mode: str, steps: int, out: str) -> None:
         """Keeps the high-water mark so far (set-up) and resets it when training begins."""
 
         def on_train_begin(self, logs: Any = None) -> None:
-            setup.append(vm_hwm_mib())
+            setup.append(peak_mib())
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")
 
@@ -102,7 +87,7 @@ def worker(mode: str, steps: int, out: str) -> None:
         # ru_maxrss is the kernel's same high-water mark, reset with it: the run's is the larger of the two.
         "run_peak_mib": max(setup[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "setup_peak_mib": setup[0],
-        "train_peak_mib": vm_hwm_mib(),
+        "train_peak_mib": peak_mib(),
         # The first step traces the function: left out of the step time.
         "step_s": [b - a for a, b in itertools.pairwise(ends)],
     }
@@ -115,24 +100,15 @@ def run(mode: str, ranks: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result")
         cmd = [sys.executable, "-m", "tfdist", "launch", "-n", str(ranks), "--cpu", "--backend", "mpi"]
+        cmd += ["--run-dir", os.path.join(tmp, "logs"), __file__, "worker", mode, str(steps), out]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
-        proc = subprocess.run(
-            [*cmd, "--run-dir", os.path.join(tmp, "logs"), __file__, "worker", mode, str(steps), out],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=env,
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"{mode} on {ranks} ranks failed:\n{proc.stderr[-3000:]}")
         per_rank = [json.loads(Path(f"{out}.rank-{r}").read_text()) for r in range(ranks)]
-    return {
-        "params": per_rank[0]["params"],
-        "run_peak_mib": [round(r["run_peak_mib"], 1) for r in per_rank],
-        "setup_peak_mib": [round(r["setup_peak_mib"], 1) for r in per_rank],
-        "train_peak_mib": [round(r["train_peak_mib"], 1) for r in per_rank],
-        "step_s": round(statistics.median(s for r in per_rank for s in r["step_s"]), 4),
-    }
+    figures = {k: [round(r[k], 1) for r in per_rank] for k in PEAKS}
+    step_s = round(statistics.median(s for r in per_rank for s in r["step_s"]), 4)
+    return {"params": per_rank[0]["params"], **figures, "step_s": step_s}
 
 
 def expected_mib(params: int, ranks: int, mode: str) -> dict[str, float]:
@@ -146,19 +122,15 @@ def expected_mib(params: int, ranks: int, mode: str) -> dict[str, float]:
     }
 
 
-def summarise(samples: dict[str, list[dict[str, Any]]], ranks: int, modes: tuple[str, ...]) -> dict[str, Any]:
+def summarise(samples: dict[str, list[dict[str, Any]]], ranks: int) -> dict[str, Any]:
     """Medians over the repeats of the largest rank's peaks and of the step time, and their ratios."""
     row: dict[str, Any] = {"runs": samples}
     for mode, runs in samples.items():
-        row[mode] = {
-            "run_peak_mib": statistics.median(max(r["run_peak_mib"]) for r in runs),
-            "setup_peak_mib": statistics.median(max(r["setup_peak_mib"]) for r in runs),
-            "train_peak_mib": statistics.median(max(r["train_peak_mib"]) for r in runs),
-            "step_s": statistics.median(r["step_s"] for r in runs),
-            "expected": expected_mib(runs[0]["params"], ranks, mode),
-        }
+        row[mode] = {k: statistics.median(max(r[k]) for r in runs) for k in PEAKS}
+        row[mode]["step_s"] = statistics.median(r["step_s"] for r in runs)
+        row[mode]["expected"] = expected_mib(runs[0]["params"], ranks, mode)
     plain = row["unsharded"]
-    for mode in modes[1:]:
+    for mode in MODES[1:]:
         sharded = row[mode]
         sharded["train_peak_saved_mib"] = round(plain["train_peak_mib"] - sharded["train_peak_mib"], 1)
         sharded["expected_saved_mib"] = round(
@@ -174,12 +146,8 @@ def main() -> None:
     parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is traced)")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--out", default=str(RESULT))
     args = parser.parse_args()
-    modes = tuple(args.modes.split(","))
-    if modes[0] != "unsharded" or not set(modes) <= set(MODES):
-        raise SystemExit(f"--modes {args.modes!r}: unsharded first, then any of {', '.join(MODES[1:])}")
     report: dict[str, Any] = {
         "model": f"dense {WIDTH}x{DEPTH} + 10, Adam, batch {BATCH_PER_RANK} per rank",
         "steps": args.steps,
@@ -189,14 +157,14 @@ def main() -> None:
     }
     for ranks in (int(n) for n in args.ranks.split(",")):
         samples = alternate(
-            modes,
+            MODES,
             args.repeats,
             lambda mode, _repeat, n=ranks: run(mode, n, args.steps),
             show=lambda repeat, mode, s, n=ranks: f"{n} ranks, repeat {repeat}, {mode}: {s}",
         )
-        report["by_ranks"][str(ranks)] = summarise(samples, ranks, modes)
+        report["by_ranks"][str(ranks)] = summarise(samples, ranks)
         write_json(args.out, report)  # after each rank count: a long run keeps what it measured
-    print(json.dumps({k: {m: v[m] for m in modes} for k, v in report["by_ranks"].items()}, indent=1))
+    print(json.dumps({k: {m: v[m] for m in MODES} for k, v in report["by_ranks"].items()}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,12 @@
-"""Two commits of tfdist side by side in one run, on one host and across two test hosts: regressions seen,
-not guessed.
-
-This machine's speed moves from hour to hour, so the old and the new code are measured in turns within one
-run (each commit is exported to a temporary directory and put first on PYTHONPATH; the new one as committed,
-so edits made while it runs do not enter the figures). Each repeat runs, for each commit:
-
-- one host: ``tfdist bench --workers 2 --backend tf,mpi --compare all`` (mnist-cnn on synthetic data, batch
-  64 per worker, one thread per worker): the backends beside 2 unsynchronised copies (the machine's limit),
-  TensorFlow's tutorial loop and ``model.fit``;
-- unless ``--links ''``: for each link rate (``--links 1gbit,uncapped``), two test hosts (network namespaces
-  of this machine, prefix ``tfdc``), one worker each: ``tfdist bench --nodes 2 --backend mpi --compare
-  independent,raw-tf``;
-- with ``--fit``: ``benchmarks/fit_overhead.py --repeats 1`` (tfdist.fit, a hand-written loop and Keras fit on
-  one device).
-
-The JSON has every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
-the date, and the day's single-step time (one unsynchronised copy's step on one host, from the new commit's
-runs), so a reader sees how fast the day was. Needs root for the test hosts.
+"""Two commits of tfdist side by side in one run: regressions seen, not guessed. This machine's speed moves
+from hour to hour, so the two are measured in turns (each exported with ``git archive`` and put first on
+PYTHONPATH, so edits made meanwhile do not enter the figures). Each repeat runs, for each commit:
+``tfdist bench --workers 2 --backend tf,mpi --compare all`` on one host (mnist-cnn on synthetic data, batch
+64 per worker, one thread per worker); for each rate of ``--links`` (``''``: none), two test hosts (prefix
+``tfdc``; needs root) with one worker each, ``--backend mpi --compare independent,raw-tf``; with ``--fit``
+and ``--horovod``, ``benchmarks/side_by_side.py``'s sets of those names (``horovod``: each program once).
+The JSON holds every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
+and the day's single-step time (one unsynchronised copy's step on one host): how fast the day was.
 
     python devtools/compare_commits.py                      # the newest tag against HEAD
     python devtools/compare_commits.py --base HEAD~5 --repeats 3 --out benchmarks/results/compare_commits.json
@@ -36,74 +26,92 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # the benchmarks' _common.py
-from _common import ROOT, alternate, by_key, export, medians, ratio_each, write_json
+from _common import (
+    ROOT,
+    TESTHOSTS,
+    alternate,
+    by_key,
+    cap_links,
+    export,
+    launched_run,
+    medians,
+    ratio_each,
+    testhosts,
+    tfdist_bench,
+    write_json,
+)
 
-HOSTS = str(ROOT / "scripts" / "testhosts.sh")
-HOSTS_ENV = {"TFDIST_HOSTS_PREFIX": "tfdc", "TFDIST_HOSTS_SUBNET": "10.94.0"}
-ON_HOST = f"{HOSTS} exec {{host}} --"
-
-
-def run(cmd: list[str], src: Path, timeout: float) -> None:
-    env = {**os.environ, **HOSTS_ENV, "PYTHONPATH": str(src), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-        )
-
-
-def hosts(*args: str) -> None:
-    """``scripts/testhosts.sh ARGS`` on this tool's hosts."""
-    subprocess.run(
-        [HOSTS, *args], env={**os.environ, **HOSTS_ENV}, check=True, capture_output=True, timeout=120
-    )
+HOSTS = {"TFDIST_HOSTS_PREFIX": "tfdc", "TFDIST_HOSTS_SUBNET": "10.94.0"}
+ON_HOST = f"{TESTHOSTS} exec {{host}} --"
+THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def fit_overhead(src: Path, tmp: Path, steps: int) -> dict[str, float]:
-    out = tmp / "fit_overhead.json"
-    script = ROOT / "benchmarks" / "fit_overhead.py"
-    run([sys.executable, str(script), "--repeats", "1", "--steps", str(steps), "--out", str(out)], src, 900)
-    figures: dict[str, float] = json.loads(out.read_text())["median_examples_per_sec"]
-    return {f"fit_overhead/{k}": v for k, v in figures.items()}
-
-
-def bench(src: Path, out: Path, steps: int, prefix: str, *grid: str, warmup: int = 10) -> dict[str, float]:
+def bench(src: Path, out: Path, args: argparse.Namespace, prefix: str, *grid: str) -> dict[str, float]:
     """One ``tfdist bench`` of the commit at ``src``: examples/s and step time (ms) of each configuration,
     named ``PREFIX/CONFIG`` and ``PREFIX/CONFIG/step_ms``."""
-    cmd = [sys.executable, "-m", "tfdist", "bench", "--workload", "mnist-cnn", "--dataset", "synthetic"]
-    cmd += ["--steps", str(steps), "--warmup", str(warmup), "--repeats", "1", "--threads", "1"]
-    cmd += ["--batch-size-per-replica", "64", "--out", str(out), *grid]
-    run(cmd, src, 3600)
+    options = (
+        "--workload",
+        "mnist-cnn",
+        "--dataset",
+        "synthetic",
+        "--steps",
+        str(args.steps),
+        "--repeats",
+        "1",
+    )
+    options += ("--warmup", str(args.warmup), "--threads", "1", "--batch-size-per-replica", "64")
+    env = {**HOSTS, **THREADS, "PYTHONPATH": str(src)}
     figures: dict[str, float] = {}
-    for r in json.loads((out / "results.json").read_text())["runs"]:
+    for r in tfdist_bench(out, *options, *grid, env=env)["runs"]:
         figures[f"{prefix}/{r['backend']}"] = float(r["examples_per_sec"])
         figures[f"{prefix}/{r['backend']}/step_ms"] = float(r["step_time_median_s"]) * 1e3
     return figures
 
 
-def newest_tag() -> str:
-    """The newest tag reachable from HEAD; SystemExit with one line when there is none."""
-    found = subprocess.run(
-        ["git", "describe", "--tags", "--abbrev=0"], cwd=ROOT, capture_output=True, text=True, timeout=30
-    )
-    if found.returncode != 0:
-        raise SystemExit(
-            "no tag reachable from HEAD to compare with. Hint: pass --base COMMIT (e.g. HEAD~5)."
-        )
-    return found.stdout.strip()
+def programs(src: Path, out: Path, args: argparse.Namespace) -> dict[str, float]:
+    """``--fit`` and ``--horovod``'s figures of the commit at ``src``."""
+    figures: dict[str, float] = {}
+    env = {**os.environ, **THREADS, "PYTHONPATH": str(src)}
+    if args.fit:
+        script = ROOT / "benchmarks" / "side_by_side.py"
+        argv = [
+            sys.executable,
+            str(script),
+            "fit",
+            "--repeats",
+            "1",
+            "--steps",
+            str(args.steps),
+            "--out",
+            str(out),
+        ]
+        subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
+        rates = json.loads(out.read_text())["median_examples_per_sec"]
+        figures.update({f"fit_overhead/{k}": v for k, v in rates.items()})
+    for mode in ("hvd-tape", "tfdist-fit") if args.horovod else ():
+        worker = str(ROOT / "benchmarks" / "_worker.py")
+        run = launched_run(worker, "mpi", 2, mode, str(args.steps), env={**THREADS, "PYTHONPATH": str(src)})
+        figures[f"horovod_tape/{mode}"] = float(run["examples_per_sec"])
+    return figures
 
 
 def short(rev: str) -> str:
+    """``rev``'s short hash; SystemExit with one line when it names no commit."""
     found = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True)
     if found.returncode != 0:
         raise SystemExit(f"--base {rev}: not a commit of this repository. Hint: git log --oneline.")
     return found.stdout.strip()
 
 
-def progress(repeat: int, which: str, numbers: dict[str, float]) -> str:
-    """The line shown after each commit's turn."""
-    shown = ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items() if not k.endswith("step_ms"))
-    return f"repeat {repeat + 1} {which}: {shown}"
+def newest_tag() -> str:
+    """The newest tag reachable from HEAD; SystemExit with one line when there is none."""
+    git = ["git", "describe", "--tags", "--abbrev=0"]
+    found = subprocess.run(git, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    if found.returncode != 0:
+        raise SystemExit(
+            "no tag reachable from HEAD to compare with. Hint: pass --base COMMIT (e.g. HEAD~5)."
+        )
+    return found.stdout.strip()
 
 
 def main() -> int:
@@ -113,14 +121,10 @@ def main() -> int:
     parser.add_argument("--base", help="the commit to compare with (default: the newest tag)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=10,
-        help="steps before the measured ones (20: auto buckets decided first)",
-    )
+    parser.add_argument("--warmup", type=int, default=10, help="steps before the measured ones")
     parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
-    parser.add_argument("--fit", action="store_true", help="also benchmarks/fit_overhead.py (one device)")
+    parser.add_argument("--fit", action="store_true", help="also benchmarks/side_by_side.py fit (one device)")
+    parser.add_argument("--horovod", action="store_true", help="also side_by_side.py horovod's programs")
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
     args = parser.parse_args()
     base_rev = args.base or newest_tag()
@@ -128,42 +132,42 @@ def main() -> int:
     links = [link for link in args.links.split(",") if link]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     if links:
-        hosts("up", "2")
+        testhosts(HOSTS, "up", "2")
     try:
         with tempfile.TemporaryDirectory() as tmp_name:
             tmp = Path(tmp_name)
             trees = {"base": export(base_rev, tmp / "base"), "head": export("HEAD", tmp / "head")}
 
             def measure(which: str, repeat: int) -> dict[str, float]:
-                work = tmp / f"{which}-{repeat}"
+                src, work = trees[which], tmp / f"{which}-{repeat}"
                 work.mkdir()
-                src = trees[which]
-                figures = fit_overhead(src, work, args.steps) if args.fit else {}
+                figures = programs(src, work / "side_by_side.json", args)
                 grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
-                figures.update(
-                    bench(src, work / "one-host", args.steps, "one host", *grid, warmup=args.warmup)
-                )
+                figures.update(bench(src, work / "one-host", args, "one host", *grid))
                 for link in links:
-                    for name in ("node1", "node2"):
-                        hosts("cap", name, "off" if link == "uncapped" else link)
-                    across = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST)
-                    across += ("--backend", "mpi", "--compare", "independent,raw-tf")
-                    figures.update(
-                        bench(
-                            src,
-                            work / f"two-hosts-{link}",
-                            args.steps,
-                            f"2 hosts {link}",
-                            *across,
-                            warmup=args.warmup,
-                        )
+                    cap_links(HOSTS, 2, link)
+                    grid = (
+                        "--hosts",
+                        "node1,node2",
+                        "--nodes",
+                        "2",
+                        "--on-host",
+                        ON_HOST,
+                        "--backend",
+                        "mpi",
                     )
+                    grid += ("--compare", "independent,raw-tf")
+                    figures.update(bench(src, work / f"two-hosts-{link}", args, f"2 hosts {link}", *grid))
                 return figures
+
+            def progress(repeat: int, which: str, numbers: dict[str, float]) -> str:
+                shown = ", ".join(f"{k} {v:,.0f}" for k, v in numbers.items() if not k.endswith("step_ms"))
+                return f"repeat {repeat + 1} {which}: {shown}"
 
             runs = alternate(("base", "head"), args.repeats, measure, show=progress)
     finally:
         if links:
-            hosts("down")
+            testhosts(HOSTS, "down")
     samples = {which: by_key(rows) for which, rows in runs.items()}
     median = {which: medians(figures) for which, figures in samples.items()}
     rates = [k for k in samples["head"] if not k.endswith("step_ms")]

@@ -1,19 +1,14 @@
 """Keras and TensorFlow stacks users have, against tfdist's model.fit fix: one venv per cell, one JSON.
 
-For every cell (a TensorFlow and a Keras release) a virtualenv outside the repository is built once
-(cached under ``$TFDIST_COMPAT_CACHE``, default ``~/.cache/tfdist-compat/venvs/<cell>``) with
-``tensorflow-cpu``, ``keras``, tfdist's runtime dependencies and tfdist itself (editable, this tree). The
-tutorial-style script ``tests/helpers/keras_fit.py`` (MultiWorkerMirroredStrategy + ``model.fit`` with
-validation data and callbacks, then ``evaluate`` and ``predict``; no tfdist import) then runs in one
-process and on 2 workers (``python -m tfdist launch -n 2 --cpu``); a cell passes when both workers' final
-weights equal the one process's within 1e-5. A Keras outside the adapter table
-(:mod:`tfdist.keras.adapters`) passes when the launch ends with exit code 2 and tfdist's one line.
+For every cell (a TensorFlow and a Keras release) a virtualenv is built once under ``$TFDIST_COMPAT_CACHE``
+(default ``~/.cache/tfdist-compat/venvs/<cell>``) with ``tensorflow-cpu``, ``keras``, tfdist's runtime
+dependencies and this tree (editable). The tutorial-style ``tests/helpers/keras_fit.py`` (no tfdist import)
+runs in one process and on 2 workers (``tfdist launch -n 2 --cpu``); a cell passes when both workers' final
+weights equal the one process's within 1e-5, or, for a Keras outside the adapter table
+(:mod:`tfdist.keras.adapters`), when the launch ends with exit code 2 and tfdist's one line.
 
-python devtools/compat.py                      # every cell; writes benchmarks/results/compat.json and
-                                               # the docs' supported-stacks table (./dev compat)
-python devtools/compat.py --cells tf2.17-keras3.5
-python devtools/compat.py --table              # the docs table, from compat.json
-python devtools/compat.py --write-docs         # rewrite the table's block in docs/guides/keras-fit.md
+    python devtools/compat.py [--cells tf2.17-keras3.5,...]   # ./dev compat: compat.json and the docs' table
+    python devtools/compat.py --table | --write-docs           # print, or rewrite in docs/guides/keras-fit.md
 """
 
 from __future__ import annotations
@@ -70,12 +65,10 @@ CELLS: tuple[Cell, ...] = (
 )
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("TFDIST_COMPAT_CACHE", "~/.cache/tfdist-compat")).expanduser()
-
-
 def venv_dir(cell: Cell) -> Path:
-    return cache_dir() / "venvs" / cell.name
+    """The cell's virtualenv, under ``$TFDIST_COMPAT_CACHE``."""
+    cache = os.environ.get("TFDIST_COMPAT_CACHE", "~/.cache/tfdist-compat")
+    return Path(cache).expanduser() / "venvs" / cell.name
 
 
 def _stamp(cell: Cell) -> str:
@@ -106,12 +99,6 @@ def build(cell: Cell, timeout: float = 900) -> Path:
     return python
 
 
-def _weights(out: Path, rank: int) -> Any:
-    import numpy as np
-
-    return np.load(out / f"rank-{rank}.weights.npy")
-
-
 def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> dict[str, Any]:
     """Build (if needed) and run one cell; its JSON record."""
     start = time.monotonic()
@@ -140,14 +127,8 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
             "--run-dir",
             str(Path(tmp, "logs")),
         ]
-        proc = subprocess.run(
-            [*launch, str(SCRIPT), str(two)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=tmp,
-        )
+        argv = [*launch, str(SCRIPT), str(two)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
         output = proc.stdout + proc.stderr
         record["launch_exit_code"] = proc.returncode
         if cell.expect == "refused":
@@ -164,8 +145,10 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
             if ref.returncode != 0:
                 record.update(passed=False, error="one process: " + _tail(ref.stdout + ref.stderr))
             else:
-                want = _weights(one, 0)
-                diff = max(float(abs(_weights(two, r) - want).max()) for r in (0, 1))
+                import numpy as np
+
+                want = np.load(one / "rank-0.weights.npy")
+                diff = max(float(abs(np.load(two / f"rank-{r}.weights.npy") - want).max()) for r in (0, 1))
                 record.update(max_weight_diff=diff, passed=diff <= TOL)
                 record["warnings"] = sorted(
                     {w for w in output.splitlines() if "tfdist:" in w and "Warn" in w}
@@ -185,10 +168,7 @@ def _tail(text: str, lines: int = 6) -> str:
 
 def table(payload: dict[str, Any]) -> str:
     """The docs' supported-stacks table, one row per cell of a compat.json."""
-    rows = [
-        "| TensorFlow | Keras | 2 workers vs one process | max weight difference |",
-        "|---|---|---|---|",
-    ]
+    rows = ["| TensorFlow | Keras | 2 workers vs one process | max weight difference |", "|---|---|---|---|"]
     for r in payload["cells"]:
         if r["expect"] == "refused":
             got = "refused with one line, exit code 2" if r["passed"] else "FAILED"
@@ -230,10 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.table or args.write_docs:
         payload = json.loads(out.read_text())
-        if args.write_docs:
-            print("docs changed" if write_docs(payload) else "docs up to date")
-        else:
-            print(table(payload))
+        changed = args.write_docs and write_docs(payload)
+        print(table(payload) if not args.write_docs else "docs changed" if changed else "docs up to date")
         return 0
     wanted = [c for c in args.cells.split(",") if c]
     unknown = sorted(set(wanted) - {c.name for c in CELLS})

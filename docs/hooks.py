@@ -8,8 +8,8 @@
   read well on their own: ``variables`` (from ``tfdist.variables``) and ``supported-stacks`` (from
   ``benchmarks/results/compat.json``, through ``devtools/compat.py``). ``python docs/hooks.py --write``
   rewrites them; a test fails when a block differs from what its generator gives.
-- The measured results are a page of their own, ``docs/performance.md``, written whole by
-  ``devtools/perfpage.py`` from the JSON under ``benchmarks/results`` (a test keeps it equal).
+- The measured results are a page of their own, ``docs/performance.md``, whose tables ``devtools/perfpage.py``
+  writes from the JSON under ``benchmarks/results`` (a test keeps them equal).
 """
 
 from __future__ import annotations

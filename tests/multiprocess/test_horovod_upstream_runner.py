@@ -1,4 +1,4 @@
-"""The runner of Horovod's own suite (devtools/horovod_upstream_worker.py) keeps a run bounded: a test
+"""The ranks of Horovod's own suite (devtools/horovod_upstream.py rank) keep a run bounded: a test
 in which one rank issues a collective the other never does fails on that rank after the per-test limit,
 eagerly and inside a tf.function, its stacks are kept, and the tests after it pass on both ranks."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from helpers.cli import tfdist
 
-WORKER = Path(__file__).parents[2] / "devtools" / "horovod_upstream_worker.py"
+RUNNER = Path(__file__).parents[2] / "devtools" / "horovod_upstream.py"
 SUITE = """
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -53,7 +53,7 @@ def test_a_collective_one_rank_never_joins_fails_its_test_and_the_run_goes_on(tm
     (tmp_path / "test_lonely.py").write_text(SUITE)
     args = ["--backend", "horovod", "-n", "2", "--cpu", "--timeout", "200"]
     args += ["--run-dir", str(tmp_path / "logs")]
-    args += [str(WORKER), str(tmp_path / "test_lonely.py"), str(tmp_path / "reports"), "8"]
+    args += [str(RUNNER), "rank", str(tmp_path / "test_lonely.py"), str(tmp_path / "reports"), "8"]
     proc = tfdist("launch", *args, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rank0, rank1 = (outcomes(tmp_path / "reports" / f"rank{r}.xml") for r in (0, 1))

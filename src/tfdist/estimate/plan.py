@@ -37,7 +37,8 @@ INPUT_BATCHES = 3
 #: Copies of a layer's output backprop keeps: none of views and the input (counted as input batches), two
 #: of Dropout's (output and mask), else one.
 KEPT_COPIES = {"InputLayer": 0, "Flatten": 0, "Reshape": 0, "Permute": 1, "Dropout": 2}
-#: A fixed cost per batch-norm layer's step, whatever the batch and image size (benchmarks/estimate_conv.py).
+#: A fixed cost per batch-norm layer's step, whatever the batch and image size (measured by
+#: benchmarks/estimate_accuracy.py --conv; the memory guide has the numbers).
 BATCH_NORM_BYTES = 8 * MIB
 BATCH_NORMS = ("BatchNormalization",)
 DEFAULT_MARGIN = 0.10

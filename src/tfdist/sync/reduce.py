@@ -67,9 +67,9 @@ class Waiter:
 
         Each wake-up polls ``burst`` times before sleeping again: one poll moves a bounded piece of a large
         transfer (~60 KB per poll measured for a 4.8 MB sum across two test hosts, UCX over TCP), so with
-        one poll per wake-up the sleeps, not the link, set the pace. Measured (``benchmarks/
-        half_sum_nodes.py``, 200 us sleeps, uncapped link): 4.8 MB summed in 25 ms with 1 poll per wake-up,
-        6.3 ms with 16, CPU time 3.8 and 3.3 ms; at 1 Gbit/s 40 ms either way (the wire's pace).
+        one poll per wake-up the sleeps, not the link, set the pace. Measured (two test hosts, 200 us sleeps,
+        uncapped link): 4.8 MB summed in 25 ms with 1 poll per wake-up, 6.3 ms with 16, CPU time 3.8 and
+        3.3 ms; at 1 Gbit/s 40 ms either way (the wire's pace).
         """
         started = time.perf_counter()
         deadline = started + self.spin_s
