@@ -29,6 +29,7 @@ from tfdist.horovod.functions import (
 from tfdist.horovod.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from tfdist.horovod.ops import Adasum, Average, Max, Min, Product, Sum
 from tfdist.horovod.optimizer import DistributedOptimizer
+from tfdist.horovod.tensorflow import elastic
 
 __all__ = [
     "Adasum",
@@ -206,20 +207,6 @@ def add_process_set(process_set: Any) -> Any:
 
 
 remove_process_set = add_process_set
-
-
-class _Elastic:
-    """``hvd.elastic``: Horovod's elastic training, answered with what tfdist offers instead."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise NotImplementedError(
-            f"hvd.elastic.{name}: elastic Horovod is not supported by tfdist. Hint: restart failed jobs with "
-            "tfdist launch --max-restarts N and resume from checkpoints (keras.callbacks.BackupAndRestore, "
-            "or tfdist.fit(checkpoint_dir=...))."
-        )
-
-
-elastic = _Elastic()
 
 
 class SyncBatchNormalization:
