@@ -52,7 +52,6 @@ def test_one_process_is_a_job_of_size_one(hvd: object) -> None:
     ("call", "message"),
     [
         (lambda h: h.allreduce(np.ones(2, np.float32), op=h.Adasum), "Adasum is not supported"),
-        (lambda h: h.elastic.run, "tfdist launch --max-restarts"),
         (lambda h: h.SyncBatchNormalization(), "BatchNormalization(synchronized=True)"),
         (lambda h: h.add_process_set([0]), "add_process_set is not supported"),
         (lambda h: h.DistributedGradientTape(None, op=h.Sum, gradient_predivide_factor=2.0), "op != Average"),

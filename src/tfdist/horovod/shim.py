@@ -21,6 +21,9 @@ ALIASES = {
     "horovod.tensorflow.keras.callbacks": "tfdist.horovod.tensorflow.keras.callbacks",
     "horovod.keras": "tfdist.horovod.tensorflow.keras",
     "horovod.keras.callbacks": "tfdist.horovod.tensorflow.keras.callbacks",
+    "horovod.tensorflow.elastic": "tfdist.horovod.tensorflow.elastic",
+    "horovod.tensorflow.keras.elastic": "tfdist.horovod.tensorflow.keras.elastic",
+    "horovod.keras.elastic": "tfdist.horovod.tensorflow.keras.elastic",
 }
 
 

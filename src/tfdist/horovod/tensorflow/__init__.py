@@ -26,6 +26,7 @@ from tfdist.horovod.objects import allgather_object, broadcast_object, join
 from tfdist.horovod.ops import Adasum, Average, Max, Min, Product, Sum
 from tfdist.horovod.optimizer import DistributedOptimizer
 from tfdist.horovod.runtime import ProcessSet, global_process_set
+from tfdist.horovod.tensorflow import elastic
 
 __all__ = [
     "Adasum",
@@ -203,20 +204,6 @@ def add_process_set(process_set: Any) -> Any:
 
 
 remove_process_set = add_process_set
-
-
-class _Elastic:
-    """``hvd.elastic``: Horovod's elastic training, answered with what tfdist offers instead."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise NotImplementedError(
-            f"hvd.elastic.{name}: elastic Horovod is not supported by tfdist. Hint: restart failed jobs with "
-            "tfdist launch --max-restarts N and resume from checkpoints (keras.callbacks.BackupAndRestore, "
-            "or tfdist.fit(checkpoint_dir=...))."
-        )
-
-
-elastic = _Elastic()
 
 
 class SyncBatchNormalization:

@@ -16,7 +16,6 @@ from tfdist.horovod.tensorflow import (
     Sum,
     cross_rank,
     cross_size,
-    elastic,
     global_process_set,
     init,
     is_homogeneous,
@@ -30,7 +29,7 @@ from tfdist.horovod.tensorflow import (
     shutdown,
     size,
 )
-from tfdist.horovod.tensorflow.keras import callbacks
+from tfdist.horovod.tensorflow.keras import callbacks, elastic
 
 __all__ = [
     "Average",
