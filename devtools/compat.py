@@ -4,8 +4,9 @@ For every cell (a TensorFlow and a Keras release) a virtualenv is built once und
 (default ``~/.cache/tfdist-compat/venvs/<cell>``) with ``tensorflow-cpu``, ``keras``, tfdist's runtime
 dependencies and this tree (editable). The tutorial-style ``tests/helpers/keras_fit.py`` (no tfdist import)
 runs in one process and on 2 workers (``tfdist launch -n 2 --cpu``); a cell passes when both workers' final
-weights equal the one process's within 1e-5, or, for a Keras outside the adapter table
-(:mod:`tfdist.keras.adapters`), when the launch ends with exit code 2 and tfdist's one line.
+weights, history, ``evaluate()`` and ``predict()`` equal the one process's within 1e-5, or, for a Keras
+outside the adapter table (:mod:`tfdist.keras.adapters`), when the launch ends with exit code 2 and
+tfdist's one line.
 
     python devtools/compat.py [--cells tf2.17-keras3.5,...]   # ./dev compat: compat.json and the docs' table
     python devtools/compat.py --table | --write-docs           # print, or rewrite in docs/guides/keras-fit.md
@@ -38,19 +39,25 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONHASHSEE
 
 @dataclass(frozen=True)
 class Cell:
-    """One stack: ``tensorflow-cpu==tf`` and ``keras==keras``; ``expect`` is "equal" or "refused"."""
+    """One stack: ``tf_dist==tf`` and ``keras_dist==keras``; ``expect`` is "equal" or "refused"."""
 
     tf: str
     keras: str
     expect: str = "equal"
+    tf_dist: str = "tensorflow-cpu"
+    keras_dist: str = "keras"
 
     @property
     def name(self) -> str:
         return f"tf{'.'.join(self.tf.split('.')[:2])}-keras{'.'.join(self.keras.split('.')[:2])}"
 
 
+#: The nightlies of the next release, as the registry has them (the date is in the version).
+KERAS_NIGHTLY, TF_NIGHTLY = "3.16.0.dev2026102704", "2.22.0.dev20260905"
+
 #: The oldest and newest Keras of each adapter row, each beside a TensorFlow that accepts it, the default
-#: stack (TF 2.21 + Keras 3.15), and one Keras outside the table (TF 2.17 accepts Keras 3.2).
+#: stack (TF 2.21 + Keras 3.15), the next release's nightlies, and one Keras outside the table (TF 2.17
+#: accepts Keras 3.2).
 CELLS: tuple[Cell, ...] = (
     Cell("2.16.2", "3.3.3"),
     Cell("2.16.2", "3.4.1"),
@@ -58,9 +65,12 @@ CELLS: tuple[Cell, ...] = (
     Cell("2.17.1", "3.6.0"),
     Cell("2.18.1", "3.7.0"),
     Cell("2.19.1", "3.8.0"),
+    Cell("2.19.1", "3.9.2"),
     Cell("2.20.0", "3.10.0"),
     Cell("2.20.0", "3.11.3"),
     Cell("2.21.0", "3.15.1"),
+    Cell("2.21.0", KERAS_NIGHTLY, keras_dist="keras-nightly"),
+    Cell(TF_NIGHTLY, KERAS_NIGHTLY, tf_dist="tf-nightly-cpu", keras_dist="keras-nightly"),
     Cell("2.17.1", "3.2.1", expect="refused"),
 )
 
@@ -72,7 +82,8 @@ def venv_dir(cell: Cell) -> Path:
 
 
 def _stamp(cell: Cell) -> str:
-    return json.dumps({"tensorflow-cpu": cell.tf, "keras": cell.keras, "runtime": RUNTIME}, sort_keys=True)
+    stack = {cell.tf_dist: cell.tf, cell.keras_dist: cell.keras, "runtime": RUNTIME}
+    return json.dumps(stack, sort_keys=True)
 
 
 def _pip(python: Path, *args: str, timeout: float) -> None:
@@ -93,7 +104,12 @@ def build(cell: Cell, timeout: float = 900) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    _pip(python, f"tensorflow-cpu=={cell.tf}", f"keras=={cell.keras}", *RUNTIME, timeout=timeout)
+    if cell.keras_dist == "keras":
+        _pip(python, f"{cell.tf_dist}=={cell.tf}", f"keras=={cell.keras}", *RUNTIME, timeout=timeout)
+    else:  # another distribution of the module keras: TensorFlow's own pick of keras makes room for it
+        _pip(python, f"{cell.tf_dist}=={cell.tf}", *RUNTIME, timeout=timeout)
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "keras"], timeout=120, check=False)
+        _pip(python, f"{cell.keras_dist}=={cell.keras}", timeout=timeout)
     _pip(python, "--no-deps", "-e", str(ROOT), timeout=300)
     stamp.write_text(_stamp(cell))
     return python
@@ -103,6 +119,7 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
     """Build (if needed) and run one cell; its JSON record."""
     start = time.monotonic()
     record: dict[str, Any] = {"cell": cell.name, "tensorflow": cell.tf, "keras": cell.keras}
+    record.update(tf_dist=cell.tf_dist, keras_dist=cell.keras_dist)
     record["expect"] = cell.expect
     try:
         python = build(cell, build_timeout)
@@ -145,17 +162,43 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
             if ref.returncode != 0:
                 record.update(passed=False, error="one process: " + _tail(ref.stdout + ref.stderr))
             else:
-                import numpy as np
-
-                want = np.load(one / "rank-0.weights.npy")
-                diff = max(float(abs(np.load(two / f"rank-{r}.weights.npy") - want).max()) for r in (0, 1))
-                record.update(max_weight_diff=diff, passed=diff <= TOL)
+                record.update(differences(one, two))
+                record["passed"] = record["max_diff"] <= TOL
                 record["warnings"] = sorted(
                     {w for w in output.splitlines() if "tfdist:" in w and "Warn" in w}
                 )
     record["seconds_build"] = round(built - start, 1)
     record["seconds"] = _since(built)
     return record
+
+
+def differences(one: Path, two: Path) -> dict[str, float]:
+    """How far the 2 workers' results are from one process's: the weights, and every number the script
+    reports (the history, ``evaluate()``, ``predict()``), the largest of each kind and of all."""
+    import numpy as np
+
+    ref = json.loads((one / "rank-0.json").read_text())
+    worst = {
+        "max_weight_diff": 0.0,
+        "max_history_diff": 0.0,
+        "max_evaluate_diff": 0.0,
+        "max_predict_diff": 0.0,
+    }
+    for rank in (0, 1):
+        got = json.loads((two / f"rank-{rank}.json").read_text())
+        pairs = {
+            "max_weight_diff": [(two / f"rank-{rank}.weights.npy", one / "rank-0.weights.npy")],
+            "max_predict_diff": [(two / f"rank-{rank}.predictions.npy", one / "rank-0.predictions.npy")],
+        }
+        for key, files in pairs.items():
+            for a, b in files:
+                worst[key] = max(worst[key], float(np.abs(np.load(a) - np.load(b)).max()))
+        for key, values in ref["history"].items():
+            gap = np.abs(np.asarray(got["history"][key]) - np.asarray(values)).max()
+            worst["max_history_diff"] = max(worst["max_history_diff"], float(gap))
+        for key, value in ref["evaluate"].items():
+            worst["max_evaluate_diff"] = max(worst["max_evaluate_diff"], abs(got["evaluate"][key] - value))
+    return {**worst, "max_diff": max(worst.values())}
 
 
 def _since(start: float) -> float:
@@ -168,15 +211,27 @@ def _tail(text: str, lines: int = 6) -> str:
 
 def table(payload: dict[str, Any]) -> str:
     """The docs' supported-stacks table, one row per cell of a compat.json."""
-    rows = ["| TensorFlow | Keras | 2 workers vs one process | max weight difference |", "|---|---|---|---|"]
+    rows = [
+        "| TensorFlow | Keras | 2 workers vs one process | max difference: weights / what it reports |",
+        "|---|---|---|---|",
+    ]
     for r in payload["cells"]:
         if r["expect"] == "refused":
             got = "refused with one line, exit code 2" if r["passed"] else "FAILED"
             diff = "-"
         else:
             got = "equal" if r["passed"] else "FAILED"
-            diff = f"{r['max_weight_diff']:.1e}" if "max_weight_diff" in r else "-"
-        rows.append(f"| {r['tensorflow']} | {r['keras']} | {got} | {diff} |")
+            diff = "-"
+            if "max_diff" in r:
+                reported = max(r["max_history_diff"], r["max_evaluate_diff"], r["max_predict_diff"])
+                diff = f"{r['max_weight_diff']:.1e} / {reported:.1e}"
+        keras = r["keras"] if r.get("keras_dist", "keras") == "keras" else f"{r['keras']} ({r['keras_dist']})"
+        tf = (
+            r["tensorflow"]
+            if r.get("tf_dist", "tensorflow-cpu") == "tensorflow-cpu"
+            else f"{r['tensorflow']} ({r['tf_dist']})"
+        )
+        rows.append(f"| {tf} | {keras} | {got} | {diff} |")
     return "\n".join(rows)
 
 
@@ -223,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for cell in cells:
         record = run_cell(cell, args.timeout)
         records.append(record)
-        shown = {k: record.get(k) for k in ("passed", "max_weight_diff", "seconds_build", "seconds", "error")}
+        shown = {k: record.get(k) for k in ("passed", "max_diff", "seconds_build", "seconds", "error")}
         print(cell.name, json.dumps({k: v for k, v in shown.items() if v is not None}), flush=True)
     if wanted and out.exists():  # a subset updates its rows, the others stay
         old = {r["cell"]: r for r in json.loads(out.read_text())["cells"]}
