@@ -40,15 +40,13 @@ def worker(iters: int, out: str) -> None:
     """One rank: time each way of summing, alternated, and check they agree."""
     import numpy as np
 
-    from tfdist import variables
     from tfdist.sync.mpi import MPISync
-    from tfdist.sync.reduce import Waiter, cross_sum_bits
+    from tfdist.sync.reduce import PROGRESS_S, Waiter, cross_sum_bits
 
     sync = MPISync()
     mpi, comm = sync.mpi, sync.reducer.cross
-    # As the coordinator's thread waits beside a backward pass: no spinning, a poll every
-    # TFDIST_MPI_PROGRESS_US.
-    waiter = Waiter(0.0, float(variables.get("TFDIST_MPI_PROGRESS_US")) / 1e6)
+    # As the coordinator's thread waits beside a backward pass: no spinning, a poll every PROGRESS_S.
+    waiter = Waiter(0.0, PROGRESS_S)
     rng = np.random.default_rng(sync.rank)
     values = rng.standard_normal(FLOATS).astype(np.float32)
     half = values.astype(np.float16)

@@ -46,8 +46,6 @@ CONFIGS: dict[str, tuple[str, dict[str, str] | None]] = {
     "hvd-b2": ("hvd-tape", {"TFDIST_BUCKET_MB": "2"}),
     "fit-b0": ("tfdist-fit", {"TFDIST_BUCKET_MB": "0"}),
     "fit-b2": ("tfdist-fit", {"TFDIST_BUCKET_MB": "2"}),
-    # One poll per wake-up of the waiting thread (the default polls 16 times): what the burst changes.
-    "fit-b2-burst1": ("tfdist-fit", {"TFDIST_BUCKET_MB": "2", "TFDIST_MPI_POLL_BURST": "1"}),
 }
 _ports = itertools.count(31000, 20)
 

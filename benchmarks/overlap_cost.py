@@ -9,7 +9,7 @@ Two test hosts (prefix ``tfdo``, subnet 10.93.0), one rank each pinned to its ow
   without buckets (``Iallreduce`` completed by the step's own waiter: spin, then sleep between polls);
 - ``serial``: the computation, then the sum (the step without buckets);
 - ``overlap-P``: the sum started in a background thread polling every P microseconds (the coordinator's
-  waiter with ``TFDIST_MPI_PROGRESS_US=P``) while the computation runs; done when both are.
+  waiter: ``tfdist.sync.reduce.PROGRESS_S``) while the computation runs; done when both are.
 
 For each: wall-clock median, the computation's own time (how much the polling slowed it), the sum's time and
 this process's CPU time. The sum's wire time at the link's rate is ``bytes / rate``; ``serial`` is bounded

@@ -15,8 +15,8 @@ import numpy as np
 
 from tfdist.backends import HOROVOD_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import SetupError
+from tfdist.mpi.rank import check_world
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
-from tfdist.sync.mpi import check_world
 
 
 def import_horovod() -> Any:

@@ -19,8 +19,8 @@ from tfdist.sync import synchroniser
 from tfdist.sync.step import loss_function, make_steps
 from tfdist.train.callbacks import chief_filtered, overrides
 from tfdist.train.data import DistributedData, sample_inputs
-from tfdist.train.loop import ensure_built, strategy_of
 from tfdist.train.metrics import MetricSet
+from tfdist.train.trainer import ensure_built, strategy_of
 
 
 def _distributed(

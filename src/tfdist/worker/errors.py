@@ -17,6 +17,7 @@ from typing import Any
 
 from tfdist import files, variables
 from tfdist.errors import ConfigError
+from tfdist.mpi.stack import MPI_RANK
 from tfdist.worker.contract import AttemptFiles
 
 #: A worker's exit code for a user mistake, as the CLI's (the launcher does not restart it).
@@ -29,7 +30,7 @@ MAX_LINE = 400
 def record_name(environ: Mapping[str, str]) -> str:
     """``rank<R>.error.json`` by training rank (TFDIST_RANK, else the MPI launcher's rank variable)."""
     candidates = [variables.raw("TFDIST_RANK", environ)]
-    candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
+    candidates += [environ.get(var) for var in MPI_RANK]
     for value in candidates:
         if value and value.lstrip("-").isdigit():
             return AttemptFiles.record_name("error", value)
