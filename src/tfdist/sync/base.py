@@ -113,8 +113,9 @@ class ProcessLevel:
         """(rank, size): each rank takes its slice of every global batch."""
         return self.rank, self.size
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
-        """Sum over all processes of each float32 tensor, as a step of the training graph."""
+    def graph_allreduce(self, parts: list[Any], keep: int = 0, label: str | None = None) -> list[Any]:
+        """Sum over all processes of each float32 tensor, as a step of the training graph (``label``:
+        the collective as a timeout's line names it)."""
         raise NotImplementedError
 
     def regularization(self, total: Any) -> Any:
@@ -131,7 +132,7 @@ class ProcessLevel:
 
     def exchange_sums(self, sums: Any) -> Any:
         """Evaluation sums, summed over the ranks in the step."""
-        return self.graph_allreduce([sums])[0]
+        return self.graph_allreduce([sums], label="the evaluation's metric all-reduce")[0]
 
     def reduce_totals(self, totals: Any) -> Any:
         """Already summed over the ranks, with the gradients."""
@@ -145,19 +146,21 @@ class ProcessLevel:
         """Summed over the ranks now (each rank is one replica): one all-reduce of one float."""
         import tensorflow as tf
 
-        return self.graph_allreduce([tf.reshape(value, [1])])[0][0]
+        (total,) = self.graph_allreduce([tf.reshape(value, [1])], label="the all-reduce of the batch's rows")
+        return total[0]
 
-    def allgather(self, array: np.ndarray) -> np.ndarray:
+    def allgather(self, array: np.ndarray, label: str = "an allgather") -> np.ndarray:
         """Every process's array concatenated along the first axis, in process order."""
         raise NotImplementedError
 
     def table(self, row: np.ndarray) -> np.ndarray:
         """Every rank's ``row``, in rank order (one small gather)."""
         row = np.asarray(row, np.float64).reshape(1, -1)
-        return row if self.size == 1 else self.allgather(row)
+        return row if self.size == 1 else self.allgather(row, "the allgather of the workers' settings")
 
     def agree(self, flag: bool) -> bool:
         """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""
         if self.size == 1:
             return flag
-        return bool(self.allgather(np.array([float(flag)], np.float32)).sum() > 0)
+        votes = self.allgather(np.array([float(flag)], np.float32), "the allgather of the votes to stop")
+        return bool(votes.sum() > 0)

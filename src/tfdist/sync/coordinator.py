@@ -1,18 +1,12 @@
-"""Name-matched collectives (Horovod's coordinator), as one background thread per process.
+"""Name-matched collectives (Horovod's coordinator), one background thread per process: TensorFlow may run
+independent collectives in either order and ranks may issue them in different orders (buckets, Horovod's
+ops), so the ranks agree by name on which is which before any data moves.
 
-Why: TensorFlow may run two independent collectives of one ``tf.function`` in either order, and ranks may
-issue them in different orders (gradient buckets, Horovod's ops); pairing by order would exchange the
-wrong tensors or hang. So every collective has a name, and the ranks agree on which is which first.
-
-How: an op *submits* a :class:`~tfdist.sync.request.Request` and returns at once; its key is its name plus
-how many of that name this rank submitted before (step k pairs with step k). The thread runs *rounds*:
-ONE all-gather of a fixed 2 KiB per rank carrying an 8-byte hash of each new key and of what it does
-(kind, dtypes, shapes, arguments); every rank builds the same table, and the keys announced everywhere run
-in the same order, a round's sums fused into one packed all-reduce. A key whose digests differ fails on
-every rank naming both sides. A rank enters a round when it has something new to announce, or backs off
-(up to 20 ms) while announced requests wait. :meth:`Coordinator.abandon` resets ranks that no longer
-agree; :meth:`Coordinator.join` is ``hvd.join()`` (a joined rank adds zeros to the others' sums).
-Every wait ends after ``TFDIST_COLLECTIVE_TIMEOUT`` with one line (:mod:`tfdist.sync.watch`).
+An op *submits* a :class:`~tfdist.sync.request.Request` and returns at once; its key is its name plus how
+many of that name this rank submitted before. Each *round* is ONE all-gather of a fixed 2 KiB per rank (a
+hash of each new key and of what it does); the keys announced everywhere run in the same order on every
+rank, a round's sums fused into one packed all-reduce, and a key whose ranks disagree fails on all of them.
+:meth:`Coordinator.join` is ``hvd.join()``; every wait ends after ``TFDIST_COLLECTIVE_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -51,13 +45,11 @@ MAX_PER_ROUND = 127
 
 
 class Coordinator:
-    """Submits, matches by name, fuses and runs the collectives of this process (see the module).
+    """Submits, matches by name, fuses and runs the collectives of this process.
 
-    ``comm``: the job's communicator (duplicated: the thread's MPI calls never interleave with the
-    caller's), None in a one-process job; ``waiter`` completes non-blocking MPI requests
-    (:class:`tfdist.sync.reduce.Waiter`); ``execute(requests)`` runs one round's matched requests, the same
-    list in the same order on every rank, setting each one's ``result`` (or ``error``); ``watch``: the
-    collective timeout (:class:`tfdist.sync.watch.Watch`), None for none.
+    ``comm``: the job's communicator (duplicated here), None in a job of one; ``execute(requests)`` runs a
+    round's matched requests, the same list in the same order on every rank, setting each one's ``result``
+    (or ``error``); ``watch``: the collective timeout (None: none).
     """
 
     def __init__(

@@ -124,7 +124,7 @@ class MPISync(ProcessLevel):
         return size > 0
 
     def graph_allreduce(
-        self, parts: list[Any], keep: int = 0, name: str | None = None, label: str | None = None
+        self, parts: list[Any], keep: int = 0, label: str | None = None, name: str | None = None
     ) -> list[Any]:
         """:meth:`allreduce` as a step of the training graph: float32 tensors in, their sums out."""
         import tensorflow as tf
@@ -150,17 +150,6 @@ class MPISync(ProcessLevel):
         if options.bucket_size == 0:  # the 16-bit wire without buckets: one sum, now, in this thread
             return half.exchange(self, dense, sums)
         return buckets.exchange(self, dense, sums)
-
-    def exchange_sums(self, sums: Any) -> Any:
-        """Evaluation sums, summed over the ranks in the step."""
-        return self.graph_allreduce([sums], label="the evaluation's metric all-reduce")[0]
-
-    def step_total(self, value: Any) -> Any:
-        """Summed over the ranks now (each rank is one replica): one all-reduce of one float."""
-        import tensorflow as tf
-
-        (total,) = self.graph_allreduce([tf.reshape(value, [1])], label="the all-reduce of the batch's rows")
-        return total[0]
 
     def allreduce(
         self,
@@ -259,18 +248,6 @@ class MPISync(ProcessLevel):
     def allgather(self, array: np.ndarray, label: str = "an allgather") -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
         return np.concatenate(self.allgather_object(np.ascontiguousarray(array), label=label), axis=0)
-
-    def table(self, row: np.ndarray) -> np.ndarray:
-        """Every rank's ``row``, in rank order (one small gather)."""
-        row = np.asarray(row, np.float64).reshape(1, -1)
-        return row if self.size == 1 else self.allgather(row, "the allgather of the workers' settings")
-
-    def agree(self, flag: bool) -> bool:
-        """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""
-        if self.size == 1:
-            return flag
-        votes = self.allgather(np.array([float(flag)], np.float32), "the allgather of the votes to stop")
-        return bool(votes.sum() > 0)
 
     def allgather_object(self, obj: Any, comm: Any = None, label: str = "allgather_object") -> list[Any]:
         """Every rank's picklable ``obj``, in rank order, over ``comm`` (default: the job's)."""

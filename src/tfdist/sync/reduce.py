@@ -157,12 +157,10 @@ class NodeReducer:
     ) -> np.ndarray:
         """Sum the input rows of ``length`` floats over all ranks (after filling :meth:`input_row`).
 
-        Returns the result row. It stays valid until this rank's next call with the same length: a rank
-        writes its next input only after every local rank passed the final barrier of this call, that is,
-        after they all finished summing, and the result is rewritten only after the next call's first barrier.
-        ``compression`` (``fp16``/``bf16``) applies across nodes only (:func:`cross_sum_16`), to the floats
-        before ``exact_from`` (the rest, metric sums and counts, stay float32); ``waiter`` replaces this
-        reducer's own (a background thread polls without spinning).
+        Returns the result row, valid until this rank's next call with the same length (the next call's
+        first barrier comes before anyone writes it). ``compression`` applies across nodes only
+        (:func:`cross_sum_16`), to the floats before ``exact_from`` (metric sums and counts stay float32);
+        ``waiter`` replaces this reducer's own (a background thread polls without spinning).
         """
         waiter = waiter or self.waiter
         window, table = self._windows[length]
@@ -200,11 +198,9 @@ def cross_sum_16(comm: Any, values: np.ndarray, compression: str, waiter: Waiter
     """Sum float32 ``values`` in place over ``comm``, sending 16-bit floats; returns (wire dtype, bytes
     this rank sent in one message).
 
-    A reduce-scatter then an all-gather, as a ring all-reduce moves the data (2 (n-1)/n of the buffer per
-    rank): every rank sends slice j of its encoded values to rank j (one all-to-all), rank j adds the n
-    decoded slices in float32 in rank order, encodes its sum and every rank gathers all sums (one
-    all-gather). Every rank decodes the same bits, so all ranks end with identical values; each value was
-    rounded twice (before the sum and after it).
+    One all-to-all (slice j of every rank to rank j, which adds the n decoded slices in float32 in rank
+    order) and one all-gather of the encoded sums: a ring all-reduce's traffic, identical values on every
+    rank, each rounded twice (before the sum and after it).
     """
     padded = encode(values, compression).view(np.uint16)
     decode(cross_sum_bits(comm, padded, compression, waiter), compression, out=values)
@@ -215,17 +211,36 @@ def cross_sum_bits(comm: Any, bits: np.ndarray, compression: str, waiter: Waiter
     """The sum over ``comm`` of 16-bit floats given as their bits (uint16), as bits (see
     :func:`cross_sum_16`: one all-to-all, float32 additions in rank order, one all-gather)."""
     size = comm.Get_size()
-    step = aligned(-(-bits.size // size))
-    sent = np.zeros(step * size, np.uint16)  # the padding is +0.0 in both formats
+    sent = np.zeros(aligned(-(-bits.size // size)) * size, np.uint16)  # the padding is +0.0 in both formats
     sent[: bits.size] = bits
-    received = np.empty_like(sent)
-    waiter.wait(comm.Ialltoall(sent, received))
-    mine = decode(received[:step], compression)
-    for rank in range(1, size):
-        mine += decode(received[rank * step : (rank + 1) * step], compression)
     gathered = np.empty_like(sent)
+    mine = scatter_sum_16(comm, sent, compression, waiter)
     waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered))
     return gathered[: bits.size]
+
+
+def scatter_sum_16(comm: Any, sent: np.ndarray, compression: str, waiter: Any) -> np.ndarray:
+    """This rank's slice of the sum over ``comm`` of every rank's ``sent`` (16-bit floats as their bits,
+    ``uint16``, a multiple of the rank count long), as float32.
+
+    One all-to-all: slice j of every rank's buffer goes to rank j, which decodes the halves and adds them
+    in float32 in rank order (the reduce-scatter half of :func:`cross_sum_bits`). The
+    sum is not rounded again: it is the owner's alone, the optimizer updates from it and the weights travel
+    back as float32, so every rank ends with the same values.
+
+    Input/Output: 2 ranks sending fp16 bits of ``[1, 2, 3, 4]`` and ``[10, 20, 30, 40]``: rank 0 gets
+    ``[11, 22]``, rank 1 ``[33, 44]``.
+    """
+    size = comm.Get_size()
+    if sent.size % size:
+        raise ValueError(f"{sent.size} values do not split into {size} equal slices")
+    received = np.empty_like(sent)
+    waiter.wait(comm.Ialltoall(sent, received))
+    slices = received.reshape(size, -1)
+    mine = decode(slices[0], compression)
+    for rank in range(1, size):
+        mine += decode(slices[rank], compression)
+    return mine
 
 
 def allgather_bytes(comm: Any, mpi: Any, waiter: Waiter, payload: bytes) -> list[bytes]:

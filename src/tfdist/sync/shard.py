@@ -22,9 +22,10 @@ from tfdist import variables
 from tfdist._log import get_logger
 from tfdist.errors import ConfigError
 from tfdist.sync import buckets
+from tfdist.sync.reduce import scatter_sum_16
 from tfdist.sync.request import Request
 from tfdist.sync.shard_checkpoint import HINT, SHARD_NAME, WholeCheckpoint
-from tfdist.sync.shard_layout import ShardLayout, scatter_sum_16
+from tfdist.sync.shard_layout import ShardLayout
 from tfdist.sync.wire import AUTO, check_bucket_setting, encode, plan_buckets
 
 log = get_logger(__name__)

@@ -1,16 +1,13 @@
-"""Where each rank's shard of the weights lies (:class:`ShardLayout`, pure), and the 16-bit wire's
-reduce-scatter (:func:`scatter_sum_16`)."""
+"""Where each rank's shard of the weights lies (pure)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from tfdist.errors import ConfigError
-from tfdist.sync.wire import decode
 
 
 @dataclass(frozen=True)
@@ -111,27 +108,3 @@ class ShardLayout:
         for index, a, b, at in self.segments():
             mine[at : at + b - a] = flats[index][a:b]
         return mine
-
-
-def scatter_sum_16(comm: Any, sent: np.ndarray, compression: str, waiter: Any) -> np.ndarray:
-    """This rank's slice of the sum over ``comm`` of every rank's ``sent`` (16-bit floats as their bits,
-    ``uint16``, a multiple of the rank count long), as float32.
-
-    One all-to-all: slice j of every rank's buffer goes to rank j, which decodes the halves and adds them
-    in float32 in rank order (the reduce-scatter half of :func:`tfdist.sync.reduce.cross_sum_bits`). The
-    sum is not rounded again: it is the owner's alone, the optimizer updates from it and the weights travel
-    back as float32, so every rank ends with the same values.
-
-    Input/Output: 2 ranks sending fp16 bits of ``[1, 2, 3, 4]`` and ``[10, 20, 30, 40]``: rank 0 gets
-    ``[11, 22]``, rank 1 ``[33, 44]``.
-    """
-    size = comm.Get_size()
-    if sent.size % size:
-        raise ValueError(f"{sent.size} values do not split into {size} equal slices")
-    received = np.empty_like(sent)
-    waiter.wait(comm.Ialltoall(sent, received))
-    slices = received.reshape(size, -1)
-    mine = decode(slices[0], compression)
-    for rank in range(1, size):
-        mine += decode(slices[rank], compression)
-    return mine

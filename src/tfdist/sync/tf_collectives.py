@@ -1,10 +1,7 @@
-"""The TensorFlow-collectives synchroniser: the strategy spans every worker (MultiWorkerMirroredStrategy,
-MirroredStrategy, one device, TPU).
-
-The gradients are all-reduced by the strategy inside ``apply_gradients`` (Keras 3 sums them across
-replicas there). The metric sums are all-reduced only when the loop reads results (every ``log_every``
-steps, :meth:`TfCollectives.reduce_totals`): a second collective per step, even of a few floats, costs
-more than the gradient one (docs/performance.md).
+"""The TensorFlow-collectives synchroniser: the strategy spans every worker and all-reduces the gradients
+inside ``apply_gradients``; the metric sums are all-reduced only when the loop reads results
+(:meth:`TfCollectives.reduce_totals`): a second collective per step, even of a few floats, costs more than
+the gradient one (docs/performance.md).
 """
 
 from __future__ import annotations

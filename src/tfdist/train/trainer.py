@@ -4,6 +4,7 @@ synchroniser, the data, the learning-rate schedule, a sharded optimizer, checkpo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -170,35 +171,28 @@ class Trainer:
 
     def _make_data(self, train_data: Any, validation_data: Any) -> None:
         o = self.options
-        self.data = DistributedData(
+        make = functools.partial(
+            DistributedData,
             self.strategy,
+            seed=o.seed,
+            processes=self.processes,
+            table=self.sync.table,
+            per_worker=o.per_worker_data,
+        )
+        self.data = make(
             train_data,
             batch_size=o.batch_size,
             steps_per_epoch=o.steps_per_epoch,
             shuffle=o.shuffle,
-            seed=o.seed,
-            processes=self.processes,
             class_weights=self.class_weights,
-            table=self.sync.table,
-            per_worker=o.per_worker_data,
         )
         self.plan = self.data.plan
         self.val = None
         if validation_data is not None:
-            self.val = DistributedData(
-                self.strategy,
-                validation_data,
-                # A dataset is batched by its own pipeline (as in Keras); arrays by the given size.
-                batch_size=(o.validation_batch_size or self.plan.global_batch)
-                if isinstance(validation_data, tuple | list)
-                else o.validation_batch_size,
-                steps_per_epoch=None,
-                shuffle=False,
-                seed=o.seed,
-                processes=self.processes,
-                table=self.sync.table,
-                per_worker=o.per_worker_data,
-            )
+            # A dataset is batched by its own pipeline (as in Keras); arrays by the given size.
+            arrays = isinstance(validation_data, tuple | list)
+            size = (o.validation_batch_size or self.plan.global_batch) if arrays else o.validation_batch_size
+            self.val = make(validation_data, batch_size=size, steps_per_epoch=None, shuffle=False)
         # Keras evaluates the first validation_steps batches at every validation (None: all of them, also
         # when own data of unknown length tell their end only by running out).
         known = self.val.plan.steps_per_epoch if self.val else 0
