@@ -131,7 +131,8 @@ class MPIPlacement(_HereGroup):
             )
         control = f"{config.hosts[0]}:{mpi_control_port(config)}"
         proxy = hydra.proxy_argv(self.mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
-        return hydra.launch_proxy_argv(config.python, proxy, config.timeout)
+        wait = str(config.timeout or hydra.CONNECT_TIMEOUT_S)
+        return (config.python, "-m", "tfdist.mpi.hydra", wait, "--", *proxy)
 
 
 def open_placement(config: LaunchConfig, machine: Machine, devices: Devices) -> Placement:

@@ -113,11 +113,6 @@ def proxy_argv(mpiexec: str, hosts: Sequence[str], ppn: int, proxy_id: int, cont
     return proxy_line(lines, proxy_id, control)
 
 
-def launch_proxy_argv(python: str, proxy: Sequence[str], wait_s: float | None) -> tuple[str, ...]:
-    """The command that runs ``proxy`` through :func:`retry_proxy` for at most ``wait_s`` seconds."""
-    return (python, "-m", "tfdist.mpi.hydra", str(wait_s or CONNECT_TIMEOUT_S), "--", *proxy)
-
-
 def retry_proxy(argv: list[str]) -> int:
     """Run the proxy until it connects (then until it ends); return its exit code."""
     seconds, command = float(argv[0]), argv[argv.index("--") + 1 :]
