@@ -167,11 +167,12 @@ def read_stack(
 
 
 def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The MPI library mpi4py loads here, the launcher tfdist would use, the one that started this
-    process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
+    """The MPI library mpi4py loads here, the launcher ``tfdist launch --backend mpi`` would use, which
+    launcher started this process, and the line for a pair that cannot work (:mod:`tfdist.mpi`)."""
     import importlib.util
 
-    from tfdist.nodes.mpi import find_stack, mismatch, started_by
+    from tfdist.mpi.probe import find_stack
+    from tfdist.mpi.stack import mismatch, started_by
 
     if importlib.util.find_spec("mpi4py") is None:
         return {"library": None, "launcher": None, "problem": "mpi4py is not installed", "started_by": None}

@@ -241,7 +241,7 @@ def _backend(requested: str | None, workers: int, gpus: int) -> str:
     """The backend of ``--workers N``: ``--backend``, else TFDIST_BACKEND, else the fastest this machine
     runs (:func:`tfdist.backends.choose`), said in one line."""
     from tfdist import backends, variables
-    from tfdist.launch.preflight import mpi_ready
+    from tfdist.mpi.probe import mpi_ready
 
     choice = backends.choose(
         requested or str(variables.get("TFDIST_BACKEND")),

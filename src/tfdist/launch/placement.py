@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tfdist.errors import ConfigError
-from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
 from tfdist.launch.plan import ProcessSpec, mpi_control_port, plan_mpi, plan_workers
-from tfdist.launch.preflight import Machine, mpi_flavour
+from tfdist.launch.preflight import Machine
 from tfdist.launch.workers import WorkerGroup
+from tfdist.mpi import hydra
+from tfdist.mpi.probe import launcher_flavour
 from tfdist.nodes import free_ports
 
 
@@ -121,7 +122,7 @@ class MPIPlacement(_HereGroup):
         """This node's Hydra proxy command when MPI ranks span several nodes (``()`` on one node)."""
         if config.nnodes == 1:
             return ()
-        flavour = self.flavour if self.flavour != "unknown" else mpi_flavour(self.mpiexec)
+        flavour = self.flavour if self.flavour != "unknown" else launcher_flavour(self.mpiexec)[0]
         if flavour != "hydra":
             raise ConfigError(
                 f"--backend {config.backend} on several nodes starts ranks through MPICH's Hydra, but "
@@ -131,7 +132,7 @@ class MPIPlacement(_HereGroup):
         control = f"{config.hosts[0]}:{mpi_control_port(config)}"
         proxy = hydra.proxy_argv(self.mpiexec, config.hosts, config.nproc_per_node, config.node_rank, control)
         wait = str(config.timeout or hydra.CONNECT_TIMEOUT_S)
-        return (config.python, "-m", "tfdist.launch.hydra_proxy", wait, "--", *proxy)
+        return (config.python, "-m", "tfdist.mpi.hydra", wait, "--", *proxy)
 
 
 def open_placement(config: LaunchConfig, machine: Machine, devices: Devices) -> Placement:

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tfdist.errors import ConfigError
-from tfdist.launch import hydra
 from tfdist.launch.config import LaunchConfig
+from tfdist.mpi import hydra, stack
 from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 LOOPBACK = "127.0.0.1"
@@ -262,28 +262,6 @@ def worker_argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
     return (config.python, "-u", *config.command)
 
 
-def mpi_bind_args(flavour: str, cores_per_rank: int) -> tuple[str, ...]:
-    """The MPI launcher's own options for one set of ``cores_per_rank`` cores per rank (it knows the
-    topology).
-
-    Input/Output: ``("hydra", 1)`` -> ``("-bind-to", "core:1")``; an unknown launcher gets none.
-    """
-    if flavour == "hydra":
-        return ("-bind-to", f"core:{cores_per_rank}")
-    if flavour == "openmpi":
-        return ("--map-by", f"slot:PE={cores_per_rank}", "--bind-to", "core")
-    return ()
-
-
-#: Every output line tagged with its rank by the MPI launcher itself (all ranks share one pipe to tfdist).
-MPI_RANK_PREFIX = {"hydra": ("-prepend-rank",), "openmpi": ("--tag-output",)}
-
-#: MPI libraries busy-poll while waiting, stealing the core of a neighbouring worker on a small machine.
-#: Open MPI can be told to yield; MPICH has no such setting (measured: a rank waiting 1 s burns 1 s of CPU).
-#: Users' own settings win.
-MPI_YIELD_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
-
-
 def plan_mpi(
     config: LaunchConfig,
     *,
@@ -299,12 +277,12 @@ def plan_mpi(
 ) -> list[ProcessSpec]:
     """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend).
 
-    On several nodes (:mod:`tfdist.launch.hydra`): node 0 runs the launcher for every node's ranks, and
+    On several nodes (:mod:`tfdist.mpi.hydra`): node 0 runs the launcher for every node's ranks, and
     every node runs ``proxy``, the Hydra proxy that starts its own ranks.
     """
     files = RunFiles(run_dir).attempt(attempt)
     threads = thread_env(cores, config.nproc_per_node) if config.cpu else None
-    env = launcher_env(config, base_env, threads, defaults=MPI_YIELD_ENV, collective_timeout=False)
+    env = launcher_env(config, base_env, threads, defaults=stack.YIELD_ENV, collective_timeout=False)
     # One process for every rank of this node: the MPI launcher gives each its rank.
     task = TaskSpec(
         world_size=config.nproc_per_node * config.nnodes,
@@ -320,13 +298,13 @@ def plan_mpi(
     runner = (config.python, "-u", "-m", "tfdist.worker.mpirun")
     program = config.command if config.no_python else (*runner, *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
-    bind_args = mpi_bind_args(flavour, len(binding[0])) if binding else ()
+    bind_args = stack.bind_args(flavour, len(binding[0])) if binding else ()
     nodes = hydra.manual_args(config.hosts, config.nproc_per_node) if config.nnodes > 1 else ()
     argv = (
         mpiexec,
         *nodes,
         *bind_args,
-        *MPI_RANK_PREFIX.get(flavour, ()),
+        *stack.RANK_PREFIX.get(flavour, ()),
         "-n",
         str(config.nproc_per_node * config.nnodes),
         *program,

@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tfdist import backends
-from tfdist.backends import MPI_INSTALL_HINT
-from tfdist.errors import ConfigError, SetupError
+from tfdist.errors import ConfigError
 from tfdist.launch.config import LaunchConfig
-from tfdist.nodes.mpi import MPIStack, find_stack, launcher_flavour
+from tfdist.mpi.probe import MPIStack, require_stack
 
 #: Extensions Python runs as scripts.
 PYTHON_SUFFIXES = (".py", ".pyw", ".pyz")
@@ -89,7 +88,7 @@ def preflight(config: LaunchConfig, environ: Mapping[str, str] = os.environ) -> 
     choice = backends.choose(config.backend, horovod_installed=horovod_installed)
     if choice.name not in backends.PROCESS_BACKENDS:
         return Machine()
-    stack = mpi_stack(config.python)
+    stack = require_stack(config.python)
     flavour = stack.flavour if config.bind != "none" else "unknown"
     return Machine(stack.launcher, flavour, choice.horovod_shim, stack)
 
@@ -168,37 +167,3 @@ def check_module(name: str) -> None:
             f"module {name!r} is not importable from {os.getcwd()} or PYTHONPATH. Hint: check the name, or "
             "pass a script path."
         )
-
-
-def mpi_stack(python: str | None = None) -> MPIStack:
-    """The MPI library ``python``'s mpi4py loads and the launcher of that MPI (:mod:`tfdist.nodes.mpi`), or
-    SetupError: no mpi4py, no library, or no launcher of the library's kind (another MPI's launcher would
-    start ranks that abort in MPI_Init or run alone)."""
-    if python is None and importlib.util.find_spec("mpi4py") is None:
-        raise SetupError(f"--backend mpi needs mpi4py, which is not installed. {MPI_INSTALL_HINT}")
-    stack = find_stack(python)
-    if stack.launcher is None:
-        raise SetupError(f"--backend mpi: {stack.problem}. {MPI_INSTALL_HINT}")
-    return stack
-
-
-def find_mpiexec(python: str | None = None) -> str:
-    """The launcher of the MPI that ``python``'s mpi4py loads (:func:`mpi_stack`), not whichever ``mpiexec``
-    comes first on PATH."""
-    launcher = mpi_stack(python).launcher
-    assert launcher is not None  # mpi_stack raised otherwise
-    return launcher
-
-
-def mpi_ready() -> bool:
-    """Whether mpi4py and the launcher of its MPI are here (:func:`find_mpiexec` finds one)."""
-    try:
-        find_mpiexec()
-    except SetupError:
-        return False
-    return True
-
-
-def mpi_flavour(mpiexec: str) -> str:
-    """``hydra`` (MPICH), ``openmpi`` or ``unknown``, from the launcher's ``--version`` output."""
-    return launcher_flavour(mpiexec)[0]

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from tfdist import files, variables
+from tfdist.mpi.stack import MPI_RANK
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.imports import after_import
 
@@ -34,7 +35,7 @@ TICK_S = 1.0
 def worker_rank(environ: Mapping[str, str] = os.environ) -> str | None:
     """The process's training rank: TFDIST_RANK, else the MPI launcher's rank variable; None without one."""
     candidates = [variables.raw("TFDIST_RANK", environ)]
-    candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
+    candidates += [environ.get(var) for var in MPI_RANK]
     for value in candidates:
         if value and value.lstrip("-").isdigit():
             return value

@@ -1,23 +1,25 @@
 """MPI ranks on several hosts without ssh or a scheduler: Hydra's ``manual`` launcher.
 
-The first node runs ``mpiexec -launcher manual`` (MPICH's Hydra): it serves the job's process management
-(PMI) on an agreed control port and waits for one proxy per host. Every node, the first included, starts
-its own ``hydra_pmi_proxy``, which connects to that port and starts the node's ranks. Hydra keeps doing
-what it does under ssh: forwarding output, numbering ranks, aborting every rank when one fails. tfdist
-only replaces ssh by "the same command on every node", which a cluster without a scheduler has, while
-passwordless ssh between nodes is not a given.
+The first node runs ``mpiexec -launcher manual`` (MPICH's Hydra), which serves the job's PMI on an agreed
+control port; every node starts its own ``hydra_pmi_proxy`` against that port, and Hydra does the rest as
+under ssh (output, rank numbers, aborting every rank when one fails). The proxy's command line is Hydra's
+own, printed by a dry run of the local ``mpiexec``: no flag is written here by hand.
 
-The proxy's command line is Hydra's own: each node asks its local ``mpiexec`` to print it (a dry run that
-starts nothing) and points it at the first node's control port, so no flag is written here by hand.
+``python -m tfdist.mpi.hydra SECONDS -- PROXY...`` runs a node's proxy, again while the first node's
+mpiexec is not listening yet: the proxy gives up at once when its control port refuses, nodes start in any
+order, and probing the port is no option (mpiexec takes any connection to it for a proxy).
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
+from types import FrameType
 
 from tfdist.errors import ConfigError, SetupError
 
@@ -28,6 +30,9 @@ DRY_RUN_TIMEOUT_S = 20.0
 MAX_ARG_BYTES = 32 * 4096 - 1
 #: How long a node's proxy keeps trying to reach the first node's mpiexec (nodes start in any order).
 CONNECT_TIMEOUT_S = 300.0
+#: What Hydra's proxy prints when the first node's mpiexec is not listening (yet).
+NOT_LISTENING = "unable to connect to server"
+RETRY_S = 0.5
 
 
 def manual_args(hosts: Sequence[str], ppn: int) -> tuple[str, ...]:
@@ -96,9 +101,8 @@ def proxy_argv(mpiexec: str, hosts: Sequence[str], ppn: int, proxy_id: int, cont
                     chunk = os.read(fd, 65536)
                     if not chunk:
                         break
-                    # Only the new bytes (and the end marker's length before them) are searched: with
-                    # 1,024 hosts the dry run prints a line per proxy, and a search of everything read so
-                    # far after each read would grow with the square of the hosts.
+                    # Only the new bytes (and the end marker's length before them) are searched: a search of
+                    # everything read so far would grow with the square of the hosts (a line per proxy).
                     seen = max(0, len(output) - len(end) + 1)
                     output += chunk
                     ended = output.find(end, seen) >= 0
@@ -107,3 +111,29 @@ def proxy_argv(mpiexec: str, hosts: Sequence[str], ppn: int, proxy_id: int, cont
         proc.wait(timeout=10)
     lines = [line.strip() for line in output.decode(errors="replace").splitlines()]
     return proxy_line(lines, proxy_id, control)
+
+
+def retry_proxy(argv: list[str]) -> int:
+    """Run the proxy until it connects (then until it ends); return its exit code."""
+    seconds, command = float(argv[0]), argv[argv.index("--") + 1 :]
+    deadline = time.monotonic() + seconds
+    current: list[subprocess.Popen[str]] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        for proc in current:
+            proc.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+    while True:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        current[:] = [proc]
+        output = proc.communicate()[0]
+        if proc.returncode == 0 or NOT_LISTENING not in output or time.monotonic() > deadline:
+            sys.stdout.write(output)
+            return proc.returncode
+        time.sleep(RETRY_S)
+
+
+if __name__ == "__main__":
+    sys.exit(retry_proxy(sys.argv[1:]))
