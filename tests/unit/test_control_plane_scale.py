@@ -20,10 +20,10 @@ from test_k8s_manifest import K8S_VERSION, crd_validator
 from tfdist.env import KubernetesEnvironment, SlurmEnvironment
 from tfdist.errors import ConfigError
 from tfdist.k8s import K8sJobSpec, render_yaml
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.logs import RankFiles
-from tfdist.launch.membership import from_scheduler
-from tfdist.launch.plan import (
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.logs import RankFiles
+from tfdist.launcher.membership import from_scheduler
+from tfdist.launcher.plan import (
     DEFAULT_BASE_PORT,
     ProcessSpec,
     cluster_spec,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import ConfigError
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import cpu_sets, plan_mpi, plan_workers
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.plan import cpu_sets, plan_mpi, plan_workers
 from tfdist.mpi.stack import bind_args
 
 

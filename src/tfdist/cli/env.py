@@ -13,7 +13,7 @@ from typing import Any
 from tfdist import variables
 from tfdist.cli import examples
 from tfdist.env.stack import StackFacts, describe
-from tfdist.launch.ray.address import find_cluster
+from tfdist.launcher.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
@@ -72,7 +72,7 @@ def _versions() -> dict[str, str | None]:
 def collect(environ: Mapping[str, str]) -> dict[str, Any]:
     """Everything ``tfdist env`` reports, as a JSON-ready dictionary."""
     from tfdist.env import detect_environment
-    from tfdist.strategy import LocalDevices, discover_devices, options_from_environ, plan_strategy
+    from tfdist.strategies import LocalDevices, discover_devices, options_from_environ, plan_strategy
 
     env = detect_environment(environ)
     driver = driver_gpus(environ)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from tfdist import backends, variables
 from tfdist.errors import ConfigError
-from tfdist.launch.preflight import horovod_installed
+from tfdist.launcher.preflight import horovod_installed
 from tfdist.mpi.probe import srun_mpi_plugins
 from tfdist.mpi.stack import SRUN_PLUGIN
 from tfdist.slurm.script import MPI_BACKENDS, SbatchSpec, runs_tfdist_train

@@ -54,6 +54,7 @@ class Progress:
         self.longest = 0.0  # longest time between two calls' starts
         self.done = False
         self._answered = False
+        self._writing = threading.Lock()  # the thread's writes and the one at exit
 
     def enter(self) -> None:
         now = time.time()
@@ -79,10 +80,11 @@ class Progress:
 
     def publish(self) -> None:
         """Write the record (a full or vanished run directory must not end the training)."""
-        try:
-            files.write_json(self.attempt.record("progress", self.rank), self.record())
-        except OSError:
-            pass
+        with self._writing:
+            try:
+                files.write_json(self.attempt.record("progress", self.rank), self.record())
+            except OSError:
+                pass
 
     def answer(self) -> None:
         """Write every thread's stack once the launcher asks for them."""
