@@ -150,13 +150,17 @@ def launcher_candidates(library: MPILibrary | None, python: str) -> list[str]:
     return [*out, *own, *generic]
 
 
+def existing_launchers(library: MPILibrary | None, python: str, path: str | None = None) -> list[str]:
+    """The :func:`launcher_candidates` that exist and may run (``path``: PATH's value, default this
+    process's), each once, best first."""
+    candidates = launcher_candidates(library, python)
+    found = [c if os.path.isabs(c) else shutil.which(c, path=path) for c in candidates]
+    return list(dict.fromkeys(f for f in found if f and os.access(f, os.X_OK)))
+
+
 def guess_launcher(library: MPILibrary, python: str) -> str | None:
-    """The first of :func:`launcher_candidates` that exists (not asked its version): for naming the fix."""
-    for candidate in launcher_candidates(library, python):
-        found = candidate if os.path.isabs(candidate) else shutil.which(candidate)
-        if found and os.access(found, os.X_OK):
-            return found
-    return None
+    """The first launcher of ``library`` that exists (not asked its version): for naming the fix."""
+    return next(iter(existing_launchers(library, python)), None)
 
 
 def find_stack(python: str | None = None) -> MPIStack:
@@ -174,10 +178,7 @@ def _find_stack(python: str, path: str) -> MPIStack:
         return MPIStack(None, problem=f"mpi4py is not installed for {python}")
     want = FLAVOUR_OF.get(library.family)
     looked: list[str] = []
-    for candidate in launcher_candidates(library, python):
-        found = candidate if os.path.isabs(candidate) else shutil.which(candidate, path=path)
-        if not found or not os.access(found, os.X_OK) or found in looked:
-            continue
+    for found in existing_launchers(library, python, path):
         looked.append(found)
         flavour, version = launcher_flavour(found)
         if want is None or flavour == want:

@@ -1,6 +1,6 @@
 """The MPI backend's 16-bit wire: gradients rounded to float16 / bfloat16 where they cross nodes and added
 in float32 (:mod:`tfdist.sync.wire`), for the step's one sum without buckets (:func:`exchange`) and for the
-coordinator's rounds (:func:`sums`).
+coordinator's rounds (:func:`sums_of`).
 
 Without buckets the sum runs in the caller's thread, paired by order, not through the coordinator as one
 bucket: its round cost about as much as the halved wire saved. With one rank per node, the sum's middle
