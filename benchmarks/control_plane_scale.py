@@ -35,9 +35,9 @@ from _common import ROOT, alternate, medians, write_json
 from tfdist.env.kubernetes import KubernetesEnvironment
 from tfdist.env.slurm import SlurmEnvironment
 from tfdist.k8s import K8sJobSpec, render_yaml
-from tfdist.launch import hydra
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import plan_mpi, plan_workers
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.plan import plan_mpi, plan_workers
+from tfdist.mpi import hydra
 from tfdist.nodes import check_hosts, expand_nodelist, expand_tasks_per_node, read_hostfile
 from tfdist.slurm.script import SbatchSpec, render_sbatch
 from tfdist.worker.task import plan_task_env

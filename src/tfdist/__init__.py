@@ -7,8 +7,6 @@ user's script runs, and that must not cost the import of the whole package.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -29,9 +27,9 @@ _EXPORTS = {
     "TfdistError": "tfdist.errors",
     "WorkerFailedError": "tfdist.errors",
     "NonFiniteLossError": "tfdist.errors",
-    "LaunchConfig": "tfdist.launch",
-    "RunResult": "tfdist.launch",
-    "launch": "tfdist.launch",
+    "LaunchConfig": "tfdist.launcher",
+    "RunResult": "tfdist.launcher",
+    "launch": "tfdist.launcher",
     "fit": "tfdist.train",
     "evaluate": "tfdist.train",
     "predict": "tfdist.train",
@@ -50,7 +48,7 @@ if TYPE_CHECKING:
         TfdistError,
         WorkerFailedError,
     )
-    from tfdist.launch import LaunchConfig, RunResult, launch  # noqa: F401
+    from tfdist.launcher import LaunchConfig, RunResult, launch  # noqa: F401
     from tfdist.train import evaluate, fit, predict  # noqa: F401
     from tfdist.train.save import save_model  # noqa: F401
 
@@ -66,19 +64,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
-
-
-class _Package(types.ModuleType):
-    """``tfdist.strategy`` and ``tfdist.launch`` are functions (the documented API) *and* subpackages. The
-    first import of a subpackage sets it as an attribute of its parent, hiding the function: the function
-    wins (a module has no ``__setattr__`` of its own, PEP 562). ``tfdist.launch.api`` is then out of reach
-    as an attribute chain; import the module by its name.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("strategy", "launch") and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

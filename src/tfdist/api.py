@@ -9,8 +9,8 @@ from typing import Any
 from tfdist import context
 from tfdist.env import ClusterEnvironment, detect_environment
 from tfdist.errors import ConfigError
-from tfdist.strategy import build_strategy, discover_devices, options_from_environ, plan_strategy
-from tfdist.strategy.plan import StrategyPlan
+from tfdist.strategies import build_strategy, discover_devices, options_from_environ, plan_strategy
+from tfdist.strategies.plan import StrategyPlan
 
 
 def _same_as_before(before: context.Context, chosen: StrategyPlan) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tfdist import backends, variables
 from tfdist.env import ClusterEnvironment, detect_environment
-from tfdist.strategy.plan import StrategyPlan
+from tfdist.strategies.plan import StrategyPlan
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +24,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[str]
     """
     target = os.fspath(path)
     directory, name = os.path.split(target)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp{suffix}")
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp{suffix}")  # per writer
     try:
         yield tmp
         os.replace(tmp, target)

@@ -94,8 +94,6 @@ VARIABLES: dict[str, Variable] = _declare(
     Variable(
         "TFDIST_MPI_SHM", "flag", "1", "0: the MPI backend all-reduces through MPI alone, no shared memory"
     ),
-    Variable("TFDIST_MPI_SPIN_US", "float", "5000", "MPI backend: microseconds to spin before sleeping"),
-    Variable("TFDIST_MPI_POLL_SLEEP_US", "float", "100", "MPI backend: sleep between polls after spinning"),
     Variable(
         "TFDIST_COMPRESSION",
         "str",
@@ -118,23 +116,11 @@ VARIABLES: dict[str, Variable] = _declare(
         "shard_optimizer wins)",
     ),
     Variable(
-        "TFDIST_MPI_PROGRESS_US",
-        "float",
-        "200",
-        "MPI backend: microseconds between polls of sums running while the backward pass goes on",
-    ),
-    Variable(
         "TFDIST_BUCKET_AUTO_SHARE",
         "float",
         "0.2",
         "MPI backend, TFDIST_BUCKET_MB=auto: buckets once the sum after the backward pass takes this share "
         "of a step (0 to 1)",
-    ),
-    Variable(
-        "TFDIST_MPI_POLL_BURST",
-        "int",
-        "16",
-        "MPI backend: polls of a running sum per wake-up (one poll moves only part of a large transfer)",
     ),
     Variable("TFDIST_API_TOKEN", "str", None, "redacted by tfdist env (an example of a secret it hides)"),
     Variable("TFDIST_RANK", "int", None, "this worker's training rank", "launcher"),

@@ -84,7 +84,7 @@ def test_the_command_reference_is_generated_from_the_parsers(site: Path) -> None
 
 def test_the_python_api_is_rendered_from_the_docstrings(site: Path) -> None:
     html = (site / "reference" / "python-api" / "index.html").read_text()
-    for name in ("tfdist.api.strategy", "tfdist.train.entry.fit", "tfdist.launch.config.LaunchConfig"):
+    for name in ("tfdist.api.strategy", "tfdist.train.entry.fit", "tfdist.launcher.config.LaunchConfig"):
         assert f'id="{name}"' in html, name
 
 

@@ -71,8 +71,7 @@ results["mismatch seconds"] = time.monotonic() - started
 # A collective only rank 0 issues, then abandon() on every rank: it fails there, and the ranks go on.
 coordinator = sync.coordinator
 if rank == 0:
-    from tfdist.sync.coordinator import Request
-    from tfdist.sync.mpi import SUM
+    from tfdist.sync.request import SUM, Request
 
     lonely = coordinator.submit(Request("lonely", SUM, [np.ones(2, np.float32)], local=0))
 coordinator.abandon("after the lonely one", f"abandoned on rank {rank}")

@@ -211,7 +211,7 @@ def test_python_api_raises_worker_failed_error_with_check(tmp_path: Path) -> Non
     from dataclasses import replace
 
     from tfdist import WorkerFailedError
-    from tfdist.launch import LaunchConfig, launch
+    from tfdist.launcher import LaunchConfig, launch
 
     config = LaunchConfig(nproc_per_node=2, cpu=True, grace=2, run_dir=str(tmp_path / "run"))
     with pytest.raises(WorkerFailedError) as info:

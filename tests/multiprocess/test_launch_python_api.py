@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.launch.config import LaunchConfig
+from tfdist.launcher.config import LaunchConfig
 
 PROBE = Path(__file__).parents[1] / "helpers" / "env_probe.py"
 
@@ -30,7 +30,7 @@ def test_python_launch_meets_and_fans_out_as_the_cli_does(tmp_path: Path, how: s
         "host_slots": "host_slots='localhost:2'",
     }
     code = (
-        "import tfdist\nfrom tfdist.launch import LaunchConfig\n"
+        "import tfdist\nfrom tfdist.launcher import LaunchConfig\n"
         f"r = tfdist.launch(LaunchConfig(command=({str(PROBE)!r}, {str(out)!r}), cpu=True, {where[how]}, "
         f"run_dir={str(tmp_path / 'run')!r}))\nprint('exit', r.exit_code, r.run_dir)\n"
     )
@@ -54,6 +54,6 @@ def test_a_python_caller_s_mistake_is_the_cli_s_one_line() -> None:
     with pytest.raises(ConfigError, match="a range of nodes needs --rdzv"):
         LaunchConfig(command=("t.py",), nnodes=1, max_nnodes=3)
     with pytest.raises(ConfigError, match="--rdzv assigns node ranks, hosts and ports itself"):
-        from tfdist.launch.membership import open_membership
+        from tfdist.launcher.membership import open_membership
 
         open_membership(LaunchConfig(command=("t.py",), rdzv="127.0.0.1:1", node_rank=1), {})

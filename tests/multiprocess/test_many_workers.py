@@ -2,7 +2,7 @@
 the launcher's threads do not grow with the workers.
 
 Why the bound holds: the launcher's own thread plus ONE thread reading every worker's pipe through a
-selector (tfdist.launch.logs.PipePump); a thread per pipe would be 33 threads at ``-n 32``. Open files do
+selector (tfdist.launcher.logs.PipePump); a thread per pipe would be 33 threads at ``-n 32``. Open files do
 grow with the workers, by what each one needs: the read end of its pipe and its log file.
 """
 
@@ -89,8 +89,8 @@ def test_a_line_longer_than_a_pipe_arrives_whole(tmp_path: Path, lines: int) -> 
 
 
 GROUP = """import resource, sys
-from tfdist.launch.plan import ProcessSpec, TaskSlot
-from tfdist.launch.workers import WorkerGroup
+from tfdist.launcher.plan import ProcessSpec, TaskSlot
+from tfdist.launcher.workers import WorkerGroup
 
 soft, hard = {limits}
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -18,10 +18,10 @@ import tracemalloc
 import psutil
 
 from tfdist.errors import ConfigError
-from tfdist.launch.rendezvous import client
-from tfdist.launch.rendezvous.admission import MAX_PENDING
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launcher.rendezvous import client
+from tfdist.launcher.rendezvous.admission import MAX_PENDING
+from tfdist.launcher.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launcher.rendezvous.server import RendezvousServer
 
 NODES = 256
 STRANGERS = 1000

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import tfdist
-from tfdist.launch.hang import AUTO_MIN_S
+from tfdist.launcher.hang import AUTO_MIN_S
 
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "wedged_worker.py")
 #: From the launcher's verdict to its exit: the stacks' answer (1 s tick) and the stop (4 s at most).

@@ -39,8 +39,8 @@ def test_keras_callbacks_are_honoured(tmp_path: Path) -> None:
 
 
 def test_strategy_warnings_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from tfdist.strategy import build_strategy
-    from tfdist.strategy.plan import StrategyPlan
+    from tfdist.strategies import build_strategy
+    from tfdist.strategies.plan import StrategyPlan
 
     plan = StrategyPlan(kind="one_device", reason="test", warnings=("use tfdist.fit, not model.fit (test)",))
     build_strategy(plan)

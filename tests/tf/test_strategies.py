@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import tfdist
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import plan_workers
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.plan import plan_workers
 
 PROBE = Path(__file__).parent.parent / "helpers" / "strategy_probe.py"
 

@@ -1,4 +1,4 @@
-"""Which worker the launcher's report names when several fail together (tfdist.launch.attempt._cause): the
+"""Which worker the launcher's report names when several fail together (tfdist.launcher.attempt._cause): the
 one whose exception was recorded first, not the peer whose collective then failed and exited sooner."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tfdist.launch.attempt import _cause
+from tfdist.launcher.attempt import _cause
 from tfdist.worker.contract import AttemptFiles
 
 

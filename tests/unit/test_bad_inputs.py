@@ -207,7 +207,7 @@ def test_the_table_is_large_enough() -> None:
 def _api_cases() -> list[tuple[str, object, str]]:
     import tfdist
     from tfdist.bench.config import BenchConfig
-    from tfdist.launch import LaunchConfig
+    from tfdist.launcher import LaunchConfig
     from tfdist.slurm import SbatchSpec
     from tfdist.workloads.config import TrainConfig
 

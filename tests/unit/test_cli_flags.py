@@ -101,7 +101,7 @@ def test_every_command_names_its_run_directory_run_dir(capsys: pytest.CaptureFix
 
     from tfdist.cli import launch as launch_cli
     from tfdist.cli import train as train_cli
-    from tfdist.launch import LaunchConfig
+    from tfdist.launcher import LaunchConfig
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from tfdist.errors import CollectiveError
-from tfdist.sync.coordinator import join_unsupported, mismatch_message
 from tfdist.sync.reduce import Waiter
+from tfdist.sync.request import join_unsupported, mismatch_message
 from tfdist.sync.watch import Answer, Watch, rank_list, timeout_line, whereabouts
 
 

@@ -20,11 +20,10 @@ from test_k8s_manifest import K8S_VERSION, crd_validator
 from tfdist.env import KubernetesEnvironment, SlurmEnvironment
 from tfdist.errors import ConfigError
 from tfdist.k8s import K8sJobSpec, render_yaml
-from tfdist.launch import hydra
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.logs import RankFiles
-from tfdist.launch.membership import from_scheduler
-from tfdist.launch.plan import (
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.logs import RankFiles
+from tfdist.launcher.membership import from_scheduler
+from tfdist.launcher.plan import (
     DEFAULT_BASE_PORT,
     ProcessSpec,
     cluster_spec,
@@ -32,6 +31,8 @@ from tfdist.launch.plan import (
     plan_slots,
     plan_workers,
 )
+from tfdist.mpi import hydra
+from tfdist.mpi.probe import launcher_flavour
 from tfdist.nodes import (
     MAX_HOSTS,
     check_hosts,
@@ -40,7 +41,6 @@ from tfdist.nodes import (
     parse_host_slots,
     read_hostfile,
 )
-from tfdist.nodes.mpi import launcher_flavour
 from tfdist.slurm.script import SbatchSpec, render_sbatch
 from tfdist.worker.task import plan_task_env
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import ConfigError
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import cpu_sets, mpi_bind_args, plan_mpi, plan_workers
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.plan import cpu_sets, plan_mpi, plan_workers
+from tfdist.mpi.stack import bind_args
 
 
 @pytest.mark.parametrize(
@@ -83,4 +84,4 @@ def test_mpi_ranks_are_bound_by_the_mpi_launcher(flavour: str, args: tuple, tmp_
         flavour, ()
     )  # lines name their rank
     assert spec.argv == ("mpiexec", *args, *tag, "-n", "2", "train.py")
-    assert mpi_bind_args("hydra", 3) == ("-bind-to", "core:3")
+    assert bind_args("hydra", 3) == ("-bind-to", "core:3")

@@ -13,9 +13,9 @@ import pytest
 
 from helpers.cli import cli
 from tfdist.errors import ConfigError
-from tfdist.launch.rendezvous import client, protocol
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launcher.rendezvous import client, protocol
+from tfdist.launcher.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launcher.rendezvous.server import RendezvousServer
 from tfdist.nodes import NodeRange, parse_node_range
 
 

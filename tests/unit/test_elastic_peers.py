@@ -7,7 +7,7 @@ import socket
 import time
 
 from tfdist.diagnose import peers
-from tfdist.launch.records import lost_contact
+from tfdist.launcher.records import lost_contact
 
 
 def test_a_live_task_is_not_named_and_a_dead_one_is() -> None:

@@ -31,7 +31,7 @@ def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
     """``import tensorflow`` fails, as in a driver image without it."""
     import importlib
 
-    strategy = importlib.import_module("tfdist.strategy")  # the package (tfdist.strategy is a function)
+    strategy = importlib.import_module("tfdist.strategies")
 
     def missing() -> None:
         raise ImportError("No module named 'tensorflow'")

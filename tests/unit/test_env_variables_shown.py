@@ -36,7 +36,7 @@ def test_a_ray_node_on_this_machine_is_reported_with_whether_it_answers(tmp_path
     socket answers, a closed port does not; RAY_ADDRESS wins; no file and no variable: no cluster."""
     import socket
 
-    from tfdist.launch.ray.address import find_cluster as ray_cluster
+    from tfdist.launcher.ray.address import find_cluster as ray_cluster
 
     environ = {"RAY_TMPDIR": str(tmp_path)}
     assert ray_cluster(environ) is None

@@ -11,9 +11,9 @@ import pytest
 
 from tfdist.cli import build_parser
 from tfdist.cli.launch import config_from_args
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.fanout import commands, launch_argv, remote_shell
-from tfdist.launch.rendezvous import RendezvousSpec
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.fanout import commands, launch_argv, remote_shell
+from tfdist.launcher.rendezvous import RendezvousSpec
 
 
 def parsed(argv: list[str]) -> LaunchConfig:
@@ -67,7 +67,7 @@ def test_the_token_travels_on_standard_input_never_in_a_command_line() -> None:
 def test_python_callers_get_h_from_the_launch_config(tmp_path: Path) -> None:
     """tfdist.launch(LaunchConfig(host_slots=...)) is the CLI's -H: a mistake is the same one line."""
     from tfdist.errors import ConfigError
-    from tfdist.launch import launch
+    from tfdist.launcher import launch
 
     script = tmp_path / "train.py"
     script.write_text("print('never runs')\n")

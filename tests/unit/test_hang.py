@@ -1,4 +1,4 @@
-"""The hang check's decisions (tfdist.launch.hang) and what a worker publishes for it
+"""The hang check's decisions (tfdist.launcher.hang) and what a worker publishes for it
 (tfdist.worker.progress), on records written as the workers write them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tfdist.cli.argtypes import seconds_or_off
-from tfdist.launch import hang
+from tfdist.launcher import hang
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.progress import Progress, stacks, worker_rank
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.launch.join import SETTLE_S, JoinCheck, join_verdict
+from tfdist.launcher.join import SETTLE_S, JoinCheck, join_verdict
 from tfdist.worker.errors import first_line, record_name
 
 MIRRORED = {"class": "MirroredStrategy", "spans": False}
@@ -85,7 +85,7 @@ def test_error_record_is_named_by_rank(environ: dict[str, str], name: str) -> No
 
 
 def test_a_missing_horovod_gets_a_pointer_to_tfdists_horovod_api() -> None:
-    from tfdist.launch.records import error_lines
+    from tfdist.launcher.records import error_lines
 
     record = {"type": "ModuleNotFoundError", "message": "No module named 'horovod'", "where": None}
     lines = error_lines(record, "exited with code 1")
@@ -96,7 +96,7 @@ def test_a_missing_horovod_gets_a_pointer_to_tfdists_horovod_api() -> None:
 
 
 def test_mpi_output_is_split_into_per_rank_files(tmp_path: Path) -> None:
-    from tfdist.launch.logs import RankFiles
+    from tfdist.launcher.logs import RankFiles
 
     files = RankFiles(str(tmp_path))
     for line in [
@@ -119,7 +119,7 @@ def test_mpi_output_is_split_into_per_rank_files(tmp_path: Path) -> None:
 def test_an_mpi_rank_s_non_zero_exit_is_recorded_with_its_rank(
     tmp_path: Path, code: object, message: str | None
 ) -> None:
-    from tfdist.launch.records import error_lines, read_error_record
+    from tfdist.launcher.records import error_lines, read_error_record
     from tfdist.worker.errors import record_exit
 
     env = {"TFDIST_ATTEMPT_DIR": str(tmp_path), "PMI_RANK": "1"}

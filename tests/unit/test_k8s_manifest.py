@@ -261,7 +261,7 @@ def test_every_pod_derives_the_same_job_from_what_kubernetes_gives_it(name: str)
 @pytest.mark.parametrize("name", ["job-procs", "jobset-procs"])
 def test_each_pods_launcher_derives_the_same_nodes(name: str) -> None:
     """With several processes per pod, each pod's `tfdist launch` reads the pods as the job's nodes."""
-    from tfdist.launch.membership import from_scheduler, scheduler_environment
+    from tfdist.launcher.membership import from_scheduler, scheduler_environment
 
     spec = SPECS[name]
     [container] = pod_template(plain(spec)[-1])["spec"]["containers"]

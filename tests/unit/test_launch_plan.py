@@ -8,8 +8,8 @@ import pytest
 
 from tfdist.env import detect_environment
 from tfdist.errors import ConfigError
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.plan import cluster_spec, gpu_assignment, plan_slots, plan_workers, thread_env
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.plan import cluster_spec, gpu_assignment, plan_slots, plan_workers, thread_env
 
 
 def names(config: LaunchConfig) -> list[str]:
@@ -68,7 +68,7 @@ def test_ps_job_runs_servers_for_ps_and_workers(tmp_path) -> None:
     )
     argv = {s.name: s.argv for s in specs}
     assert argv["chief"] == ("x.py",)
-    assert argv["w0"][-1] == "tfdist.launch.ps_server" and argv["ps0"][-1] == "tfdist.launch.ps_server"
+    assert argv["w0"][-1] == "tfdist.launcher.ps_server" and argv["ps0"][-1] == "tfdist.launcher.ps_server"
     task = json.loads(specs[-1].env["TF_CONFIG"])["task"]
     assert task == {"type": "ps", "index": 0}
 

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from tfdist.launch.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop, decide
+from tfdist.launcher.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop, decide
 
 
 @pytest.mark.parametrize(

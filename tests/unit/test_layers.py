@@ -12,10 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PLANNERS = [
     "tfdist.env",
-    "tfdist.strategy.plan",
-    "tfdist.launch.plan",
-    "tfdist.launch.policy",
-    "tfdist.launch.config",
+    "tfdist.strategies.plan",
+    "tfdist.launcher.plan",
+    "tfdist.launcher.policy",
+    "tfdist.launcher.config",
     "tfdist.slurm.script",
     "tfdist.bench.plan",
     "tfdist.bench.config",

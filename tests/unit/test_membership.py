@@ -9,8 +9,8 @@ import pytest
 
 from tfdist.cli import main
 from tfdist.errors import ConfigError
-from tfdist.launch import LaunchConfig
-from tfdist.launch.membership import (
+from tfdist.launcher import LaunchConfig
+from tfdist.launcher.membership import (
     Fixed,
     Membership,
     from_hosts,
@@ -18,10 +18,10 @@ from tfdist.launch.membership import (
     placed,
     scheduler_environment,
 )
-from tfdist.launch.plan import DEFAULT_BASE_PORT
-from tfdist.launch.preflight import check_not_in_multi_task_step
-from tfdist.launch.rendezvous import Rendezvous, RendezvousSpec
-from tfdist.launch.rendezvous.protocol import Assignment
+from tfdist.launcher.plan import DEFAULT_BASE_PORT
+from tfdist.launcher.preflight import check_not_in_multi_task_step
+from tfdist.launcher.rendezvous import Rendezvous, RendezvousSpec
+from tfdist.launcher.rendezvous.protocol import Assignment
 
 #: What srun sets in each task of ``srun --nodes 2 --ntasks-per-node 1`` (copied from a real step).
 STEP = {

@@ -1,5 +1,5 @@
-"""This node's MPI stack (tfdist.nodes.mpi): which launcher started a rank (the variables each sets), the
-pairs of library and launcher that cannot work, the launcher chosen for the library mpi4py loads."""
+"""MPI stacks (tfdist.mpi): which launcher started a rank (the variables each sets), the pairs of library
+and launcher that cannot work, the library as mpi4py names it, the launcher chosen for it."""
 
 from __future__ import annotations
 
@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.nodes.mpi import (
-    MPILibrary,
-    StartedBy,
-    alone,
-    find_stack,
-    launcher_candidates,
-    mismatch,
-    started_by,
-)
+from tfdist.mpi.probe import find_stack, launcher_candidates, parse_library
+from tfdist.mpi.stack import MPILibrary, StartedBy, alone, mismatch, started_by
 
 MPICH = MPILibrary("mpich", "MPICH Version:      5.0.2", "/v/lib/libmpi.so.12")
 MPICH_PMIX = MPILibrary("mpich", "MPICH Version:      4.2.0", "/opt/mpich/lib/libmpi.so.12", pmix=True)
@@ -158,6 +151,23 @@ def test_library_names(library: MPILibrary, name: str) -> None:
     assert library.name == name
 
 
+@pytest.mark.parametrize(
+    ("text", "family", "pmix"),
+    [
+        ("MPICH Version:      5.0.2\nMPICH configure:    --with-device=ch4:ucx,ofi\n", "mpich", False),
+        ("MPICH Version:      4.2.0\nMPICH configure:    --with-pmix=/usr --with-pm=no\n", "mpich", True),
+        ("MPICH Version:      4.2.0\nMPICH configure:    --with-pmi=pmix\n", "mpich", True),
+        ("MPICH Version:      4.2.0\nMPICH configure:    --with-pmix=no\n", "mpich", False),
+        ("Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4\n", "openmpi", True),
+        ("Intel(R) MPI Library 2021.10 for Linux* OS\n", "other", False),
+    ],
+)
+def test_the_library_is_what_mpi4py_says_of_it(text: str, family: str, pmix: bool) -> None:
+    library = parse_library("/v/lib/libmpi.so", text)
+    assert (library.family, library.version, library.pmix) == (family, text.splitlines()[0], pmix)
+    assert library.pmi == (family != "openmpi")  # no PMI-1/2 components beside /v/lib
+
+
 def test_launchers_are_looked_for_beside_the_library_then_by_the_family_s_names() -> None:
     assert launcher_candidates(MPICH, "/v/bin/python")[:3] == [
         "/v/bin/mpiexec",
@@ -194,7 +204,7 @@ def test_a_rank_of_open_mpi_s_mpirun_stops_with_one_line_before_mpi_init(tmp_pat
     with exit code 2, the line said by the launcher's first rank only (one line for the job)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "TFDIST_", "SLURM_"))}
     proc = subprocess.run(
-        [sys.executable, "-c", "from tfdist.sync.mpi import import_mpi; import_mpi(); print('initialised')"],
+        [sys.executable, "-c", "from tfdist.mpi.rank import import_mpi; import_mpi(); print('initialised')"],
         env={**env, **OPEN_MPI_RUN, "OMPI_COMM_WORLD_RANK": rank, "PMIX_RANK": rank},
         capture_output=True,
         text=True,

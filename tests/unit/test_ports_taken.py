@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from tfdist.errors import ConfigError
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.preflight import check_ports_free, fixed_ports
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.preflight import check_ports_free, fixed_ports
 
 
 def config(**kwargs) -> LaunchConfig:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.launch import console
-from tfdist.launch.logs import LogSink, _feed, final_state
-from tfdist.launch.outcome import FailureInfo, report
+from tfdist.launcher import console
+from tfdist.launcher.logs import LogSink, _feed, final_state
+from tfdist.launcher.outcome import FailureInfo, report
 
 #: What Keras 3's progress bar writes for a 3-step epoch: each state after backspaces and a carriage
 #: return, colours in ANSI sequences, the last state ended by a newline.

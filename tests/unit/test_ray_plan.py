@@ -16,10 +16,10 @@ import pytest
 from tfdist.cli import main as cli_main
 from tfdist.env import RayEnvironment, detect_environment
 from tfdist.errors import ConfigError
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.ray.address import check_address
-from tfdist.launch.ray.host import WorkerHost, node_env
-from tfdist.launch.ray.plan import (
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.ray.address import check_address
+from tfdist.launcher.ray.host import WorkerHost, node_env
+from tfdist.launcher.ray.plan import (
     NodeResources,
     Placement,
     bundle,

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tfdist.launch.rendezvous import client, protocol
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, Notice
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launcher.rendezvous import client, protocol
+from tfdist.launcher.rendezvous.protocol import Assignment, JoinRequest, Notice
+from tfdist.launcher.rendezvous.server import RendezvousServer
 
 NAMES = ("a", "b", "c")
 

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from tfdist.errors import ConfigError
-from tfdist.launch.rendezvous import client, parse_endpoint, protocol
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launcher.rendezvous import client, parse_endpoint, protocol
+from tfdist.launcher.rendezvous.protocol import Assignment, JoinRequest
+from tfdist.launcher.rendezvous.server import RendezvousServer
 
 
 def request(name: str, nproc: int = 2, digest: str = "d", command: str = "train.py") -> JoinRequest:

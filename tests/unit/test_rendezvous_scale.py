@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from tfdist.errors import ConfigError
-from tfdist.launch.rendezvous import client, protocol
-from tfdist.launch.rendezvous.admission import Admission
-from tfdist.launch.rendezvous.protocol import Assignment, JoinRequest, some
-from tfdist.launch.rendezvous.server import RendezvousServer
+from tfdist.launcher.rendezvous import client, protocol
+from tfdist.launcher.rendezvous.admission import Admission
+from tfdist.launcher.rendezvous.protocol import Assignment, JoinRequest, some
+from tfdist.launcher.rendezvous.server import RendezvousServer
 
 TOKEN = "s"
 

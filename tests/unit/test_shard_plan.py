@@ -8,14 +8,9 @@ import pytest
 
 from tfdist.errors import ConfigError
 from tfdist.estimate.plan import MIB, Device, EstimateConfig, LayerOutput, ModelSummary, estimate
-from tfdist.sync.shard import (
-    ShardLayout,
-    bucket_choice,
-    check_backend,
-    check_not_parameter_server,
-    check_optimizer,
-    scatter_sum_16,
-)
+from tfdist.sync.reduce import scatter_sum_16
+from tfdist.sync.shard import bucket_choice, check_backend, check_not_parameter_server, check_optimizer
+from tfdist.sync.shard_layout import ShardLayout
 from tfdist.sync.wire import RELATIVE_ERROR, encode
 
 

@@ -9,7 +9,7 @@ import pytest
 from tfdist.env import detect_environment
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
-from tfdist.strategy import LocalDevices, StrategyOptions, options_from_environ, plan_strategy
+from tfdist.strategies import LocalDevices, StrategyOptions, options_from_environ, plan_strategy
 
 LOCAL = detect_environment({})
 MULTI = detect_environment(

@@ -11,8 +11,8 @@ import pytest
 
 from helpers.cli import tfdist
 from tfdist.env import detect_environment
-from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
+from tfdist.mpi.stack import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.worker import boot_dir
 from tfdist.worker.task import plan_task_env
 
@@ -147,7 +147,7 @@ def test_a_rank_srun_started_without_tfdist_run_gets_the_netmod_before_mpi_init(
     """``srun --mpi=pmi2 python train.py`` (a hand-written sbatch): tfdist's own MPI import sets it."""
     probe = (
         "import os, mpi4py; mpi4py.rc.initialize = False\n"  # the variable is what is checked, not MPI_Init
-        "from tfdist.sync.mpi import import_mpi; import_mpi()\n"
+        "from tfdist.mpi.rank import import_mpi; import_mpi()\n"
         "print(os.environ.get('MPIR_CVAR_CH4_NETMOD'))\n"
     )
     env = {**os.environ, **PMI2_TASK}

@@ -68,7 +68,7 @@ def test_the_docs_table_is_generated_from_the_registry() -> None:
         ("TFDIST_KERAS_PATCH", {"TFDIST_KERAS_PATCH": "0"}, False),
         ("TFDIST_MPI_SHM", {"TFDIST_MPI_SHM": "1"}, True),
         ("TFDIST_BACKEND", {}, "auto"),
-        ("TFDIST_MPI_POLL_BURST", {}, 16),
+        ("TFDIST_BUCKET_AUTO_SHARE", {}, 0.2),
     ],
 )
 def test_values_are_parsed_with_their_defaults(name: str, environ: dict[str, str], expected: object) -> None:
@@ -81,8 +81,7 @@ def test_values_are_parsed_with_their_defaults(name: str, environ: dict[str, str
         ("TFDIST_CPU_REPLICAS", "four", "TFDIST_CPU_REPLICAS='four' is not an integer"),
         ("TFDIST_COLLECTIVE_TIMEOUT", "soon", "TFDIST_COLLECTIVE_TIMEOUT='soon' is not a finite number"),
         ("TFDIST_COLLECTIVE_TIMEOUT", "nan", "TFDIST_COLLECTIVE_TIMEOUT='nan' is not a finite number"),
-        ("TFDIST_MPI_SPIN_US", "1e", "TFDIST_MPI_SPIN_US='1e' is not a finite number"),
-        ("TFDIST_MPI_POLL_BURST", "many", "TFDIST_MPI_POLL_BURST='many' is not an integer"),
+        ("TFDIST_BUCKET_AUTO_SHARE", "1e", "TFDIST_BUCKET_AUTO_SHARE='1e' is not a finite number"),
     ],
 )
 def test_a_bad_value_names_the_variable(name: str, value: str, message: str) -> None:

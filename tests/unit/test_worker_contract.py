@@ -9,10 +9,10 @@ import os
 import pytest
 
 from tfdist.env import detect_environment
-from tfdist.launch.config import LaunchConfig
-from tfdist.launch.fanout import commands
-from tfdist.launch.plan import plan_mpi, plan_workers
-from tfdist.launch.ray.plan import Placement, plan_ray_workers
+from tfdist.launcher.config import LaunchConfig
+from tfdist.launcher.fanout import commands
+from tfdist.launcher.plan import plan_mpi, plan_workers
+from tfdist.launcher.ray.plan import Placement, plan_ray_workers
 from tfdist.worker import BOOT_MARK, boot_dir
 from tfdist.worker.contract import AttemptFiles, RunFiles, TaskSpec, forwarded_env, task_env
 from tfdist.worker.task import plan_task_env

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from tfdist.bench.config import REFERENCES, BenchConfig, WorkerSpec
-from tfdist.launch.plan import thread_env
+from tfdist.launcher.plan import thread_env
 
 #: Single-process runs synchronise nothing across processes: every backend's curve starts from them.
 LOCAL = "local"

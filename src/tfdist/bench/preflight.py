@@ -22,6 +22,6 @@ def preflight(config: BenchConfig, plan: BenchPlan) -> None:
     datasets.require_packages(config.dataset)
     require_plots()
     if any(spec.backend == "mpi" for spec in plan.runs):
-        from tfdist.launch.preflight import find_mpiexec
+        from tfdist.mpi.probe import require_stack
 
-        find_mpiexec()  # SetupError with the install hint before anything runs
+        require_stack()  # SetupError with the install hint before anything runs

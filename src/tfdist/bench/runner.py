@@ -14,8 +14,8 @@ from typing import Any
 
 from tfdist.bench.plan import Command
 from tfdist.errors import TfdistError
-from tfdist.launch.plan import ProcessSpec, TaskSlot
-from tfdist.launch.workers import WorkerGroup
+from tfdist.launcher.plan import ProcessSpec, TaskSlot
+from tfdist.launcher.workers import WorkerGroup
 from tfdist.worker.contract import RunFiles
 
 POLL_S = 0.1

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from tfdist.cli.guards import flag_after_command, flags_after_script
 from tfdist.errors import ConfigError, SetupError, TfdistError
 
 #: The namespace attribute naming the deepest parser that was left words it does not know.
@@ -25,9 +26,31 @@ class Parser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
+    #: A command taken after ``--`` (``tfdist slurm submit``): a flag of this parser typed after the command
+    #: is refused in one line showing this right order (:func:`tfdist.cli.guards.with_command_guard`).
+    guard_example: str | None = None
+    #: ``tfdist launch``: its own flags typed after the script are noted (they go to the script).
+    notes_script_flags = False
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """argparse's, and the parser that was left words it does not know, for :meth:`parse_args`."""
+        """argparse's, and the parser that was left words it does not know, for :meth:`parse_args`.
+
+        argparse hands a sub-command's words to its parser's ``parse_known_args``, so the checks of words
+        typed in the wrong place run here, for the parser that has them."""
+        if args is not None and self.guard_example is not None:
+            flag = flag_after_command(list(args), self)
+            if flag is not None:
+                self.error(
+                    f"{flag} comes after the command, so it would be passed to the command; put "
+                    f"{self.prog}'s flags first and the command after --: {self.guard_example}"
+                )
         namespace, extras = super().parse_known_args(args, namespace)
+        if self.notes_script_flags and args is not None and getattr(namespace, "script", None) is not None:
+            given = list(args)
+            before = given[: len(given) - len(namespace.args) - 1]
+            note = flags_after_script(self.prog, before, namespace.script, namespace.args, self)
+            if note:
+                sys.stderr.write(note + "\n")
         if extras and not hasattr(namespace, _LEFT_OVER):  # a sub-command's parser sets it first
             setattr(namespace, _LEFT_OVER, self)
         return namespace, extras

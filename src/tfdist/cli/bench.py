@@ -140,7 +140,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         parse_counts,
     )
     from tfdist.bench.nodes import resolve_nodes
-    from tfdist.launch.outcome import new_run_id
+    from tfdist.launcher.outcome import new_run_id
 
     nodes = parse_counts(args.nodes, "--nodes") if args.nodes else ()
     hosts, on_host = resolve_nodes(args.hosts, nodes, args.on_host, os.environ)

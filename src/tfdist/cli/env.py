@@ -13,7 +13,7 @@ from typing import Any
 from tfdist import variables
 from tfdist.cli import examples
 from tfdist.env.stack import StackFacts, describe
-from tfdist.launch.ray.address import find_cluster
+from tfdist.launcher.ray.address import find_cluster
 
 #: Variable names (or prefixes) that matter to distributed training, shown by ``tfdist env``.
 RELEVANT_PREFIXES = (
@@ -72,7 +72,7 @@ def _versions() -> dict[str, str | None]:
 def collect(environ: Mapping[str, str]) -> dict[str, Any]:
     """Everything ``tfdist env`` reports, as a JSON-ready dictionary."""
     from tfdist.env import detect_environment
-    from tfdist.strategy import LocalDevices, discover_devices, options_from_environ, plan_strategy
+    from tfdist.strategies import LocalDevices, discover_devices, options_from_environ, plan_strategy
 
     env = detect_environment(environ)
     driver = driver_gpus(environ)
@@ -167,11 +167,12 @@ def read_stack(
 
 
 def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The MPI library mpi4py loads here, the launcher tfdist would use, the one that started this
-    process, and the line for a pair that cannot work (:mod:`tfdist.nodes.mpi`)."""
+    """The MPI library mpi4py loads here, the launcher ``tfdist launch --backend mpi`` would use, which
+    launcher started this process, and the line for a pair that cannot work (:mod:`tfdist.mpi`)."""
     import importlib.util
 
-    from tfdist.nodes.mpi import find_stack, mismatch, started_by
+    from tfdist.mpi.probe import find_stack
+    from tfdist.mpi.stack import mismatch, started_by
 
     if importlib.util.find_spec("mpi4py") is None:
         return {"library": None, "launcher": None, "problem": "mpi4py is not installed", "started_by": None}

@@ -101,18 +101,5 @@ def flags_after_script(
 
 def with_command_guard(parser: Any, example: str) -> None:
     """Make ``parser`` refuse, in one line, a flag of its own typed after the command without ``--``
-    (``example`` shows the right order)."""
-    base = type(parser)
-
-    class CommandGuardParser(base):  # type: ignore[misc, valid-type]
-        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-            if args is not None:
-                flag = flag_after_command(list(args), self)
-                if flag is not None:
-                    self.error(
-                        f"{flag} comes after the command, so it would be passed to the command; put "
-                        f"{self.prog}'s flags first and the command after --: {example}"
-                    )
-            return super().parse_known_args(args, namespace)
-
-    parser.__class__ = CommandGuardParser
+    (``example`` shows the right order; the check is the CLI parser's)."""
+    parser.guard_example = example

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from tfdist import nodes
 from tfdist.cli import examples
 from tfdist.cli.argtypes import add_run_dir, integer, seconds, seconds_or_off
-from tfdist.cli.guards import flags_after_script
 from tfdist.errors import ConfigError
-from tfdist.launch.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
+from tfdist.launcher.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
 
 def register(sub: Any) -> None:
@@ -181,8 +179,7 @@ def register(sub: Any) -> None:
     p.add_argument("script", metavar="SCRIPT", help="the Python script (or module with -m) every worker runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script untouched")
     p.set_defaults(run=run)
-    # Flags typed after the script are noted (see LaunchParser): its class, not a new parser.
-    p.__class__ = _launch_parser_class(type(p))
+    p.notes_script_flags = True  # tfdist launch's own flags typed after the script are noted
 
 
 def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -200,9 +197,9 @@ def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the LaunchConfig (validated) from parsed flags."""
-    from tfdist.launch import LaunchConfig
-    from tfdist.launch.membership import scheduler_nodes
-    from tfdist.launch.rendezvous import RendezvousSpec
+    from tfdist.launcher import LaunchConfig
+    from tfdist.launcher.membership import scheduler_nodes
+    from tfdist.launcher.rendezvous import RendezvousSpec
     from tfdist.nodes import visible_gpus
 
     nproc = args.nproc_per_node
@@ -277,28 +274,10 @@ def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"ray": address, "ray_strategy": args.ray_strategy, "ray_gpus": gpus}
 
 
-def _launch_parser_class(base: type) -> type:
-    """The launch parser's class: ``base`` that notes tfdist launch's flags typed after the script (argparse
-    hands a sub-command's arguments to its parser's ``parse_known_args``, whoever built the parser tree)."""
-
-    class LaunchParser(base):
-        def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-            parsed, extras = super().parse_known_args(args, namespace)
-            if args is not None and getattr(parsed, "script", None) is not None:
-                given = list(args)
-                before = given[: len(given) - len(parsed.args) - 1]
-                note = flags_after_script(self.prog, before, parsed.script, parsed.args, self)
-                if note:
-                    sys.stderr.write(note + "\n")
-            return parsed, extras
-
-    return LaunchParser
-
-
 def run(args: argparse.Namespace) -> int:
     """Launch, then print where the logs are; return the run's exit code."""
-    from tfdist.launch import launch
-    from tfdist.launch.console import console_print
+    from tfdist.launcher import launch
+    from tfdist.launcher.console import console_print
 
     result = launch(config_from_args(args))
     if result.exit_code == 0 and not args.host_slots:  # with -H, each host's launcher said it already

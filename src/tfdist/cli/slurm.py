@@ -228,7 +228,7 @@ def run_submit(args: argparse.Namespace) -> int:
     """Write the script atomically into the run directory, submit it, print the job id."""
     from dataclasses import replace
 
-    from tfdist.launch.outcome import new_run_id
+    from tfdist.launcher.outcome import new_run_id
     from tfdist.slurm import commands, render_sbatch
     from tfdist.worker.contract import RunFiles
 

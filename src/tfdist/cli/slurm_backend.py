@@ -6,35 +6,15 @@ The choice must be made before the job starts: MPI ranks need ``srun --mpi=...``
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import subprocess
 import sys
 from dataclasses import replace
 
 from tfdist import backends, variables
 from tfdist.errors import ConfigError
-from tfdist.launch.preflight import horovod_installed
-from tfdist.slurm.script import DEFAULT_MPI_PLUGIN, MPI_BACKENDS, SbatchSpec, runs_tfdist_train
-
-#: Seconds `srun --mpi=list` may take (it only reads the plugin directory).
-PLUGIN_LIST_TIMEOUT_S = 20
-
-
-def srun_mpi_plugins() -> tuple[str, ...] | None:
-    """The plugins ``srun --mpi=list`` names here (None when srun is missing or does not answer)."""
-    if shutil.which("srun") is None:
-        return None
-    try:
-        proc = subprocess.run(
-            ["srun", "--mpi=list"], capture_output=True, text=True, timeout=PLUGIN_LIST_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None
-    if proc.returncode != 0:  # no configuration here (not a Slurm login node): nothing can be said
-        return None
-    text = proc.stdout + proc.stderr
-    names = [line.strip() for line in text.splitlines() if line.startswith(("\t", " ")) and line.strip()]
-    return tuple(names)
+from tfdist.launcher.preflight import horovod_installed
+from tfdist.mpi.probe import srun_mpi_plugins
+from tfdist.mpi.stack import SRUN_PLUGIN
+from tfdist.slurm.script import MPI_BACKENDS, SbatchSpec, runs_tfdist_train
 
 
 def _mpi4py_in(spec: SbatchSpec) -> bool | None:
@@ -48,7 +28,7 @@ def resolve_backend(spec: SbatchSpec, requested: str) -> SbatchSpec:
     """``spec`` with its backend (:func:`tfdist.backends.choose`): the one asked for (flag, config file or
     TFDIST_BACKEND), checked against what the job can run, or for ``auto`` the fastest correct one (said on
     stderr for ``tfdist train``)."""
-    plugin = spec.mpi or DEFAULT_MPI_PLUGIN
+    plugin = spec.mpi or SRUN_PLUGIN
     choice = backends.choose(
         requested or str(variables.get("TFDIST_BACKEND")),
         source="--backend" if requested else "TFDIST_BACKEND",

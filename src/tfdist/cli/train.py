@@ -123,7 +123,7 @@ def register(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Validated TrainConfig from parsed flags."""
-    from tfdist.launch.outcome import new_run_id
+    from tfdist.launcher.outcome import new_run_id
     from tfdist.workloads.config import TrainConfig
 
     return TrainConfig(
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.workers < 1:
         raise ConfigError(f"--workers={args.workers} must be at least 1.")
-    from tfdist.launch import LaunchConfig, launch
+    from tfdist.launcher import LaunchConfig, launch
     from tfdist.nodes import visible_gpus
 
     gpus = len(visible_gpus(os.environ))
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         backend=backend,
         extra_env=wire,
     )
-    from tfdist.launch.preflight import preflight as launch_preflight
+    from tfdist.launcher.preflight import preflight as launch_preflight
 
     launch_preflight(launch_config)  # refused here, before the run directory is made
     # resume=True for the workers: the run directory is new or the user asked to resume, and a restarted
@@ -241,7 +241,7 @@ def _backend(requested: str | None, workers: int, gpus: int) -> str:
     """The backend of ``--workers N``: ``--backend``, else TFDIST_BACKEND, else the fastest this machine
     runs (:func:`tfdist.backends.choose`), said in one line."""
     from tfdist import backends, variables
-    from tfdist.launch.preflight import mpi_ready
+    from tfdist.mpi.probe import mpi_ready
 
     choice = backends.choose(
         requested or str(variables.get("TFDIST_BACKEND")),

@@ -9,20 +9,8 @@ from collections.abc import Mapping
 
 from tfdist.env.base import ClusterEnvironment
 from tfdist.errors import ConfigError
+from tfdist.mpi.stack import RANK_VARIABLES
 from tfdist.nodes import cuda_visible_devices
-
-#: (rank, size, local rank, local size) variables per MPI family, in the order they are tried.
-FAMILIES = (
-    (
-        "Open MPI",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-    ),
-    ("MPICH/Hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-    ("PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE"),
-)
 
 
 def _number(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -45,7 +33,7 @@ class MPIEnvironment(ClusterEnvironment):
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> MPIEnvironment | None:
         """Detect the first MPI family whose rank variable is set."""
-        for family, rank_var, size_var, local_var, local_size_var in FAMILIES:
+        for family, rank_var, size_var, local_var, local_size_var in RANK_VARIABLES:
             if rank_var not in environ:
                 continue
             rank = _number(environ, rank_var)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tfdist.mpi.stack import GUIDE
+
 #: The values TensorFlow itself reads as "on" for TF_USE_LEGACY_KERAS (tensorflow/__init__.py).
 LEGACY_ON = ("true", "True", "1")
-MPI_GUIDE = "docs/guides/mpi.md"
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class StackFacts:
     mpi_library: str = ""  # "MPICH 4.3.0 (/venv/lib/libmpi.so.12)"
     mpi_launcher: str = ""
     mpi_launcher_version: str = ""  # "Hydra 5.0.2", from the launcher's --version
-    mpi_problem: str = ""  # why there is no library or launcher (tfdist.nodes.mpi.find_stack)
+    mpi_problem: str = ""  # why there is no library or launcher (tfdist.mpi.probe.find_stack)
     ray: str | None = None
     tfds: str | None = None  # tensorflow-datasets
     kubernetes: str | None = None
@@ -139,7 +140,7 @@ def _mpi(facts: StackFacts, name: str, uses: str) -> Feature:
         return Feature(name, False, "mpi4py is not installed", "pip install 'tfdist[mpi]'", "mpi")
     if facts.mpi_problem or not facts.mpi_launcher:
         why = facts.mpi_problem or "no MPI launcher was found"
-        fix = f"pip install 'tfdist[mpi]' (MPICH and its mpiexec), or a site's MPI: {MPI_GUIDE}"
+        fix = f"pip install 'tfdist[mpi]' (MPICH and its mpiexec), or a site's MPI: {GUIDE}"
         return Feature(name, False, why, fix, "mpi")
     library = facts.mpi_library.split(" (")[0]  # its path and the launcher's are in the stack table
     return Feature(name, True, f"{uses} (mpi4py {facts.mpi4py} on {library})")

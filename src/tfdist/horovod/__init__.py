@@ -6,7 +6,7 @@ Keras 3, where Horovod itself no longer builds. ``tfdist launch --backend horovo
 ``import horovod`` unchanged (see :mod:`tfdist.horovod.shim`).
 """
 
-from tfdist.sync.mpi import check_launcher
+from tfdist.mpi.rank import check_launcher
 
 # A rank started by another MPI's launcher than its mpi4py's library stops here, with one line, before the
 # script imports TensorFlow (seconds) and long before hvd.init() would abort inside MPI_Init.

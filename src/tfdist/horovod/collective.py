@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.horovod import runtime
-from tfdist.sync.coordinator import Request
+from tfdist.sync.request import Request
 
 MAX_PENDING_WAITS = 64  # per graph: older waits are left where TensorFlow puts them
 MAX_DESCENDANTS = 4000  # ops visited per pending wait when adding an edge (trace time only)

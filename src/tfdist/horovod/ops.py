@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfdist.horovod import runtime
-from tfdist.sync.coordinator import Request
+from tfdist.sync.request import Request
 
 # Horovod's reduction constants (the values of horovod.common.basics).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5

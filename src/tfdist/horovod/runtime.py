@@ -47,9 +47,9 @@ _LOCK = threading.Lock()
 
 
 def _mpi() -> Any:
-    """``mpi4py.MPI`` (started as :func:`tfdist.sync.mpi.import_mpi` starts it), or None without mpi4py."""
+    """``mpi4py.MPI`` (started as :func:`tfdist.mpi.rank.import_mpi` starts it), or None without mpi4py."""
     from tfdist.errors import SetupError
-    from tfdist.sync.mpi import import_mpi
+    from tfdist.mpi.rank import import_mpi
 
     try:
         return import_mpi()
@@ -77,7 +77,7 @@ def init(execute: Callable[[list[Any]], None], comm: Any = None) -> None:
                 "start the job with the ranks you want (tfdist launch -n N, mpirun -np N)."
             )
         world = comm if comm is not None else mpi.COMM_WORLD
-        from tfdist.sync.mpi import check_world
+        from tfdist.mpi.rank import check_world
 
         check_world(world.Get_size())
         node = world.Split_type(mpi.COMM_TYPE_SHARED, key=world.Get_rank())

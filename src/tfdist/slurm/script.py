@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfdist.errors import ConfigError
+from tfdist.mpi.stack import SRUN_PLUGIN
 
 _TIME = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -15,9 +16,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SBATCH_VALUE = re.compile(r"^[^\s\"'\\]+$")
 #: Backends whose ranks start through srun's MPI process-management interface.
 MPI_BACKENDS = ("mpi", "horovod")
-#: srun's default ``--mpi`` plugin for them. pmi2, not pmix: the mpich wheel's PMI client speaks to Slurm's
-#: pmi2 plugin, while pmix needs libpmix on every node and an MPI built against PMIx.
-DEFAULT_MPI_PLUGIN = "pmi2"
 _PLUGIN = re.compile(r"^[a-z][a-z0-9_]*$")
 #: Variables that must not route the workers' gRPC traffic through a proxy.
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
@@ -60,7 +58,7 @@ class SbatchSpec:
     #: How the tasks synchronise: tf (TensorFlow's collectives, through TF_CONFIG), mpi or horovod (ranks
     #: started through srun's MPI plugin, one packed all-reduce per step).
     backend: str = "tf"
-    #: srun's ``--mpi`` plugin; None: :data:`DEFAULT_MPI_PLUGIN` for the MPI backends, Slurm's default else.
+    #: srun's ``--mpi`` plugin; None: :data:`SRUN_PLUGIN` for the MPI backends, Slurm's default else.
     mpi: str | None = None
     #: ``import horovod`` gives tfdist's Horovod API in the tasks (Horovod is not installed for the job).
     horovod_shim: bool = False
@@ -121,7 +119,7 @@ class SbatchSpec:
         if self.mpi == "none" and self.backend in MPI_BACKENDS:
             raise ConfigError(
                 f"--mpi=none cannot start the ranks of --backend {self.backend}: they need a process-"
-                f"management interface. Hint: drop --mpi ({DEFAULT_MPI_PLUGIN} is the default)."
+                f"management interface. Hint: drop --mpi ({SRUN_PLUGIN} is the default)."
             )
 
     @property
@@ -129,7 +127,7 @@ class SbatchSpec:
         """The ``srun --mpi`` value: the chosen plugin, the default one for MPI backends, else None."""
         if self.mpi is not None:
             return self.mpi
-        return DEFAULT_MPI_PLUGIN if self.backend in MPI_BACKENDS else None
+        return SRUN_PLUGIN if self.backend in MPI_BACKENDS else None
 
     def _check_resources(self) -> None:
         if self.nodes <= 0:

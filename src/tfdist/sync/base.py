@@ -1,17 +1,7 @@
-"""The Synchroniser protocol: what a backend does around the one replica step of :mod:`tfdist.sync.step`.
-
-The step computes the loss, the gradients and the metric sums of one replica's batch; the synchroniser
-decides how those meet the rest of the job. Two families:
-
-- **strategy-level** (:class:`tfdist.sync.tf_collectives.TfCollectives`): the tf.distribute strategy spans
-  every worker; ``apply_gradients`` all-reduces the gradients inside the strategy, and the metric sums are
-  all-reduced only when the loop reads them;
-- **process-level** (:class:`tfdist.sync.mpi.MPISync`, :class:`tfdist.sync.horovod.HorovodSync`): every
-  process runs a one-device strategy; the synchroniser sums gradients and metric sums over all processes
-  in ONE packed all-reduce per step.
-
-:class:`tfdist.sync.parameter_server.ParameterServer` is the asynchronous case: nothing is summed, each
-scheduled step applies one worker's batch on the parameter servers.
+"""The Synchroniser protocol: how one replica step's gradients and metric sums (:mod:`tfdist.sync.step`)
+meet the rest of the job. Strategy-level (TensorFlow's collectives: the strategy spans every worker),
+process-level (:class:`ProcessLevel`: MPI, Horovod; each process runs a one-device strategy and ONE packed
+all-reduce per step sums everything), or asynchronous (the parameter servers: nothing is summed).
 """
 
 from __future__ import annotations
@@ -58,6 +48,11 @@ class Synchroniser(Protocol):
         """A worker's accumulated step results -> the job's (a no-op when the step already summed them)."""
         ...
 
+    def at_sync_point(self) -> bool:
+        """Called at each of the loop's sync points (the same steps on every process): True when the step
+        must be traced again (the MPI backend's ``auto`` buckets just turned on)."""
+        ...
+
     def barrier(self) -> None:
         """Return once every process got here."""
         ...
@@ -84,8 +79,7 @@ def pack_weights(weights: Sequence[np.ndarray]) -> np.ndarray:
     """All weights as one vector of the narrowest float type that holds each of their values exactly
     (float32 for float32/float16 weights; float64 once an int32/int64 or float64 weight is among them).
 
-    Why not always float64: the packed copy is the run's memory peak before training (2 bytes more per
-    float32 weight than the weights themselves: 3.75 GB against 3.2 GB while training, 100M parameters).
+    Why not always float64: the packed copy is the run's memory peak before training.
 
     Input/Output: ``pack_weights([np.ones(2, np.float32), np.ones(1, np.float16)]).dtype == float32``.
     """
@@ -119,8 +113,9 @@ class ProcessLevel:
         """(rank, size): each rank takes its slice of every global batch."""
         return self.rank, self.size
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
-        """Sum over all processes of each float32 tensor, as a step of the training graph."""
+    def graph_allreduce(self, parts: list[Any], keep: int = 0, label: str | None = None) -> list[Any]:
+        """Sum over all processes of each float32 tensor, as a step of the training graph (``label``:
+        the collective as a timeout's line names it)."""
         raise NotImplementedError
 
     def regularization(self, total: Any) -> Any:
@@ -137,29 +132,35 @@ class ProcessLevel:
 
     def exchange_sums(self, sums: Any) -> Any:
         """Evaluation sums, summed over the ranks in the step."""
-        return self.graph_allreduce([sums])[0]
+        return self.graph_allreduce([sums], label="the evaluation's metric all-reduce")[0]
 
     def reduce_totals(self, totals: Any) -> Any:
         """Already summed over the ranks, with the gradients."""
         return totals
 
+    def at_sync_point(self) -> bool:
+        """Nothing to decide."""
+        return False
+
     def step_total(self, value: Any) -> Any:
         """Summed over the ranks now (each rank is one replica): one all-reduce of one float."""
         import tensorflow as tf
 
-        return self.graph_allreduce([tf.reshape(value, [1])])[0][0]
+        (total,) = self.graph_allreduce([tf.reshape(value, [1])], label="the all-reduce of the batch's rows")
+        return total[0]
 
-    def allgather(self, array: np.ndarray) -> np.ndarray:
+    def allgather(self, array: np.ndarray, label: str = "an allgather") -> np.ndarray:
         """Every process's array concatenated along the first axis, in process order."""
         raise NotImplementedError
 
     def table(self, row: np.ndarray) -> np.ndarray:
         """Every rank's ``row``, in rank order (one small gather)."""
         row = np.asarray(row, np.float64).reshape(1, -1)
-        return row if self.size == 1 else self.allgather(row)
+        return row if self.size == 1 else self.allgather(row, "the allgather of the workers' settings")
 
     def agree(self, flag: bool) -> bool:
         """Whether any rank passed True (one small gather; nothing to ask in a one-rank job)."""
         if self.size == 1:
             return flag
-        return bool(self.allgather(np.array([float(flag)], np.float32)).sum() > 0)
+        votes = self.allgather(np.array([float(flag)], np.float32), "the allgather of the votes to stop")
+        return bool(votes.sum() > 0)

@@ -1,53 +1,21 @@
-"""Name-matched collectives: Horovod's coordinator, as one background thread per process.
+"""Name-matched collectives (Horovod's coordinator), one background thread per process: TensorFlow may run
+independent collectives in either order and ranks may issue them in different orders (buckets, Horovod's
+ops), so the ranks agree by name on which is which before any data moves.
 
-Why: TensorFlow may run two independent collectives of one ``tf.function`` in either order, and a
-program may issue them in another order on each rank (several gradient buckets, Horovod's ops).
-Pairing collectives by execution order then makes ranks exchange different tensors (or wait for each
-other forever). As in Horovod, every collective has a name, and the ranks agree on which tensor is which
-before any data moves. The MPI synchroniser (:mod:`tfdist.sync.mpi`) owns the process's one
-coordinator; what a request of each kind does once matched is up to the executor of its kind (its own
-packed sums, Horovod's collectives in :mod:`tfdist.horovod.ops`).
-
-How: an op *submits* a request (its name, what it is about to do, its arrays) and returns at once; the
-request's key is its name plus how many requests of that name this rank submitted before, so a name used
-every step pairs step k with step k on every rank. The thread runs *rounds*: each rank that has requests
-waiting sends an 8-byte hash of each key it submitted since its last round with an 8-byte digest of each
-(kind, dtypes, shapes, arguments), in ONE all-gather of a fixed 2 KiB per rank (up to 127 keys; more
-wait for the next round); every rank adds them to the same table, in the same order, so every rank
-computes the same list of keys now submitted everywhere. Those run in that order, the float32 sums of a
-round fused into ONE packed all-reduce (tensor fusion). A key whose digests differ fails on every rank
-with ``tf.errors.FailedPreconditionError`` naming what rank 0 and the first differing rank sent (a second
-exchange, only then).
-
-A rank enters a round when it has something new to announce, or, after a round that ran nothing, when
-its announced requests still wait (backing off up to 20 ms, so ranks waiting for each other's next op do
-not spin). A rank with nothing to do stays out: the others wait for it in the round (MPI's non-blocking
-calls, polled without burning the core).
-
-:meth:`Coordinator.abandon` is a collective way out of ranks that no longer agree (a test suite that
-must go on after one test left a rank waiting): once every rank called it, every collective not yet run
-fails on every rank, and all start again from an empty table.
-
-:meth:`Coordinator.join` is Horovod's ``hvd.join()``, for ranks with uneven numbers of batches: a rank that
-joined keeps entering rounds, and a key every other rank announced is ready without it. It adds zeros to
-the sums of those keys (an Average still divides by every rank, as Horovod's does) and takes no part in
-the others (allgather, broadcast, ...: they fail on the ranks that called them, with Horovod's message).
-Once every rank joined, each gets the rank that joined last, and every name's count starts again from 0 on
-every rank (the joined ranks ran fewer of them).
-
-A wait longer than ``TFDIST_COLLECTIVE_TIMEOUT`` (the coordinator's rounds and a request's own wait, which
-ends when the names never meet: ranks waiting for different ones) fails the job with one line
-(:mod:`tfdist.sync.watch`).
+An op *submits* a :class:`~tfdist.sync.request.Request` and returns at once; its key is its name plus how
+many of that name this rank submitted before. Each *round* is ONE all-gather of a fixed 2 KiB per rank (a
+hash of each new key and of what it does); the keys announced everywhere run in the same order on every
+rank, a round's sums fused into one packed all-reduce, and a key whose ranks disagree fails on all of them.
+:meth:`Coordinator.join` is ``hvd.join()``; every wait ends after ``TFDIST_COLLECTIVE_TIMEOUT``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,114 +23,33 @@ import numpy as np
 from tfdist._log import get_logger
 from tfdist.errors import CollectiveError
 from tfdist.sync.reduce import allgather_bytes
-from tfdist.sync.watch import CHECK_S, Watch, rank_list
+from tfdist.sync.request import (
+    ABANDON,
+    JOIN,
+    JOIN_DIGEST,
+    JOIN_NAME,
+    Request,
+    hash64,
+    join_unsupported,
+    mismatch_message,
+)
+from tfdist.sync.watch import CHECK_S, Watch
 
 log = get_logger(__name__)
 
 STALL_WARNING_S = 60.0  # Horovod's stall inspector warns after a minute, too
 MAX_UNCLAIMED = 1024  # results of ops whose output TensorFlow pruned: dropped oldest first
-ABANDON = "ABANDON"  # the kind of :meth:`Coordinator.abandon`'s request
-JOIN, JOIN_NAME = "JOIN", "join.noname"  # :meth:`Coordinator.join`'s request (Horovod's name for it)
 # Announcements per rank and round: a round is ONE all-gather of a fixed 2 KiB per rank (no second
 # exchange of lengths), since every rendezvous costs on a machine whose cores are all busy.
 MAX_PER_ROUND = 127
 
 
-def _hash64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
-class Request:
-    """One collective of one rank: what it sends, and (once run) what it received or why it failed."""
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        arrays: Sequence[np.ndarray],
-        args: Any = None,
-        local: Any = None,
-        free_first_dim: bool = False,
-    ) -> None:
-        self.name, self.kind, self.arrays = name, kind, [np.asarray(a) for a in arrays]
-        self.args = args  # must agree across ranks (reduce op and scales, root rank)
-        self.local = local  # may differ across ranks (alltoall's splits)
-        self.free_first_dim = free_first_dim  # allgather / alltoall: first dimensions may differ
-        self.key = ""
-        self.key_hash = 0  # 8 bytes standing for ``key`` in a round
-        self.number = 0  # the rank's count of collectives when it was submitted (a timeout's line)
-        self.done = threading.Event()
-        self.result: list[np.ndarray] = []
-        self.error: str = ""
-
-    def signature(self) -> tuple[Any, ...]:
-        """What every rank must agree on."""
-        shapes = tuple(
-            (a.dtype.str, a.shape[1:] if self.free_first_dim else a.shape, a.ndim) for a in self.arrays
-        )
-        return (self.kind, self.args, shapes)
-
-    def digest(self) -> int:
-        """8 bytes standing for :meth:`signature`."""
-        return _hash64(repr(self.signature()))
-
-    def describe(self) -> str:
-        """``float32[3, 4], int64[2]``: the arrays as error messages name them."""
-        return ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.arrays)
-
-    def label(self) -> str:
-        """The collective as a timeout's line names it: ``allreduce 'HorovodAllreduce_x_0'``,
-        ``the gradient all-reduce (bucket b0)``, ``hvd.join()``."""
-        if self.kind == JOIN:
-            return "hvd.join()"
-        if self.name.startswith("tfdist.grads"):  # the MPI backend's gradient buckets
-            return f"the gradient all-reduce (bucket {self.name.rsplit('/', 1)[-1]})"
-        return f"{KIND_WORDS.get(self.kind, self.kind.lower())} {self.name!r}"
-
-    def blank(self) -> tuple[str, str, Any, list[tuple[Any, tuple[int, ...]]]]:
-        """What a joined rank needs to take part with zeros: (name, kind, args, (dtype, shape) of each)."""
-        return self.name, self.kind, self.args, [(a.dtype, a.shape) for a in self.arrays]
-
-
-KIND_WORDS = {"SUM": "all-reduce"}  # the MPI backend's own named sums
-JOIN_DIGEST = Request(JOIN_NAME, JOIN, []).digest()  # a rank that announces it has joined
-
-
-def mismatch_message(name: str, theirs: list[tuple[str, Any, str, list[str]] | None]) -> str:
-    """The error every rank raises for a key whose ranks disagree: the first rank that sent it (rank 0,
-    unless it joined) against the first other rank that differs.
-
-    ``theirs[r]`` is rank r's (kind, args, description, dtypes), None for a joined rank that did not send it.
-    """
-    sent = [(rank, mine) for rank, mine in enumerate(theirs) if mine is not None]
-    first, (kind0, args0, desc0, dtypes0) = sent[0]
-    for rank, (kind, args, desc, dtypes) in sent[1:]:
-        if kind != kind0:
-            what = f"Mismatched operations: rank {first} did an {kind0}, but rank {rank} did an {kind}"
-        elif args != args0:
-            label = "root ranks" if kind0 == "BROADCAST" else "arguments"
-            what = f"Mismatched {kind0} {label}: rank {first} passed {args0}, but rank {rank} passed {args}"
-        elif dtypes != dtypes0:
-            what = f"Mismatched {kind0} data types: rank {first} sent {desc0}, but rank {rank} sent {desc}"
-        elif desc != desc0:
-            what = f"Mismatched {kind0} tensor shapes: rank {first} sent {desc0}, but rank {rank} sent {desc}"
-        else:
-            continue
-        return (
-            f"{what} (collective {name!r}). Every rank must call the same collectives with the same "
-            "dtypes and shapes."
-        )
-    return f"Mismatched collective {name!r}: the ranks disagree."
-
-
 class Coordinator:
-    """Submits, matches by name, fuses and runs the collectives of this process (see the module).
+    """Submits, matches by name, fuses and runs the collectives of this process.
 
-    ``comm``: the job's communicator (duplicated: the thread's MPI calls never interleave with the
-    caller's), None in a one-process job; ``waiter`` completes non-blocking MPI requests
-    (:class:`tfdist.sync.reduce.Waiter`); ``execute(requests)`` runs one round's matched requests, the same
-    list in the same order on every rank, setting each one's ``result`` (or ``error``); ``watch``: the
-    collective timeout (:class:`tfdist.sync.watch.Watch`), None for none.
+    ``comm``: the job's communicator (duplicated here), None in a job of one; ``execute(requests)`` runs a
+    round's matched requests, the same list in the same order on every rank, setting each one's ``result``
+    (or ``error``); ``watch``: the collective timeout (None: none).
     """
 
     def __init__(
@@ -197,7 +84,7 @@ class Coordinator:
             seq = self._seq.get(request.name, 0)
             self._seq[request.name] = seq + 1
             request.key = f"{request.name}#{seq}"
-            request.key_hash = _hash64(request.key)
+            request.key_hash = hash64(request.key)
             request.number = self.watch.count() if self.watch is not None else 0
             ticket = self._next_ticket
             self._next_ticket += 1
@@ -458,12 +345,3 @@ class Coordinator:
         for request in pending:
             request.error = message
             request.done.set()
-
-
-def join_unsupported(kind: str, name: str, joined: list[int]) -> str:
-    """The error of a collective other than a sum while ranks are joined (Horovod's first sentence)."""
-    hint = " Specify sparse_to_dense=True if using DistributedOptimizer." if kind == "ALLGATHER" else ""
-    return (
-        f"{kind.capitalize()} is not supported with Join at this time.{hint} (collective {name!r}: "
-        f"{rank_list(joined)} already called hvd.join(); only allreduce runs while ranks are joined.)"
-    )

@@ -1,11 +1,7 @@
-"""The Horovod synchroniser: Horovod's core all-reduce behind the same seam as
-:class:`tfdist.sync.mpi.MPISync`.
-
-Used with ``--backend horovod`` when ``horovod.tensorflow`` is importable. Only Horovod's core TensorFlow
-ops are used (``grouped_allreduce``, ``broadcast``): ``horovod.tensorflow.keras`` does not average
-gradients on Keras 3. Horovod's last release does not build against TensorFlow 2.21, so this path
-could not be run on the machine tfdist is developed on; its test runs wherever Horovod is installed.
-"""
+"""The Horovod synchroniser (``--backend horovod`` with Horovod installed): Horovod's core TensorFlow ops
+only (``grouped_allreduce``, ``broadcast``), since ``horovod.tensorflow.keras`` does not average gradients
+on Keras 3. Its test runs wherever Horovod is installed (its last release does not build against
+TensorFlow 2.21)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,8 @@ import numpy as np
 
 from tfdist.backends import HOROVOD_INSTALL_HINT as INSTALL_HINT
 from tfdist.errors import SetupError
+from tfdist.mpi.rank import check_world
 from tfdist.sync.base import ProcessLevel, pack_weights, unpack_weights
-from tfdist.sync.mpi import check_world
 
 
 def import_horovod() -> Any:
@@ -40,16 +36,16 @@ class HorovodSync(ProcessLevel):
         self.rank, self.size = int(hvd.rank()), int(hvd.size())
         check_world(self.size)
 
-    def graph_allreduce(self, parts: list[Any], keep: int = 0) -> list[Any]:
-        """Sum of each tensor over all ranks, in one fused Horovod operation (``keep``: unused, the
-        results are fresh tensors)."""
+    def graph_allreduce(self, parts: list[Any], keep: int = 0, label: str | None = None) -> list[Any]:
+        """Sum of each tensor over all ranks, in one fused Horovod operation (``keep``, ``label``: unused,
+        the results are fresh tensors and Horovod names its own stalls)."""
         import tensorflow as tf
 
-        del keep
+        del keep, label
         parts = [tf.cast(p, tf.float32) for p in parts]
         return list(self.hvd.grouped_allreduce(parts, op=self.hvd.Sum))
 
-    def allgather(self, array: np.ndarray) -> np.ndarray:
+    def allgather(self, array: np.ndarray, label: str = "") -> np.ndarray:
         """Every rank's array concatenated along the first axis, in rank order (uneven lengths allowed)."""
         import tensorflow as tf
 

@@ -42,6 +42,10 @@ class ParameterServer:
         """The steps add their sums to a variable on a parameter server: already the job's."""
         return totals
 
+    def at_sync_point(self) -> bool:
+        """Nothing to decide."""
+        return False
+
     def schedule(self, fn: Any, args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` on the next free worker (returns at once)."""
         self.coordinator.schedule(fn, args=args)

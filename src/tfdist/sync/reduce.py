@@ -1,13 +1,9 @@
 """Hierarchical sum-all-reduce for the MPI backend: shared memory inside a node, MPI across nodes.
 
-Why not one ``MPI_Allreduce``: between ranks of one node MPICH moves the data through its shared-memory
-cells (copied in, copied out, reduced, copied in and out again for the all-gather), and its receive buffer
-must then be handed to TensorFlow. Here every rank of a node packs its gradients straight into its own row
-of an MPI-3 shared window, sums one chunk of all rows into a result row, and reads the whole result from
-that row: one copy in and one pass of additions per element. Measured inside the mnist-cnn training step
-(1.2M floats, 2 ranks, both ready): 2.1 ms for MPICH's ``MPI_Iallreduce`` in place, 0.36 ms for this path.
-Across nodes each rank all-reduces only its own chunk, with the ranks of the same local index on the other
-nodes (the two-level scheme Horovod and NCCL use), so every link carries 1/local_size of the data.
+Every rank of a node packs its gradients straight into its own row of an MPI-3 shared window and sums one
+chunk of all rows: one copy in and one pass of additions per element, several times faster than MPICH's
+``MPI_Allreduce`` between ranks of a node (docs/guides/one-machine.md). Across nodes each rank all-reduces
+only its own chunk with the ranks of the same local index (Horovod's and NCCL's two levels).
 """
 
 from __future__ import annotations
@@ -23,6 +19,11 @@ from tfdist.sync.watch import CHECK_S, Watch
 from tfdist.sync.wire import WIRE_DTYPES, decode, encode
 
 ALIGN_FLOATS = 16  # 64 bytes: TensorFlow's CPU alignment, below which it copies a returned array
+#: How a sum is polled (:class:`Waiter`): spun for the first 5 ms (longer than a sum takes once every rank
+#: is in), then 100 us sleeps while a straggler is awaited, 16 polls per wake-up.
+SPIN_S, SLEEP_S, BURST = 0.005, 0.0001, 16
+#: Sums beside the backward pass never spin (the core computes): a poll every 200 us.
+PROGRESS_S = 0.0002
 
 
 def aligned(n: int) -> int:
@@ -49,28 +50,21 @@ def chunk(length: int, index: int, count: int) -> tuple[int, int]:
 class Waiter:
     """Completes MPI requests without stealing the core a neighbouring rank computes on.
 
-    MPICH busy-polls inside blocking calls and has no yield-when-idle setting, so a rank waiting for a
-    slower peer would burn the core that peer needs on a shared machine. MPI only progresses while polled,
-    so the first ``spin_s`` (longer than the collective itself takes once every rank is in) are a tight poll
-    loop; after that the rank is waiting for a straggler and sleeps between polls (measured: a rank waiting
-    1 s for its peer burns 0.11 s of CPU, not 1 s).
+    MPICH busy-polls inside blocking calls and has no yield-when-idle setting, and MPI progresses only
+    while polled: a tight poll for ``spin_s``, then sleeps between bursts of ``burst`` polls (one poll moves
+    only a piece of a large transfer, so the sleeps would otherwise set the pace).
     """
 
-    def __init__(self, spin_s: float, sleep_s: float, burst: int = 16, watch: Watch | None = None) -> None:
+    def __init__(
+        self, spin_s: float = SPIN_S, sleep_s: float = SLEEP_S, burst: int = BURST, watch: Watch | None = None
+    ) -> None:
         self.spin_s, self.sleep_s, self.burst = spin_s, sleep_s, max(1, burst)
         #: The collective timeout and roll call (:mod:`tfdist.sync.watch`), looked at on the slow path only.
         self.watch = watch
 
     def wait(self, request: Any) -> None:
         """Return once ``request`` completed; CollectiveError once it waited longer than the watch's
-        timeout (the line names the collective of this thread's last ``watch.begin``).
-
-        Each wake-up polls ``burst`` times before sleeping again: one poll moves a bounded piece of a large
-        transfer (~60 KB per poll measured for a 4.8 MB sum across two test hosts, UCX over TCP), so with
-        one poll per wake-up the sleeps, not the link, set the pace. Measured (two test hosts, 200 us sleeps,
-        uncapped link): 4.8 MB summed in 25 ms with 1 poll per wake-up, 6.3 ms with 16, CPU time 3.8 and
-        3.3 ms; at 1 Gbit/s 40 ms either way (the wire's pace).
-        """
+        timeout (the line names the collective of this thread's last ``watch.begin``)."""
         started = time.perf_counter()
         deadline = started + self.spin_s
         while not request.Test():
@@ -163,12 +157,10 @@ class NodeReducer:
     ) -> np.ndarray:
         """Sum the input rows of ``length`` floats over all ranks (after filling :meth:`input_row`).
 
-        Returns the result row. It stays valid until this rank's next call with the same length: a rank
-        writes its next input only after every local rank passed the final barrier of this call, that is,
-        after they all finished summing, and the result is rewritten only after the next call's first barrier.
-        ``compression`` (``fp16``/``bf16``) applies across nodes only (:func:`cross_sum_16`), to the floats
-        before ``exact_from`` (the rest, metric sums and counts, stay float32); ``waiter`` replaces this
-        reducer's own (a background thread polls without spinning).
+        Returns the result row, valid until this rank's next call with the same length (the next call's
+        first barrier comes before anyone writes it). ``compression`` applies across nodes only
+        (:func:`cross_sum_16`), to the floats before ``exact_from`` (metric sums and counts stay float32);
+        ``waiter`` replaces this reducer's own (a background thread polls without spinning).
         """
         waiter = waiter or self.waiter
         window, table = self._windows[length]
@@ -206,11 +198,9 @@ def cross_sum_16(comm: Any, values: np.ndarray, compression: str, waiter: Waiter
     """Sum float32 ``values`` in place over ``comm``, sending 16-bit floats; returns (wire dtype, bytes
     this rank sent in one message).
 
-    A reduce-scatter then an all-gather, as a ring all-reduce moves the data (2 (n-1)/n of the buffer per
-    rank): every rank sends slice j of its encoded values to rank j (one all-to-all), rank j adds the n
-    decoded slices in float32 in rank order, encodes its sum and every rank gathers all sums (one
-    all-gather). Every rank decodes the same bits, so all ranks end with identical values; each value was
-    rounded twice (before the sum and after it).
+    One all-to-all (slice j of every rank to rank j, which adds the n decoded slices in float32 in rank
+    order) and one all-gather of the encoded sums: a ring all-reduce's traffic, identical values on every
+    rank, each rounded twice (before the sum and after it).
     """
     padded = encode(values, compression).view(np.uint16)
     decode(cross_sum_bits(comm, padded, compression, waiter), compression, out=values)
@@ -221,17 +211,36 @@ def cross_sum_bits(comm: Any, bits: np.ndarray, compression: str, waiter: Waiter
     """The sum over ``comm`` of 16-bit floats given as their bits (uint16), as bits (see
     :func:`cross_sum_16`: one all-to-all, float32 additions in rank order, one all-gather)."""
     size = comm.Get_size()
-    step = aligned(-(-bits.size // size))
-    sent = np.zeros(step * size, np.uint16)  # the padding is +0.0 in both formats
+    sent = np.zeros(aligned(-(-bits.size // size)) * size, np.uint16)  # the padding is +0.0 in both formats
     sent[: bits.size] = bits
-    received = np.empty_like(sent)
-    waiter.wait(comm.Ialltoall(sent, received))
-    mine = decode(received[:step], compression)
-    for rank in range(1, size):
-        mine += decode(received[rank * step : (rank + 1) * step], compression)
     gathered = np.empty_like(sent)
+    mine = scatter_sum_16(comm, sent, compression, waiter)
     waiter.wait(comm.Iallgather(encode(mine, compression).view(np.uint16), gathered))
     return gathered[: bits.size]
+
+
+def scatter_sum_16(comm: Any, sent: np.ndarray, compression: str, waiter: Any) -> np.ndarray:
+    """This rank's slice of the sum over ``comm`` of every rank's ``sent`` (16-bit floats as their bits,
+    ``uint16``, a multiple of the rank count long), as float32.
+
+    One all-to-all: slice j of every rank's buffer goes to rank j, which decodes the halves and adds them
+    in float32 in rank order (the reduce-scatter half of :func:`cross_sum_bits`). The
+    sum is not rounded again: it is the owner's alone, the optimizer updates from it and the weights travel
+    back as float32, so every rank ends with the same values.
+
+    Input/Output: 2 ranks sending fp16 bits of ``[1, 2, 3, 4]`` and ``[10, 20, 30, 40]``: rank 0 gets
+    ``[11, 22]``, rank 1 ``[33, 44]``.
+    """
+    size = comm.Get_size()
+    if sent.size % size:
+        raise ValueError(f"{sent.size} values do not split into {size} equal slices")
+    received = np.empty_like(sent)
+    waiter.wait(comm.Ialltoall(sent, received))
+    slices = received.reshape(size, -1)
+    mine = decode(slices[0], compression)
+    for rank in range(1, size):
+        mine += decode(slices[rank], compression)
+    return mine
 
 
 def allgather_bytes(comm: Any, mpi: Any, waiter: Waiter, payload: bytes) -> list[bytes]:

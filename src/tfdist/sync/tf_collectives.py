@@ -1,12 +1,7 @@
-"""The TensorFlow-collectives synchroniser: the strategy spans every worker (MultiWorkerMirroredStrategy,
-MirroredStrategy, one device, TPU).
-
-The gradients are all-reduced by the strategy inside ``apply_gradients`` (Keras 3 sums them across
-replicas there). Each step returns this worker's metric sums over its local replicas; the loop adds them up
-and all-reduces the total across workers only when it reads results (every ``log_every`` steps), with
-:meth:`TfCollectives.reduce_totals`. Why not every step: through TensorFlow's collectives a second
-all-reduce per step, even of a few floats, costs more than the gradient one (measured with mnist-cnn on 2
-workers: 68 ms per step without it, 84 ms with a scalar ``strategy.reduce``).
+"""The TensorFlow-collectives synchroniser: the strategy spans every worker and all-reduces the gradients
+inside ``apply_gradients``; the metric sums are all-reduced only when the loop reads results
+(:meth:`TfCollectives.reduce_totals`): a second collective per step, even of a few floats, costs more than
+the gradient one (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -54,6 +49,10 @@ class TfCollectives:
         """This worker's totals summed over all workers (one all-reduce)."""
         self._width = int(np.shape(totals)[0])
         return self._reduce(totals)
+
+    def at_sync_point(self) -> bool:
+        """Nothing to decide."""
+        return False
 
     def barrier(self) -> None:
         """One small all-reduce every worker joins (nothing to wait for in a one-worker job)."""

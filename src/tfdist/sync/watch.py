@@ -1,26 +1,16 @@
 """No silent hang on the MPI backend: a collective that waits longer than ``TFDIST_COLLECTIVE_TIMEOUT``
 ends the job with ONE line naming the collective, the step, how long it waited and where the other ranks
-are.
+are (MPI pairs collectives by order and has no timeout: a rank that skips one leaves the others waiting).
 
-Why: MPI pairs collectives by order and has no timeout. When one rank skips a collective, runs a callback
-the others do not, or runs out of data first, the others wait forever and say nothing.
+Every rank counts the collectives it starts (a number and a label). A wait past the timeout holds a *roll
+call* on a communicator of its own: each rank waiting in a collective answers (its waiters look for
+questions every :data:`CHECK_S` on their slow path), so a rank that does not answer is busy elsewhere or
+stopped. :func:`timeout_line` composes the line (pure). Nothing costs while collectives complete in time.
 
-How: every rank counts the collectives it starts (a number and a label, e.g. "the gradient all-reduce").
-A wait that outlives the timeout starts a *roll call*: the rank sends a few bytes to every other rank, on a
-communicator duplicated at start-up for this alone, and collects answers for a short grace. A rank answers
-only while it waits in a collective itself: :class:`tfdist.sync.reduce.Waiter` and the coordinator's
-waits look for questions on their slow path, at most every :data:`CHECK_S`. So a rank that does not answer
-is busy outside any collective (a callback, its input pipeline, a save) or has stopped: usually the one
-the others waited for. :func:`timeout_line` composes the line from the answers (pure, unit-tested).
-
-Cost: nothing while collectives complete in time. A wait that completes while spinning never looks at
-the roll call; a collective's start is a counter and a thread-local label.
-
-After a timeout the process must not reach ``MPI_Finalize``: MPICH's waits for every rank (measured: a
-rank finalising with an unfinished ``MPI_Ibarrier`` returned only when its peer finalised), and the peers
-are stuck in collectives that can never complete. The error is raised (the caller's ``finally`` blocks
-run, the worker records it for the launcher's report), and an ``atexit`` handler ends the process with
-``os._exit(1)`` before mpi4py finalises MPI.
+After a timeout the process must not reach ``MPI_Finalize``: MPICH's waits for every rank (measured: a rank
+finalising with an unfinished ``MPI_Ibarrier`` returned only when its peer finalised), and the peers are
+stuck. The error is raised (``finally`` blocks run, the worker records it), then an ``atexit`` handler ends
+the process with ``os._exit(1)`` before mpi4py finalises MPI.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""What the MPI backend puts on the wire: compression (16-bit floats) and gradient buckets.
+"""What the MPI backend puts on the wire: compression (16-bit floats) and gradient buckets (pure).
 
-Compression is lossy and opt-in. ``fp16`` and ``bf16`` round every float32 to 16 bits before it leaves
-the node and once more after the sum (see :func:`tfdist.sync.reduce.NodeReducer`); the sums themselves
-are added in float32. The loss per rounding is at most half a unit in the last place: a relative error of
-2**-11 (fp16: 10-bit mantissa; values above 65,504 become inf, below 6e-8 become 0) or 2**-8 (bf16: 7-bit
-mantissa, float32's range). Within one node (shared memory) nothing travels, so nothing is compressed.
-
-Buckets: the gradients are grouped, in the order the backward pass produces them (the last layer's
-first), into buckets of at least ``bucket_mb`` MB; each bucket's sum starts as soon as its gradients
-exist, while the backward pass goes on. ``bucket_mb`` 0: one packed sum after the backward pass. 2 MB was
-measured across two test hosts (mnist-cnn, one rank per host, 5 alternated repeats): 0.68x two
-unsynchronised copies against 0.57x without buckets at 1 Gbit/s, 0.75x against 0.78x on the uncapped link
-(benchmarks/results/overlap-nodes-5x): buckets pay where the sum is a large share of the step (a slow
-link) and cost where it is not (their sums run beside the backward pass, on its cores). ``auto`` (the
-default) decides from the job's own first steps: :func:`choose_buckets`.
-
-Pure: no TensorFlow, no MPI.
+Compression is lossy and opt-in: ``fp16`` / ``bf16`` round every float32 to 16 bits before it leaves the
+node and once more after the sum, which is added in float32 (a relative error of at most 2**-11 / 2**-8 per
+rounding; fp16 overflows above 65,504). Nothing is compressed within a node. Buckets group the gradients in
+the order the backward pass produces them; each bucket's sum starts as soon as it exists. They pay where
+the sum is a large share of the step (a slow link) and cost where it is not, so ``auto`` (the default)
+decides from the job's first steps (:func:`choose_buckets`; measured in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -66,10 +56,8 @@ def check_bucket_mb(value: object, where: str) -> float:
 AUTO = "auto"
 #: ``auto``: the steps whose gradient sums it measures (after the first, which also traced the step).
 AUTO_STEPS = 8
-#: ``auto``: buckets when the sum after the backward pass takes at least this share of a step. Measured
-#: (benchmarks/results/link-breakdown, mnist-cnn, one rank per test host): 0.27 of the step at 1 Gbit/s,
-#: where 2 MB buckets were faster (155 against 170 ms), 0.09 on the uncapped link, where they were slower
-#: (0.84x against 0.90x the limit).
+#: ``auto``: buckets when the sum after the backward pass takes at least this share of a step (between
+#: the shares measured where buckets paid and where they cost: docs/performance.md).
 AUTO_SHARE = 0.2
 #: ``auto``'s bucket size once buckets pay.
 AUTO_MB = 2.0
@@ -190,10 +178,8 @@ def decode(wire: np.ndarray, compression: str, out: np.ndarray | None = None) ->
         wide = wire.view(np.uint16).astype(np.uint32) << np.uint32(16)
         values = wide.view(np.float32)
     else:
-        # A table of all 65,536 values, not ``astype``: NumPy converts float16 one value at a time, and
-        # float16's subnormals (a fifth of mnist-cnn's summed gradient, a third more are zeros) take a slow
-        # path. That gradient's 1.2M values: 2.4 ms through the table, 7.4 ms through ``astype``; the
-        # table's time does not depend on the values.
+        # A table of all 65,536 values, not ``astype``: NumPy converts float16 one value at a time, slowly
+        # for subnormals, of which a summed gradient has many (docs/performance.md).
         values = _fp16_table()[wire.view(np.uint16)]
     if out is None:
         return values

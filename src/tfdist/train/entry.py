@@ -16,9 +16,10 @@ from tfdist.errors import ConfigError
 from tfdist.sync.shard import check_not_parameter_server
 from tfdist.train.batches import check_arrays, sample_inputs
 from tfdist.train.callbacks import Backup, split_backup
-from tfdist.train.loop import SyncTrainer, ensure_built, is_parameter_server, strategy_of
+from tfdist.train.loop import SyncTrainer
 from tfdist.train.options import FitOptions
 from tfdist.train.ps import ParameterServerTrainer
+from tfdist.train.trainer import ensure_built, is_parameter_server, strategy_of
 
 
 def fit(

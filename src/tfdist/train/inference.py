@@ -17,8 +17,8 @@ from tfdist.sync.step import loss_function, make_steps
 from tfdist.train.batches import sample_inputs
 from tfdist.train.callbacks import chief_filtered, overrides
 from tfdist.train.data import DistributedData
-from tfdist.train.loop import ensure_built, strategy_of
 from tfdist.train.metrics import MetricSet
+from tfdist.train.trainer import ensure_built, strategy_of
 
 
 def _distributed(

@@ -44,7 +44,9 @@ def _whole_lines_under_mpi() -> None:
     import os
     import sys
 
-    if not any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+    from tfdist.mpi.stack import MPI_RANK
+
+    if not any(v in os.environ for v in MPI_RANK):
         return
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)

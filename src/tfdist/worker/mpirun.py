@@ -1,11 +1,9 @@
 """``python -m tfdist.worker.mpirun script.py …``: a rank under the MPI launcher, as ``python -m mpi4py``.
 
-mpi4py's runner turns an uncaught exception or a non-zero exit of any rank into ``MPI_Abort``, so the
-other ranks do not wait forever in a collective for a peer that has left. This runner does the same with
-mpi4py's own functions and first records a non-zero ``sys.exit`` in the rank's error record: the MPI
-launcher's own abort line (which names the rank) can be lost when it tears the job down (measured with
-MPICH under load: 1 run in 12), and the launcher's report must still say which rank ended the job.
-An uncaught exception is already recorded by :func:`tfdist.worker.errors.install`.
+An uncaught exception or a non-zero exit of any rank becomes ``MPI_Abort`` (the others do not wait
+forever for a peer that left), and a non-zero ``sys.exit`` is first recorded in the rank's error record:
+the launcher's own abort line naming the rank can be lost when it tears the job down (MPICH under load: 1
+run in 12). An uncaught exception is recorded by :func:`tfdist.worker.errors.install`.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from tfdist import files, variables
+from tfdist.mpi.stack import MPI_RANK
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.imports import after_import
 
@@ -34,7 +35,7 @@ TICK_S = 1.0
 def worker_rank(environ: Mapping[str, str] = os.environ) -> str | None:
     """The process's training rank: TFDIST_RANK, else the MPI launcher's rank variable; None without one."""
     candidates = [variables.raw("TFDIST_RANK", environ)]
-    candidates += [environ.get(var) for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")]
+    candidates += [environ.get(var) for var in MPI_RANK]
     for value in candidates:
         if value and value.lstrip("-").isdigit():
             return value
@@ -53,6 +54,7 @@ class Progress:
         self.longest = 0.0  # longest time between two calls' starts
         self.done = False
         self._answered = False
+        self._writing = threading.Lock()  # the thread's writes and the one at exit
 
     def enter(self) -> None:
         now = time.time()
@@ -78,10 +80,11 @@ class Progress:
 
     def publish(self) -> None:
         """Write the record (a full or vanished run directory must not end the training)."""
-        try:
-            files.write_json(self.attempt.record("progress", self.rank), self.record())
-        except OSError:
-            pass
+        with self._writing:
+            try:
+                files.write_json(self.attempt.record("progress", self.rank), self.record())
+            except OSError:
+                pass
 
     def answer(self) -> None:
         """Write every thread's stack once the launcher asks for them."""

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
-from tfdist.env.mpich import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.errors import ConfigError
+from tfdist.mpi.stack import has_mpich_wheel, pmi1_safe_netmod
 from tfdist.nodes import gpu_count, loopback_peers, split_address
 from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
