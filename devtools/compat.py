@@ -173,32 +173,27 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
 
 
 def differences(one: Path, two: Path) -> dict[str, float]:
-    """How far the 2 workers' results are from one process's: the weights, and every number the script
-    reports (the history, ``evaluate()``, ``predict()``), the largest of each kind and of all."""
+    """The largest gap between the 2 workers' results and one process's: weights, history, ``evaluate()``
+    and ``predict()``, each and all."""
     import numpy as np
 
-    ref = json.loads((one / "rank-0.json").read_text())
-    worst = {
-        "max_weight_diff": 0.0,
-        "max_history_diff": 0.0,
-        "max_evaluate_diff": 0.0,
-        "max_predict_diff": 0.0,
-    }
+    def gap(a: Any, b: Any) -> float:
+        return float(np.abs(np.asarray(a) - np.asarray(b)).max())
+
+    ref, worst = (
+        json.loads((one / "rank-0.json").read_text()),
+        dict.fromkeys(("weight", "history", "evaluate", "predict"), 0.0),
+    )
     for rank in (0, 1):
         got = json.loads((two / f"rank-{rank}.json").read_text())
-        pairs = {
-            "max_weight_diff": [(two / f"rank-{rank}.weights.npy", one / "rank-0.weights.npy")],
-            "max_predict_diff": [(two / f"rank-{rank}.predictions.npy", one / "rank-0.predictions.npy")],
-        }
-        for key, files in pairs.items():
-            for a, b in files:
-                worst[key] = max(worst[key], float(np.abs(np.load(a) - np.load(b)).max()))
-        for key, values in ref["history"].items():
-            gap = np.abs(np.asarray(got["history"][key]) - np.asarray(values)).max()
-            worst["max_history_diff"] = max(worst["max_history_diff"], float(gap))
-        for key, value in ref["evaluate"].items():
-            worst["max_evaluate_diff"] = max(worst["max_evaluate_diff"], abs(got["evaluate"][key] - value))
-    return {**worst, "max_diff": max(worst.values())}
+        for kind, name in (("weight", "weights"), ("predict", "predictions")):
+            worst[kind] = max(
+                worst[kind],
+                gap(np.load(two / f"rank-{rank}.{name}.npy"), np.load(one / f"rank-0.{name}.npy")),
+            )
+        for kind in ("history", "evaluate"):
+            worst[kind] = max([worst[kind], *(gap(got[kind][k], v) for k, v in ref[kind].items())])
+    return {**{f"max_{k}_diff": v for k, v in worst.items()}, "max_diff": max(worst.values())}
 
 
 def _since(start: float) -> float:
