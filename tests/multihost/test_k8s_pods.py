@@ -125,7 +125,7 @@ def test_indexed_job_pods_run_model_fit_as_one_job(
     hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
 ) -> None:
     single, out, command = fit
-    container = pod_container("--workers", "2", "--name", "train", command=command)
+    container = pod_container("--pods", "2", "--name", "train", command=command)
     received = hosts.received_bytes("node2")
     run_pods(
         container,
@@ -143,7 +143,7 @@ def test_jobset_pods_run_model_fit_as_one_job(
     hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
 ) -> None:
     single, out, command = fit
-    container = pod_container("--workers", "2", "--kind", "jobset", command=command)
+    container = pod_container("--pods", "2", "--kind", "jobset", command=command)
     run_pods(
         container,
         {
@@ -159,7 +159,7 @@ def test_tfjob_pods_run_model_fit_through_the_operators_tf_config(
     hosts: Hosts, fit: tuple[Path, Path, tuple[str, ...]], tmp_path: Path
 ) -> None:
     single, out, command = fit
-    container = pod_container("--workers", "2", "--kind", "tfjob", command=command)
+    container = pod_container("--pods", "2", "--kind", "tfjob", command=command)
     port = container["ports"][0]["containerPort"]
     workers = [f"train-worker-{i}.default.svc:{port}" for i in range(2)]
 
@@ -182,7 +182,7 @@ def test_pods_whose_command_is_tfdist_launch_run_two_workers_each(
     """``--nproc-per-pod 2``: each pod runs ``tfdist launch -n 2 train.py``; each launcher reads its node
     and peers from the pod (index, Service, pod count): 2 pods x 2 workers, one job."""
     single, out, command = fit
-    container = pod_container("--workers", "2", "--name", "train", "--nproc-per-pod", "2", command=command)
+    container = pod_container("--pods", "2", "--name", "train", "--nproc-per-pod", "2", command=command)
     assert container["command"][:6] == ["python", "-m", "tfdist", "launch", "-n", "2"]
     outputs = run_pods(
         container,

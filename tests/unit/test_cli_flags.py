@@ -63,6 +63,16 @@ def test_a_flag_typed_after_the_command_is_one_line_not_a_silent_argument(
     assert f"{flag} comes after the command" in err and " -- python train.py" in err
 
 
+def test_an_unknown_flag_before_the_command_is_not_blamed_on_a_later_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--workers 2`` (not a k8s flag): its value is no command, so ``--name`` after it is not "after the
+    command"; argparse's own line names what is wrong."""
+    argv = ("k8s", "manifest", "--image", "i:1", "--workers", "2", "--name", "t", "--", "x")
+    code, _, err = cli(capsys, *argv)
+    assert code == 2 and "comes after the command" not in err and "--pods" in err, err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -28,12 +28,15 @@ def flag_after_command(argv: Sequence[str], parser: Any) -> str | None:
     ``["--pods", "2", "--", "python", "t.py", "--image", "x"]`` -> None.
     """
     takes_value = _value_options(parser)
+    known = {s for action in parser._actions for s in action.option_strings}
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return None
         if arg.startswith("-"):
+            if arg.partition("=")[0] not in known:
+                return None  # a flag the parser does not know: argparse names it (and the nearest one)
             i += 2 if arg in takes_value else 1
             continue
         later = list(argv[i + 1 :])
