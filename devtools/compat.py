@@ -100,6 +100,11 @@ def build(cell: Cell, timeout: float = 900) -> Path:
     python = venv / "bin" / "python"
     stamp = venv / ".tfdist-compat"
     if python.exists() and stamp.exists() and stamp.read_text() == _stamp(cell):
+        here = subprocess.run(
+            [str(python), "-c", "import tfdist; print(tfdist.__file__)"], capture_output=True, text=True
+        )
+        if not here.stdout.startswith(str(ROOT / "src")):  # built from another tree: this one, editable
+            _pip(python, "--no-deps", "-e", str(ROOT), timeout=300)
         return python
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
