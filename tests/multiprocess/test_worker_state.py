@@ -31,3 +31,13 @@ def test_weights_and_optimizer_agree_and_moving_statistics_only_when_synchronize
     assert np.abs(w0["optimizer"] - w1["optimizer"]).max() < 1e-6
     gap = np.abs(w0["statistics"] - w1["statistics"]).max()
     assert gap < 1e-6 if synchronized else gap > 1e-3, gap
+
+
+def test_a_worker_reads_back_the_checkpoints_it_wrote(tmp_path: Path) -> None:
+    """Each worker checkpoints to a directory of its own: the non-chief's write goes to tfdist's private
+    directory, and its ``load_weights`` / ``load_model`` of the path it named find that copy."""
+    script = str(Path(__file__).parent.parent / "helpers" / "checkpoint_readback.py")
+    proc = tfdist("launch", "-n", "2", "--cpu", "--run-dir", str(tmp_path / "run"), script, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "rank 0 read back its checkpoints: True" in out and "rank 1 read back its checkpoints: True" in out

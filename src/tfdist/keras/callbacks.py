@@ -44,7 +44,9 @@ def redirect(callback: Any, task_id: int) -> bool:
         return False
     name = type(callback).__name__
     if name == "ModelCheckpoint":
-        callback.filepath = moved_path(str(callback.filepath), private_dir(task_id))
+        asked = str(callback.filepath)
+        callback.filepath = moved_path(asked, private_dir(task_id))
+        _remember_writes(callback, asked)
     elif name == "CSVLogger":
         callback.filename = moved_path(str(callback.filename), private_dir(task_id))
     elif name == "TensorBoard":
@@ -56,6 +58,57 @@ def redirect(callback: Any, task_id: int) -> bool:
     callback._tfdist_redirected = True
     log.debug("worker %d: %s writes to a private temp dir (the chief writes the real files)", task_id, name)
     return True
+
+
+#: A non-chief worker's checkpoints tfdist redirected: the path the script named -> where this worker wrote.
+WRITTEN: dict[str, str] = {}
+
+
+def readable(path: Any) -> Any:
+    """What to read for ``path`` in this worker: its own copy when tfdist redirected the write there and no
+    file is at ``path`` (the chief's own may be elsewhere, or not written yet); else ``path`` itself."""
+    if not isinstance(path, (str, os.PathLike)):
+        return path
+    mine = WRITTEN.get(os.path.abspath(os.fspath(path)))
+    return mine if mine and not os.path.exists(path) and os.path.exists(mine) else path
+
+
+def _remember_writes(callback: Any, asked: str) -> None:
+    """Note each save's pair of paths (the named one, formatted as Keras formats it, and this worker's), so
+    that reading the named one back in this worker (``load_weights``, ``load_model``) finds the file."""
+    private, get_path = callback.filepath, callback._get_file_path
+
+    def _get_file_path(epoch: Any, batch: Any, logs: Any) -> Any:
+        mine = get_path(epoch, batch, logs)
+        callback.filepath = asked
+        try:
+            WRITTEN[os.path.abspath(get_path(epoch, batch, logs))] = os.path.abspath(mine)
+        finally:
+            callback.filepath = private
+        return mine
+
+    callback._get_file_path = _get_file_path
+    _read_back_through(readable)
+
+
+def _read_back_through(mapped: Any) -> None:
+    """Keras' readers of a checkpoint (``keras.saving/models.load_model``, ``Model.load_weights``) read
+    ``mapped(path)`` (once per process)."""
+    import keras
+
+    if getattr(keras.Model.load_weights, "_tfdist_read_back", False):
+        return
+    load_model, load_weights = keras.saving.load_model, keras.Model.load_weights
+
+    def read_model(filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        return load_model(mapped(filepath), *args, **kwargs)
+
+    def read_weights(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        return load_weights(self, mapped(filepath), *args, **kwargs)
+
+    read_weights._tfdist_read_back = True  # type: ignore[attr-defined]
+    keras.saving.load_model = keras.models.load_model = read_model
+    keras.Model.load_weights = read_weights
 
 
 def _read_chief_write_private(callback: Any, into: str) -> None:
