@@ -26,10 +26,6 @@ class Found:
     distribution: str
     path: str
 
-    def describe(self) -> str:
-        """``"3.16.0.dev2026102704 (keras-nightly)"``; the directory where no distribution says."""
-        return f"{self.version} ({self.distribution or self.path})"
-
 
 def find(module: str) -> Found:
     """``module``'s release and where it comes from (a top-level module name: ``keras``, ``tensorflow``).

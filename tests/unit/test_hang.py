@@ -34,14 +34,14 @@ def test_the_bound_is_the_users_or_derived_from_the_steps() -> None:
 def test_the_worker_outside_any_step_is_the_one_the_others_wait_for() -> None:
     now = 1000.0
     found = {"0": steps("0", 9, True, now - 400), "1": steps("1", 8, False, now - 401)}
-    assert hang.verdict(found, now, 300) == hang.Hang(401 - 1, 300, "1", True)
+    assert hang.verdict(found, now, 300) == hang.Hang(401 - 1, "1", True)
     assert hang.verdict(found, now - 200, 300) is None  # moved 200 s ago: within the bound
 
 
 def test_without_anyone_inside_a_step_the_fewest_steps_are_stuck() -> None:
     now = 1000.0
     found = {"0": steps("0", 5, False, now - 70), "1": steps("1", 4, False, now - 71)}
-    assert hang.verdict(found, now, 60) == hang.Hang(70, 60, "1", False)
+    assert hang.verdict(found, now, 60) == hang.Hang(70, "1", False)
 
 
 def test_one_worker_busy_alone_after_its_peers_finished_is_not_a_hang() -> None:
@@ -49,7 +49,7 @@ def test_one_worker_busy_alone_after_its_peers_finished_is_not_a_hang() -> None:
     found = {"0": steps("0", 9, False, now - 900), "1": steps("1", 9, False, now - 900, done=True)}
     assert hang.verdict(found, now, 300) is None
     found["0"] = steps("0", 9, True, now - 900)  # waiting inside a step for a peer that is gone
-    assert hang.verdict(found, now, 300) == hang.Hang(900, 300, "0", False)
+    assert hang.verdict(found, now, 300) == hang.Hang(900, "0", False)
 
 
 def test_records_are_read_as_the_worker_writes_them(tmp_path: Path) -> None:

@@ -274,8 +274,7 @@ class Attempt:
             if idle_worker is None:
                 return None
             how = f"hung: no output, heartbeat or step for {idle:.0f} s (watchdog {limit:g} s)"
-            rank = hang.stuck(steps)[0] if steps else None
-            outside = bool(steps) and hang.stuck(steps)[1]
+            rank, outside = hang.stuck(steps) if steps else (None, False)
         else:
             found = hang.verdict(steps, wall, bound)
             if found is None:

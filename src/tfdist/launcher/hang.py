@@ -46,10 +46,9 @@ class Steps:
 
 @dataclass(frozen=True)
 class Hang:
-    """A hung job: for how long nothing moved, the bound, and the worker the others wait for."""
+    """A hung job: for how long nothing moved, and the worker the others wait for."""
 
     idle: float
-    bound: float
     stuck: str  # a rank
     outside: bool  # the stuck rank is outside any step while others wait inside one
 
@@ -90,7 +89,7 @@ def verdict(steps: dict[str, Steps], now: float, limit: float) -> Hang | None:
     """A hang when no running worker started or ended a step for ``limit`` seconds (see above).
 
     Input/Output: rank 0 inside a step, rank 1 outside, both last moved 400 s ago, limit 300 ->
-    ``Hang(idle=400, bound=300, stuck="1", outside=True)``.
+    ``Hang(idle=400, stuck="1", outside=True)``.
     """
     live = [s for s in steps.values() if not s.done]
     if not live or (len(live) == 1 and not live[0].inside):
@@ -99,7 +98,7 @@ def verdict(steps: dict[str, Steps], now: float, limit: float) -> Hang | None:
     if idle <= limit:
         return None
     rank, outside = stuck(steps)
-    return Hang(idle, limit, rank, outside)
+    return Hang(idle, rank, outside)
 
 
 def stuck(steps: dict[str, Steps]) -> tuple[str, bool]:
