@@ -94,6 +94,14 @@ from tfdist.launcher.policy import PORT_RETRIES, Budget, Outcome, Restart, Stop,
             {"failure_code": 2, "max_restarts": 3},
             Stop(2, None, True, with_tail=False),
         ),
+        # Workers that stopped at a step boundary for nodes that wait to join spend no restart, even with
+        # none left.
+        (
+            Outcome.RESIZED,
+            Budget(restarts=1),
+            {"max_restarts": 1},
+            Restart(Budget(restarts=1), "the job meets again with the nodes that wait to join.", False),
+        ),
         (
             Outcome.TIMEOUT,
             Budget(),

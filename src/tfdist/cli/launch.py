@@ -13,6 +13,11 @@ from tfdist.errors import ConfigError
 from tfdist.launcher.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
 
+def seconds_or_never(text: str) -> float | None:
+    """``--grow-every``: seconds, or ``never`` (None)."""
+    return None if text.strip().lower() == "never" else seconds(text)
+
+
 def register(sub: Any) -> None:
     """Add the ``launch`` sub-parser."""
     p = sub.add_parser(
@@ -103,6 +108,14 @@ def register(sub: Any) -> None:
         type=seconds,
         metavar="SECONDS",
         help="with --nnodes MIN:MAX: how long a round with MIN nodes waits for more (default 10)",
+    )
+    nodes.add_argument(
+        "--grow-every",
+        type=seconds_or_never,
+        default=0.0,
+        metavar="SECONDS|never",
+        help="with --nnodes MIN:MAX: a node that arrives while the job runs joins it at a step boundary once "
+        "the job has run this long (default 0: at once); never: it waits for a restart",
     )
     nodes.add_argument(
         "--rdzv-token",
@@ -225,7 +238,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
     rdzv = None
     if args.rdzv:
         rdzv = RendezvousSpec(
-            args.rdzv, args.rdzv_timeout, args.rdzv_token, args.rdzv_token_file, args.rdzv_last_call
+            args.rdzv,
+            args.rdzv_timeout,
+            args.rdzv_token,
+            args.rdzv_token_file,
+            args.rdzv_last_call,
+            args.grow_every,
         )
     return LaunchConfig(
         command=command,

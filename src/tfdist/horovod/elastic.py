@@ -18,7 +18,7 @@ import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfdist import files, variables
+from tfdist import files, resize, variables
 from tfdist._log import get_logger
 from tfdist.horovod import runtime
 
@@ -106,8 +106,11 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
-        """Raise :class:`HostsUpdatedInterrupt` when hosts were added or removed. Under tfdist a running
-        job is never told (its launcher restarts it instead), so this never raises."""
+        """Raise :class:`HostsUpdatedInterrupt` when nodes wait to join and the launcher asked the job to
+        grow (:mod:`tfdist.resize`): rank 0's view, broadcast so every rank raises at the same point, as
+        Horovod does. A lost rank never reaches here: the launcher restarts the job instead."""
+        if commit_path(self._index) is not None and self._bcast_object(resize.requested()):
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self) -> None:
         """Save the state in memory."""
@@ -212,6 +215,8 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         state._resume()
         skip_sync = False
         while True:
+            if commit_path(state._index) is not None:  # the commit on disk resumes it: a job may grow
+                resize.offer("hvd.elastic.run")
             try:
                 if not skip_sync:
                     state.sync()
@@ -220,7 +225,13 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as exc:
+                if resize.requested():  # new nodes join: the processes restart with them, from the commit
+                    if state._rank() == 0:
+                        log.warning("hvd.elastic: the job grows; it resumes from the last commit.")
+                    raise SystemExit(resize.EXIT_CODE) from None
                 skip_sync = exc.skip_sync
+            finally:
+                resize.withdraw()
             state.on_reset()
 
     return wrapper

@@ -11,7 +11,7 @@ import os
 import shutil
 from typing import Any
 
-from tfdist import files
+from tfdist import files, resize, variables
 from tfdist._log import get_logger
 from tfdist.keras import adapters
 from tfdist.keras.checks import is_multi_worker, worker_identity
@@ -135,6 +135,41 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
     callback.on_train_end = train_end
 
 
+def grow_at_epoch_end(callbacks: list[Any]) -> None:
+    """With a ``BackupAndRestore`` that saves each epoch, a job may grow at an epoch's end: after the
+    backup, the workers vote (one all-reduce of a scalar per epoch) and, when the launcher asked
+    (:mod:`tfdist.resize`), all exit; the job meets again with the new nodes and resumes at the next
+    epoch. Added last, so every other callback's epoch end ran first; only in a launched worker."""
+    backups = [c for c in callbacks if type(c).__name__ == "BackupAndRestore"]
+    if not variables.raw("TFDIST_ATTEMPT_DIR"):  # no launcher to ask (set alike on every worker)
+        return
+    if not backups or backups[0].save_freq != "epoch" or any(type(c).__name__ == "_Grow" for c in callbacks):
+        return
+    import keras
+
+    class _Grow(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if epoch + 1 >= int(self.params.get("epochs") or 0):
+                return  # the last epoch: nothing to resume
+            strategy = self.model.distribute_strategy
+            votes = float(resize.requested())
+            if is_multi_worker(strategy):
+                import tensorflow as tf
+
+                per_replica = strategy.run(lambda: tf.constant(votes))
+                votes = float(strategy.reduce("SUM", per_replica, axis=None))
+            if votes:
+                if worker_identity(strategy)[0]:
+                    print(f"the job grows: the backup of epoch {epoch + 1} is written; it resumes there.")
+                raise SystemExit(resize.EXIT_CODE)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            resize.withdraw()
+
+    callbacks.append(_Grow())
+    resize.offer("model.fit with BackupAndRestore")
+
+
 def backup_paths() -> tuple[str, ...]:
     """BackupAndRestore's private path attributes in the installed Keras (a field of its adapter row)."""
     adapter = adapters.adapter_for(adapters.keras_version())
@@ -156,6 +191,7 @@ def patch_callback_list(module: Any) -> None:
             if not chief:
                 for callback in self.callbacks:
                     redirect(callback, task_id)
+        grow_at_epoch_end(self.callbacks)
         original(self, model)
 
     set_model.__wrapped__ = original  # type: ignore[attr-defined]

@@ -73,7 +73,9 @@ def launch(
         # A notice that another node failed ends this node's attempt at once (no collective timeout).
         # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
         first = _meet(member, config, check=not member.ports_agreed)
-        result = _supervise(first, check, lambda _attempt: _meet(member, config), member.notice)
+        result = _supervise(
+            first, check, lambda _attempt: _meet(member, config), member.notice, member.decline
+        )
         return result
     finally:
         _leave(member, result)
@@ -109,6 +111,7 @@ def _supervise(
     check: bool,
     rejoin: Callable[[int], LaunchConfig] | None,
     told: Callable[[], Notice | None] | None,
+    decline: Callable[[str], None] | None = None,
 ) -> RunResult:
     """This node's workers, attempt after attempt, until the restart policy says stop."""
     machine = preflight(config)
@@ -137,7 +140,7 @@ def _supervise(
             auto_ports = config.nnodes == 1 and config.base_port is None
             specs = placement.plan(config, run_dir=run_dir, attempt=attempt, base_env=base_env)
             group = placement.group(specs, config, _console_names(config))
-            supervised = Attempt(group, config, deadline, signals, told)
+            supervised = Attempt(group, config, deadline, signals, told, decline)
             outcome, failure = supervised.run()
             record_end(run_dir, attempt, outcome, failure, supervised.detected_at)
             if failure is not None:

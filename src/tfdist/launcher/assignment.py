@@ -68,13 +68,15 @@ class Notice:
     """What the other nodes of a running round are told when one node's workers failed or it left.
 
     ``stop``: that node ended the job for good (an error a restart gives again, or a signal), with exit code
-    ``code``; otherwise the job meets again (a restart).
+    ``code``; otherwise the job meets again (a restart). ``grow``: nothing failed; node ``by`` waits to
+    join and the job would have ``grow`` nodes: the workers stop at a step boundary and the job meets again.
     """
 
     by: str  # the node's host name
     why: str  # one line
     stop: bool = False
     code: int = 1
+    grow: int = 0
 
     @property
     def unannounced(self) -> bool:
@@ -84,6 +86,8 @@ class Notice:
 
     def line(self) -> str:
         """The report line: ``node node3 left the job: its launcher's connection … closed``."""
+        if self.grow:
+            return f"node {self.by} waits to join: {self.why}"
         return f"node {self.by} {'ended' if self.stop else 'left'} the job: {self.why}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,7 +98,8 @@ class Notice:
     def from_dict(cls, data: Mapping[str, Any]) -> Notice:
         """Parse a notice; ValueError on anything malformed."""
         try:
-            return cls(str(data["by"]), str(data["why"])[:500], bool(data["stop"]), int(data["code"]))
+            grow = int(data.get("grow", 0))
+            return cls(str(data["by"]), str(data["why"])[:500], bool(data["stop"]), int(data["code"]), grow)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed notice: {exc}") from None
 

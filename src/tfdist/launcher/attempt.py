@@ -1,5 +1,6 @@
 """One attempt of a launch, supervised: the workers run until they all finish, one fails, another node
-of the job fails (the rendezvous says so), a worker hangs, the run times out, or a signal arrives.
+of the job fails (the rendezvous says so), a worker hangs, the run times out, a signal arrives, or the
+workers stop at a step boundary for nodes that wait to join (the job grows).
 
 The actor loop (:func:`tfdist.launcher.api.launch`) plans each attempt, hands it to :class:`Attempt`, and
 asks the restart policy what the outcome means.
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 
-from tfdist import variables
+from tfdist import files, resize, variables
 from tfdist.launcher import hang
 from tfdist.launcher.assignment import Notice
 from tfdist.launcher.config import LaunchConfig
@@ -25,6 +26,7 @@ from tfdist.launcher.outcome import FailureInfo
 from tfdist.launcher.policy import Outcome
 from tfdist.launcher.records import error_record_time, read_error_record
 from tfdist.launcher.workers import Worker, WorkerGroup
+from tfdist.worker.contract import AttemptFiles
 
 #: Seconds between polls of the workers (exit codes, heartbeats, the rendezvous): the slowest a failure is
 #: noticed, at a cost no one measures on an idle launcher.
@@ -123,9 +125,12 @@ class Attempt:
         deadline: float | None,
         signals: Signals,
         told: Callable[[], Notice | None] | None = None,
+        decline: Callable[[str], None] | None = None,
     ) -> None:
         self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
-        self.told = told
+        self.told, self.decline = told, decline
+        self.growing: Notice | None = None  # nodes wait to join; the workers are not asked yet
+        self.resizing = False  # the workers were asked to stop at a step boundary
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
@@ -166,7 +171,7 @@ class Attempt:
         exited = self.group.poll()
         new = [(w, c) for w, c in exited if w.name not in self.seen]
         self.seen.update(w.name for w, _ in new)
-        first = _first_failed(new)
+        first = _first_failed([(w, c) for w, c in new if not (self.resizing and c == resize.EXIT_CODE)])
         if first is not None:
             worker, code = first
             self.detected_at = time.time()
@@ -182,7 +187,9 @@ class Attempt:
             failure = _failure(worker, exit_code_of(code), _how(code))
             return Outcome.FAILED, replace(failure, muted=self.group.muted())
         notice = self.told() if self.told is not None else None
-        if notice is not None:
+        if notice is not None and notice.grow:
+            self.growing = notice
+        elif notice is not None:
             self.detected_at = time.time()
             return self._peer_failed(notice)
         if self.ps_mode:
@@ -194,10 +201,14 @@ class Attempt:
                 return Outcome.FAILED, _failure(worker, 1, "server exited before the chief finished")
         elif len(exited) == len(self.group.workers):
             self.group.kill()  # reap and join log pumps
+            if self.resizing and any(code == resize.EXIT_CODE for _, code in exited):
+                return Outcome.RESIZED, None
             return self._joined(now, final=True) or (Outcome.OK, None)  # a job quicker than the verdict
         refused = self._joined(now)
         if refused is not None:
             return refused
+        if self.growing is not None and now >= self.hang_checked + HANG_CHECK_S:
+            self._ask_resize()
         hung = self._hung(now)
         if hung is not None:
             # A hung worker never reaches the step boundary its SIGTERM handler waits for: a long grace
@@ -208,6 +219,36 @@ class Attempt:
             self.group.close(self.config.grace)
             return Outcome.TIMEOUT, None
         return None
+
+    def _ask_resize(self) -> None:
+        """Nodes wait to join: once every local worker trains, ask them to stop at the next step boundary
+        (they agree on the step, save and exit with :data:`tfdist.resize.EXIT_CODE`), or say in one line
+        why the job keeps its size (the newcomers are told the same)."""
+        notice = self.growing
+        assert notice is not None
+        directory = str(variables.raw("TFDIST_ATTEMPT_DIR", self.group.workers[0].spec.env) or "")
+        steps = [s for s in hang.read_steps(directory).values() if not s.done] if directory else []
+        offers = [s.resize for s in steps]
+        nproc = self.config.nproc_per_node
+        if len(steps) < nproc or not (all(offers) or any(s.steps for s in steps)):
+            return  # not training yet: asked again at the next check
+        self.growing = None
+        why = (
+            "parameter-server jobs keep their size"
+            if self.ps_mode
+            else resize.refusal(offers, notice.grow, nproc)
+        )
+        if why is not None:
+            console_print(
+                f"tfdist launch: {notice.line()}; not while it runs: {why}. The job keeps its "
+                f"{self.config.nnodes} node(s)."
+            )
+            if self.decline is not None:
+                self.decline(why)
+            return
+        files.write_text(AttemptFiles(directory).resize_request, notice.line() + "\n")
+        self.resizing = True
+        console_print(f"tfdist launch: {notice.line()}: the workers stop at the next step boundary.")
 
     def _peer_failed(self, notice: Notice) -> tuple[Outcome, FailureInfo]:
         # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd

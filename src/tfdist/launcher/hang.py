@@ -18,6 +18,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.errors import library_dirs
@@ -42,6 +43,7 @@ class Steps:
     last: float  # wall clock of its last step's start or end
     longest: float  # the longest gap between two steps' starts, in seconds
     done: bool  # the process has exited
+    resize: dict[str, Any] | None = None  # how its training can stop and resume (tfdist.resize.offer)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def read_steps(directory: str) -> dict[str, Steps]:
             with open(os.path.join(directory, name), encoding="utf-8") as fh:
                 r = json.load(fh)
             found[rank] = Steps(rank, int(r["steps"]), bool(r["inside"]), float(r["last"]),
-                                float(r["longest"]), bool(r["done"]))  # fmt: skip
+                                float(r["longest"]), bool(r["done"]), r.get("resize"))  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being replaced, or not ours
     return found

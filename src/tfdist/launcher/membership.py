@@ -58,6 +58,10 @@ class Membership(Protocol):
         """What another node said while this one's workers run (never blocks); ``None``: nothing yet."""
         ...
 
+    def decline(self, why: str) -> None:
+        """Nodes wait to join, but this node's workers cannot stop and resume now (``why``, one line)."""
+        ...
+
     def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
         """Leave the job: it ended well here, or (``stop``) for good with exit ``code`` and line ``why``."""
         ...
@@ -78,6 +82,9 @@ class Fixed:
     def notice(self) -> Notice | None:
         """Nobody to hear from: a node's failure reaches the others through their collectives."""
         return None
+
+    def decline(self, why: str) -> None:
+        """Nobody waits to join a fixed job."""
 
     def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
         """Nothing to leave."""
@@ -212,6 +219,7 @@ def _rendezvous(config: LaunchConfig) -> Membership:
         "chief": config.chief,
         "nnodes": f"{low}:{high}" if high > low else str(low),
         "max_restarts": config.max_restarts,
+        "grow_every": config.rdzv.grow_every,
     }
     return Rendezvous(
         config.rdzv,

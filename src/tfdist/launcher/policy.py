@@ -26,6 +26,7 @@ class Outcome(Enum):
     TIMEOUT = "timeout"  # --timeout reached
     PEER_FAILED = "peer_failed"  # another node of the job failed or left (told through the rendezvous)
     PEER_STOPPED = "peer_stopped"  # another node ended the job for good (its error comes back on a restart)
+    RESIZED = "resized"  # the workers stopped at a step boundary for nodes that wait to join
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def decide(
     """
     if outcome is Outcome.OK:
         return Stop(0)
+    if outcome is Outcome.RESIZED:  # nothing failed: no restart is spent
+        return Restart(budget, "the job meets again with the nodes that wait to join.", report_failure=False)
     if outcome is Outcome.SIGNAL:
         return Stop(128 + signum, f"stopped by {signal.Signals(signum).name}; all workers ended.")
     if outcome is Outcome.TIMEOUT:

@@ -10,16 +10,22 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from tfdist import variables
+from tfdist import resize, variables
 from tfdist.train.scaling import lr_at
 
 
 @dataclass
 class StopRequest:
-    """Set by SIGTERM / SIGUSR2; honoured at the next step boundary on every worker."""
+    """Set by SIGTERM / SIGUSR2, or by the launcher's request to stop for nodes that wait to join
+    (:mod:`tfdist.resize`); honoured at the next step boundary on every worker."""
 
     signum: int = 0
     old: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def requested(self) -> bool:
+        """This worker's vote to stop at the next step boundary."""
+        return bool(self.signum) or resize.requested()
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum

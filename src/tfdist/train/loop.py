@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tfdist import context
+from tfdist import context, resize
 from tfdist._log import get_logger
 from tfdist.diagnose import peers
 from tfdist.errors import CollectiveError, ConfigError, NonFiniteLossError
@@ -48,6 +48,8 @@ class SyncTrainer(Trainer):
         self.model.stop_training = False
         started, examples = time.monotonic(), 0
         self.stop.install()
+        if self.checkpointer:  # it resumes exactly from a step boundary: a job may grow
+            resize.offer("tfdist.fit", self.plan.global_batch, max(1, self.replicas // self.env.world_size))
         try:
             self.callbacks.on_train_begin()
             # The epoch counter, not step // steps: a checkpoint taken at an epoch's last step before its
@@ -85,6 +87,7 @@ class SyncTrainer(Trainer):
             raise
         finally:
             self.stop.restore()
+            resize.withdraw()
             set_step(None)
         return self._finish(time.monotonic() - started, examples)
 
@@ -140,7 +143,7 @@ class SyncTrainer(Trainer):
                 self.callbacks.on_train_batch_begin(done)
             set_step(step + 1)  # the MPI backend's timeout line names the step being run
             with self.trace.span("step"):
-                out = self.train_step(batch, self._votes[bool(self.stop.signum)])
+                out = self.train_step(batch, self._votes[self.stop.requested])
             block.append(out)
             step += 1
             done += 1
@@ -268,6 +271,8 @@ class SyncTrainer(Trainer):
         return {f"val_{k}": v for k, v in logs.items()}
 
     def _preempt(self, step: int) -> None:
+        if not self.stop.signum and self.checkpointer and resize.requested():
+            self._resize(step)
         signum = self.stop.signum or signal.SIGTERM
         if self.checkpointer:
             self.checkpointer.save(step)
@@ -281,6 +286,15 @@ class SyncTrainer(Trainer):
         if self.env.is_chief and self.checkpointer and os.environ.get("SLURM_JOB_ID"):
             commands.requeue_slurm_job("the next run resumes from the checkpoint")
         raise SystemExit(128 + signum)
+
+    def _resize(self, step: int) -> None:
+        """Nodes wait to join (the launcher asked): save at this step, then every worker exits with
+        :data:`tfdist.resize.EXIT_CODE` and the job meets again with them."""
+        assert self.checkpointer is not None
+        self.checkpointer.save(step)
+        self.reporter.message(f"the job grows: checkpoint written at step {step}; it resumes there.")
+        self._barrier()
+        raise SystemExit(resize.EXIT_CODE)
 
     def _finish(self, duration: float, examples: int) -> Any:
         self.history.summary = {

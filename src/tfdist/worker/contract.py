@@ -81,6 +81,11 @@ class AttemptFiles:
         """``stacks.request``: the launcher asks every worker of the attempt for its stacks."""
         return os.path.join(self.directory, "stacks.request")
 
+    @property
+    def resize_request(self) -> str:
+        """``resize.request``: the launcher asks every worker to stop at the next step boundary."""
+        return os.path.join(self.directory, "resize.request")
+
     @staticmethod
     def record_name(kind: str, rank: int | str) -> str:
         """A worker's record for the launcher. Input/Output: ``("error", 1)`` -> ``"rank1.error.json"``."""

@@ -6,7 +6,9 @@ Every training front end (``model.fit``, ``tfdist.fit``, a tutorial loop, a Horo
 steps as ``tf.function`` calls, so each call is counted: how many, whether the process is inside one
 now (waiting in a collective, or computing), and the longest time between two calls. A daemon thread
 writes that to the attempt directory at most once a second, and writes every thread's Python stack when
-the launcher asks (:meth:`AttemptFiles.stacks_request`) — before the launcher stops anything.
+the launcher asks (:meth:`AttemptFiles.stacks_request`) — before the launcher stops anything. It also
+publishes whether the training can stop at a step boundary and passes on the launcher's request to
+(:mod:`tfdist.resize`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from tfdist import files, variables
+from tfdist import files, resize, variables
 from tfdist.mpi.stack import MPI_RANK
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.imports import after_import
@@ -76,6 +78,7 @@ class Progress:
             "last": self.last,
             "longest": round(self.longest, 3),
             "done": self.done,
+            "resize": resize.offered(),
         }
 
     def publish(self) -> None:
@@ -103,6 +106,8 @@ class Progress:
                 self.publish()
                 published = record
             self.answer()
+            if not resize.requested() and os.path.exists(self.attempt.resize_request):
+                resize.ask()
             time.sleep(TICK_S)
 
     def finish(self) -> None:

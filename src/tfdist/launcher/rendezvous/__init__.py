@@ -35,6 +35,9 @@ class RendezvousSpec:
     token_file: str | None = None
     #: With a range of nodes: seconds a round with the fewest nodes waits for more (None: the default).
     last_call: float | None = None
+    #: With a range of nodes: seconds a round runs before nodes that arrive make it grow (None: never,
+    #: they wait for a restart).
+    grow_every: float | None = 0.0
 
     def __post_init__(self) -> None:
         parse_endpoint(self.endpoint)
@@ -42,6 +45,8 @@ class RendezvousSpec:
             raise ConfigError(f"--rdzv-timeout={self.timeout} must be positive seconds.")
         if self.last_call is not None and not self.last_call >= 0:
             raise ConfigError(f"--rdzv-last-call={self.last_call} must be 0 or more seconds.")
+        if self.grow_every is not None and not self.grow_every >= 0:
+            raise ConfigError(f"--grow-every={self.grow_every} must be 0 or more seconds, or never.")
 
     @property
     def host(self) -> str:
@@ -227,6 +232,7 @@ class Rendezvous:
                 min_nodes=self.nodes[0],
                 rounds=1 + self.restarts,
                 last_call=self.last_call,
+                grow_after=self.spec.grow_every,
             ).start()
         except OSError:
             # Taken: another job's rendezvous (the join below is told so) or another program.
@@ -237,6 +243,20 @@ class Rendezvous:
         """What the server said on the held connection about another node of this round, if anything yet
         (never blocks: the launcher asks between polls of its workers)."""
         return client.notice(self.held, self._inbox, self.spec.host)
+
+    def decline(self, why: str) -> None:
+        """Tell the server that this node's workers cannot stop and resume now: the nodes waiting to join
+        are told ``why`` and not taken."""
+        line = protocol.encode({"decline": why[:400]})
+        for sock in self.held:
+            try:
+                sock.setblocking(True)
+                sock.settimeout(1.0)
+                sock.sendall(line)
+            except OSError:
+                pass
+            finally:
+                sock.setblocking(False)
 
     def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
         """Leave the job: the server stops counting this node. ``stop``: this node ends the job for good

@@ -301,6 +301,14 @@ def job_full(endpoint: str, most: int, running: int, waiting: int, name: str) ->
     )
 
 
+def not_grown(endpoint: str, name: str, member: str, why: str) -> str:
+    """The line for node ``name`` that the running job cannot take: node ``member`` said ``why``."""
+    return (
+        f"the job at {endpoint} cannot take node {name} while it runs: {why} (said node {member}). It "
+        "takes new nodes at its next restart; start this node again then, or with the next job."
+    )
+
+
 def twins(endpoint: str, name: str, first: str, second: str, running: bool) -> str:
     """The line for two launchers calling themselves ``name`` (``first`` and ``second`` name them);
     ``running``: the first is a node of the running round (then only the second is refused)."""

@@ -45,14 +45,16 @@ class RendezvousServer(Transport):
         min_nodes: int | None = None,
         rounds: int = 1,
         last_call: float = LAST_CALL_S,
+        grow_after: float | None = 0.0,
     ) -> None:
         """``nnodes`` is the most nodes a round takes, ``min_nodes`` the fewest (elastic when fewer);
         ``rounds``: how many times the job may form (1 + its restarts); ``last_call``: seconds a round
-        with at least ``min_nodes`` waits for more (see :func:`protocol.ready`)."""
+        with at least ``min_nodes`` waits for more (see :func:`protocol.ready`); ``grow_after``: seconds a
+        round runs before nodes that arrive make it grow (None: never; they wait for a restart)."""
         super().__init__(listener, nnodes)
         self.token, self.nnodes, self.endpoint = token, nnodes, endpoint
         self.min_nodes = min_nodes or nnodes
-        self.rounds, self.last_call = rounds, last_call
+        self.rounds, self.last_call, self.grow_after = rounds, last_call, grow_after
         self.round = 0
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
@@ -68,6 +70,10 @@ class RendezvousServer(Transport):
         # Whether the running round's other members were told of a failure (once a round: the first
         # failure starts the next round; the rest is the same news).
         self.noticed = False
+        self.formed_at = 0.0  # when the running round formed (monotonic)
+        # Whether the running round was told that nodes wait to join (once a round): its members' workers
+        # stop at a step boundary and meet again.
+        self.grow_told = False
         self._farewell: dict[str, object] = {"bye": True}
         self.thread = threading.Thread(target=self._serve, name="tfdist-rendezvous", daemon=True)
 
@@ -149,7 +155,8 @@ class RendezvousServer(Transport):
         self._join(conn, request)
 
     def _member_said(self, conn: Connection, data: bytes) -> None:
-        """A member's leave line (protocol step 4); anything else a joined node sends is ignored."""
+        """A member's leave line (protocol step 4) or its refusal to grow now; anything else a joined node
+        sends is ignored."""
         if conn.request is None or self.members.get(conn.request.name) is not conn:
             return
         conn.buffer += data
@@ -160,11 +167,46 @@ class RendezvousServer(Transport):
             line, _, rest = bytes(conn.buffer).partition(b"\n")
             conn.buffer = bytearray(rest)
             try:
-                leave = protocol.decode(line).get("leave")
+                message = protocol.decode(line)
             except ValueError:
                 continue
+            leave, declined = message.get("leave"), message.get("decline")
             if isinstance(leave, dict):
                 conn.leave = leave
+            if isinstance(declined, str):
+                self._declined(conn.request.name, declined[:400])
+
+    def _declined(self, member: str, why: str) -> None:
+        """A member cannot grow now: the waiting newcomers are told why, once, and not taken; the round
+        runs on, and a failure in it is news again."""
+        self.noticed = False
+        for name, conn in list(self.joined.items()):
+            if name not in self.members:
+                self._reply(conn, {"error": protocol.not_grown(self.endpoint, name, member, why)})
+                self._forget(conn)
+
+    def _maybe_grow(self) -> None:
+        """Tell the running round that nodes wait to join: its workers stop at the next step boundary and
+        the job meets again with them (once a round, when ``grow_after`` allows, spending no restart)."""
+        live = len(self.members)
+        if self.grow_after is None or self.grow_told or self.noticed or not live or self._stop.is_set():
+            return
+        waiting = [name for name in self.joined if name not in self.members]
+        if not waiting or self.first_join is not None:  # a round being formed takes them anyway
+            return
+        if time.monotonic() - self.formed_at < self.grow_after:
+            return
+        # Told, like a failure: the members' old connections close as they meet again, which is no news.
+        self.grow_told = self.noticed = True
+        self.rounds += 1
+        nodes = min(self.nnodes, live + len(waiting))
+        notice = protocol.Notice(
+            waiting[0], f"the job grows to {nodes} node(s) at a step boundary", grow=nodes
+        )
+        log.debug("telling the job: %s", notice.line())
+        line = protocol.encode({"notice": notice.to_dict()})
+        for conn in list(self.members.values()):
+            self._send_pieces(conn, (line,))
 
     def _notify(self, notice: protocol.Notice) -> None:
         """Tell every other member of the running round, once: their launchers stop their workers at once
@@ -179,7 +221,9 @@ class RendezvousServer(Transport):
                 self._send_pieces(conn, (line,))
 
     def _join(self, conn: Connection, request: JoinRequest) -> None:
-        if self.formed is not None and self.round >= self.rounds:
+        live = len(self.members)
+        growable = self.grow_after is not None and 0 < live < self.nnodes and request.name not in self.members
+        if self.formed is not None and self.round >= self.rounds and not growable:
             self._reply(
                 conn, {"error": protocol.formed_without(self.endpoint, request.name, self.formed.names)}
             )
@@ -202,7 +246,6 @@ class RendezvousServer(Transport):
         old = self.joined.get(name)
         if old is not None:  # the same launcher again (it retried): the newer connection counts
             self._close(old)
-        live = len(self.members)
         if name not in self.members and len(self.joined) - self.back >= self.nnodes - live:
             # Room is kept for every node of the running round: newcomers fill only what MAX leaves.
             waiting = len(self.joined) - self.back
@@ -221,6 +264,7 @@ class RendezvousServer(Transport):
         self.back += name in self.members
         log.debug("node %s joined from %s (%d/%d)", name, conn.address, len(self.joined), self.nnodes)
         self._maybe_form()
+        self._maybe_grow()
 
     def _twin(self, conn: Connection, request: JoinRequest) -> bool:
         """Whether another launcher already calls itself ``request.name`` (then refused, with one line).
@@ -287,7 +331,8 @@ class RendezvousServer(Transport):
                 self._close(conn)  # the node's connection of the round before (it rejoined on a new one)
         self.round += 1
         self.first_join = None
-        self.noticed = False
+        self.noticed = self.grow_told = False
+        self.formed_at = time.monotonic()
 
     def _clear_joined(self) -> None:
         self.joined.clear()
@@ -297,6 +342,7 @@ class RendezvousServer(Transport):
         now = time.monotonic()
         self._expire_connections(now)
         self._maybe_form()  # an elastic round whose last call ran out
+        self._maybe_grow()  # nodes that waited for the growth policy's interval
         waiting = self.formed is None or self.first_join is not None  # a round is being formed
         if waiting and self.failed is None and now > self.deadline:
             self._time_out()
