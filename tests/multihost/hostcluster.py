@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -327,3 +327,12 @@ def assert_ranks_equal_one_process(single: Path, out: Path, ranks: int) -> None:
     for rank in range(ranks):
         difference = np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference))
         assert difference <= 1e-5, (str(out), rank, difference)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120, every: float = 0.05) -> float:
+    """Poll ``check()`` until true; the monotonic time it became true (fails naming ``what``)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(every)
+    return time.monotonic()

@@ -13,7 +13,7 @@ import json
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from hostcluster import (
     launch_on,
     made_hosts,
     one_process,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.multihost, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -95,15 +96,6 @@ def progress(out: Path) -> int:
         return 0
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 300, every: float = 0.05) -> float:
-    """Poll ``check()`` until true; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(every)
-    return time.monotonic()
-
-
 def test_a_host_lost_among_eight_the_job_goes_on_with_seven(hosts: None, tmp_path: Path) -> None:
     """--nnodes 7:8: node8 loses power at a random step; the seven others meet again, resume from the last
     checkpoint with the same global batch (8 rows per rank instead of 7) and end at the uninterrupted run's
@@ -122,10 +114,10 @@ def test_a_host_lost_among_eight_the_job_goes_on_with_seven(hosts: None, tmp_pat
     assert killed.returncode == 0, killed.stderr
     lost = time.monotonic()
     at_fault = progress(out)
-    met = wait_for("the next round", lambda: (tmp_path / "run-node1" / "attempt-1").exists())
+    met = wait_for("the next round", lambda: (tmp_path / "run-node1" / "attempt-1").exists(), timeout=300)
     log = tmp_path / "run-node1" / "attempt-1" / "worker0.log"
-    resumed = wait_for("the restore", lambda: log.exists() and "resumed from" in log.read_text())
-    stepped = wait_for("a step after the restart", lambda: progress(out) > at_fault)
+    resumed = wait_for("the restore", lambda: log.exists() and "resumed from" in log.read_text(), timeout=300)
+    stepped = wait_for("a step after the restart", lambda: progress(out) > at_fault, timeout=300)
     print(
         f"host lost, {NODES} -> {NODES - 1} nodes: next round formed {met - lost:.1f} s after the fault, "
         f"restored {resumed - met:.1f} s later, first step {stepped - resumed:.1f} s later "

@@ -14,13 +14,12 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import SUBNET, Hosts, clean_env, finish, one_process
+from hostcluster import SUBNET, Hosts, clean_env, finish, one_process, wait_for
 
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
 #: The same job as a plain Keras script: model.fit + BackupAndRestore, no tfdist import.
@@ -94,15 +93,6 @@ def progress(tmp_path: Path) -> int:
         return int((tmp_path / "out" / "progress").read_text() or 0)
     except (FileNotFoundError, ValueError):
         return 0
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 120, every: float = 0.05) -> float:
-    """Poll ``check()`` until true; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(every)
-    return time.monotonic()
 
 
 def failed(tmp_path: Path, node: str, attempt: int = 0) -> bool:

@@ -12,13 +12,12 @@ import json
 import random
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import hostcluster
 import numpy as np
 import pytest
-from hostcluster import Hosts, clean_env, finish, one_process
+from hostcluster import Hosts, clean_env, finish, one_process, wait_for
 
 SCRIPT = str(Path(__file__).parent.parent / "helpers" / "elastic_fit.py")
 ENV = clean_env(TFDIST_RDZV_TOKEN="mpi-faults-5e2a")
@@ -56,14 +55,6 @@ def start(
         )
         for i in (2, 1)
     }
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 120) -> float:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.02)
-    return time.monotonic()
 
 
 def progress(tmp_path: Path) -> int:

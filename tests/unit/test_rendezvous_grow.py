@@ -92,8 +92,8 @@ def test_a_node_that_arrives_makes_the_running_round_grow_without_a_restart(job:
     assert job.formed.names == ("a",)
     newcomer = Joining(job.port, "b")
     notice = job.notice(5.0)
-    assert notice == Notice("b", "the job grows to 2 node(s) at a step boundary", grow=2)
-    assert notice.line() == "node b waits to join: the job grows to 2 node(s) at a step boundary"
+    assert notice == Notice("b", "the job grows to 2 node(s)", grow=2)
+    assert notice.line() == "node b waits to join: the job grows to 2 node(s)"
     assert newcomer.is_alive()  # it waits for the round that takes it
     # a's workers stopped at a step boundary: it meets again, and the round forms with b at once, although
     # the server allows no restart (rounds=1): growing spends none.

@@ -248,7 +248,7 @@ class Attempt:
             return
         files.write_text(AttemptFiles(directory).resize_request, notice.line() + "\n")
         self.resizing = True
-        console_print(f"tfdist launch: {notice.line()}: the workers stop at the next step boundary.")
+        console_print(f"tfdist launch: {notice.line()} at the next step boundary.")
 
     def _peer_failed(self, notice: Notice) -> tuple[Outcome, FailureInfo]:
         # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd

@@ -200,9 +200,7 @@ class RendezvousServer(Transport):
         self.grow_told = self.noticed = True
         self.rounds += 1
         nodes = min(self.nnodes, live + len(waiting))
-        notice = protocol.Notice(
-            waiting[0], f"the job grows to {nodes} node(s) at a step boundary", grow=nodes
-        )
+        notice = protocol.Notice(waiting[0], f"the job grows to {nodes} node(s)", grow=nodes)
         log.debug("telling the job: %s", notice.line())
         line = protocol.encode({"notice": notice.to_dict()})
         for conn in list(self.members.values()):
