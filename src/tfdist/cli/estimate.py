@@ -76,13 +76,8 @@ def register(sub: Any) -> None:
 
 
 #: ``--mixed-precision``'s words (train's, and Keras' policy names) -> the estimate's precision policy.
-PRECISION_WORDS = {
-    "bf16": "mixed_bfloat16",
-    "fp16": "mixed_float16",
-    "mixed_bfloat16": "mixed_bfloat16",
-    "mixed_float16": "mixed_float16",
-    "float32": "float32",
-}
+PRECISION_WORDS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+PRECISION_WORDS |= {word: word for word in ("mixed_bfloat16", "mixed_float16", "float32")}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
