@@ -17,6 +17,8 @@ from tfdist.worker.contract import RunFiles
 
 def register(sub: Any) -> None:
     """Add the ``train`` sub-parser."""
+    from tfdist.workloads.models import NAMES
+
     p = sub.add_parser(
         "train",
         help="train a workload (default: mnist-cnn on the embedded digits data)",
@@ -25,11 +27,7 @@ def register(sub: Any) -> None:
             "tfdist train --workers 2 --workload regression   # 2 workers on this machine",
         ),
     )
-    p.add_argument(
-        "--workload",
-        default="mnist-cnn",
-        help="regression | mnist-cnn | resnet50 | mobilenetv2 | big-gradient",
-    )
+    p.add_argument("--workload", default="mnist-cnn", help=" | ".join(NAMES))
     p.add_argument(
         "--dataset",
         default="digits",

@@ -41,17 +41,3 @@ def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvir
         if found is not None:
             return found
     raise AssertionError("LocalEnvironment always detects")  # pragma: no cover
-
-
-__all__ = [
-    "ENVIRONMENTS",
-    "ClusterEnvironment",
-    "KubernetesEnvironment",
-    "LocalEnvironment",
-    "MPIEnvironment",
-    "RayEnvironment",
-    "SlurmEnvironment",
-    "TFConfigEnvironment",
-    "TPUEnvironment",
-    "detect_environment",
-]
