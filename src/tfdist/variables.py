@@ -184,8 +184,10 @@ def raw(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if environ is None else environ).get(name)
 
 
+#: The values of TF_USE_LEGACY_KERAS that TensorFlow reads as "on" (tensorflow/__init__.py).
+LEGACY_KERAS_ON = ("true", "True", "1")
+
+
 def tf_uses_legacy_keras(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``tf.keras`` is Keras 2 (the ``tf_keras`` package) in this process: TensorFlow's own rule for
-    ``TF_USE_LEGACY_KERAS`` (read once, when TensorFlow is imported), as tensorflow/__init__.py writes it."""
-    env = os.environ if environ is None else environ
-    return env.get("TF_USE_LEGACY_KERAS", None) in ("true", "True", "1")
+    """Whether ``tf.keras`` is Keras 2 (``tf_keras``) here: TensorFlow's reading of TF_USE_LEGACY_KERAS."""
+    return (os.environ if environ is None else environ).get("TF_USE_LEGACY_KERAS") in LEGACY_KERAS_ON

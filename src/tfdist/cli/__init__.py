@@ -18,25 +18,21 @@ _LEFT_OVER = "_tfdist_left_over_parser"
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line with exit code 2, naming the nearest command, choice or flag
-    when the word typed is close to one."""
+    """ArgumentParser whose errors are one line with exit code 2, naming the nearest word it knows."""
 
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: error: <message> (see <prog> --help)`` and exit 2, without the usage block."""
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
-    #: A command taken after ``--`` (``tfdist slurm submit``): a flag of this parser typed after the command
-    #: is refused in one line showing this right order (:func:`tfdist.cli.guards.with_command_guard`).
+    #: The right order, shown when a flag of this parser comes after its command (:mod:`tfdist.cli.guards`).
     guard_example: str | None = None
     #: ``tfdist launch``: its own flags typed after the script are noted (they go to the script).
     notes_script_flags = False
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        """argparse's, and the parser that was left words it does not know, for :meth:`parse_args`.
-
-        argparse hands a sub-command's words to its parser's ``parse_known_args``, so the checks of words
-        typed in the wrong place run here, for the parser that has them."""
+        """argparse's, also noting the parser left with unknown words; argparse hands a sub-command's words
+        here, so the checks of words typed in the wrong place run for the parser that has them."""
         if args is not None and self.guard_example is not None:
             flag = flag_after_command(list(args), self)
             if flag is not None:
@@ -67,8 +63,7 @@ class Parser(argparse.ArgumentParser):
         """`` (did you mean --cpu?)`` for the unknown flags among ``words`` close to one of this parser's.
 
         Input/Output: ``["--cpus", "--nnode=2"]`` -> ``" (did you mean --cpu for --cpus, --nnodes for
-        --nnode?)"``; ``["x.py"]`` -> ``""``.
-        """
+        --nnode?)"``; ``["x.py"]`` -> ``""``."""
         # Compared without the dashes, which every flag shares: --nprocs is not close to --ps.
         known = {s.lstrip("-"): s for a in self._actions for s in a.option_strings}
         pairs = []
@@ -77,11 +72,9 @@ class Parser(argparse.ArgumentParser):
             if name.startswith("-") and name not in known.values():
                 close = difflib.get_close_matches(name.lstrip("-"), known, n=1)
                 pairs += [(name, known[c]) for c in close]
-        if len(pairs) == 1:
-            return f" (did you mean {pairs[0][1]}?)"
-        return (
-            f" (did you mean {', '.join(f'{close} for {name}' for name, close in pairs)}?)" if pairs else ""
-        )
+        if len(pairs) < 2:
+            return f" (did you mean {pairs[0][1]}?)" if pairs else ""
+        return f" (did you mean {', '.join(f'{close} for {name}' for name, close in pairs)}?)"
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """argparse's check of a choice (a sub-command's name too), naming the nearest choice first."""
@@ -99,8 +92,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def examples(*lines: str) -> dict[str, Any]:
-    """``add_parser`` keywords for a ``--help`` that ends with example commands (``COMMAND  # what it
-    does``), kept as written (indented, the docs' command reference shows them as code)."""
+    """``add_parser`` keywords for a ``--help`` ending with example commands, kept as written."""
     return {
         "epilog": "examples:\n\n" + "\n".join(f"    {line}" for line in lines),
         "formatter_class": argparse.RawDescriptionHelpFormatter,

@@ -10,15 +10,9 @@ from typing import Any
 
 
 def add_run_dir(parser: Any, dest: str, holds: str) -> None:
-    """``--run-dir DIR`` on ``parser`` (a parser or an argument group), stored in ``dest``: every command
-    that writes a run names its directory so; ``holds`` says what the command puts there."""
-    parser.add_argument(
-        "--run-dir",
-        dest=dest,
-        default=None,
-        metavar="DIR",
-        help=f"run directory: {holds} (default ./tfdist-runs/<run-id>)",
-    )
+    """``--run-dir DIR`` (into ``dest``), the one name of every command's run directory, which ``holds``."""
+    text = f"run directory: {holds} (default ./tfdist-runs/<run-id>)"
+    parser.add_argument("--run-dir", dest=dest, metavar="DIR", help=text)
 
 
 def integer(text: str) -> int:
@@ -54,3 +48,8 @@ def seconds_or_off(text: str) -> float:
         return seconds(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or off)") from None
+
+
+def command_words(remainder: list[str]) -> list[str]:
+    """A ``-- COMMAND...`` remainder without its ``--``."""
+    return remainder[1:] if remainder[:1] == ["--"] else list(remainder)

@@ -7,7 +7,7 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tfdist import variables
@@ -45,12 +45,11 @@ def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
     Input/Output: ``{"SLURM_JOB_ID": "7", "TFDIST_API_TOKEN": "x", "HOME": "/r"}`` ->
     ``{"SLURM_JOB_ID": "7", "TFDIST_API_TOKEN": "<redacted>"}``.
     """
-    out: dict[str, str] = {}
-    for name in sorted(environ):
-        if name.startswith(RELEVANT_PREFIXES):
-            secret = any(marker in name.upper() for marker in SECRET_MARKERS)
-            out[name] = "<redacted>" if secret else environ[name]
-    return out
+    return {
+        name: "<redacted>" if any(marker in name.upper() for marker in SECRET_MARKERS) else environ[name]
+        for name in sorted(environ)
+        if name.startswith(RELEVANT_PREFIXES)
+    }
 
 
 def _versions() -> dict[str, str | None]:
@@ -113,13 +112,10 @@ def driver_gpus(environ: Mapping[str, str]) -> list[str]:
     from tfdist.nodes import gpu_names, visible_gpus
 
     names = gpu_names()
-    shown = []
-    for gpu in visible_gpus(environ, len(names)):
-        if not gpu.isdigit():
-            shown.append(gpu)
-        elif int(gpu) < len(names):  # an index the node does not have is no GPU
-            shown.append(f"{gpu}: {names[int(gpu)]}")
-    return shown
+    gpus = visible_gpus(environ, len(names))  # below: an index the node does not have is no GPU
+    return [
+        f"{g}: {names[int(g)]}" if g.isdigit() else g for g in gpus if not g.isdigit() or int(g) < len(names)
+    ]
 
 
 def read_stack(
@@ -182,71 +178,56 @@ def mpi_status(environ: Mapping[str, str]) -> dict[str, Any]:
     return {**stack.to_dict(), "started_by": by.name if by else None, "mismatch": line}
 
 
-def _mpi_lines(mpi: dict[str, Any]) -> list[str]:
-    library = mpi.get("library")
-    lines = [
-        f"MPI library (mpi4py): {library['name']} ({library['path']})" if library else "MPI library: none"
-    ]
-    if mpi.get("launcher"):
-        lines.append(f"MPI launcher: {mpi['launcher']} ({mpi['launcher_version'] or mpi['flavour']})")
-    if mpi.get("problem"):
-        lines.append(f"MPI: {mpi['problem']}")
-    if mpi.get("started_by"):
-        lines.append(f"started by: {mpi['started_by']}")
-    return lines
-
-
 def keras_fix_status(environ: Mapping[str, str]) -> str:
     """Whether model.fit under MultiWorkerMirroredStrategy gets tfdist's Keras fix here, and why not."""
     from tfdist.keras import fix
 
     version = fix.keras_version()
     low, high = fix.TESTED_KERAS
+    tested = f"tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]}"
     if version == "0":
         return "off: Keras is not installed"
     if not fix.enabled_by_env(dict(environ)):
         return f"off (TFDIST_KERAS_PATCH={variables.raw('TFDIST_KERAS_PATCH', environ)})"
     if not fix.keras_in_tested_range(version):
-        return f"off: Keras {version} is outside the tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    return f"on for Keras {version} (tested range >={low[0]}.{low[1]},<{high[0]}.{high[1]})"
+        return f"off: Keras {version} is outside the {tested}"
+    return f"on for Keras {version} ({tested})"
+
+
+def _table(console: Any, title: str, rows: Iterable[tuple[Any, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def _print_tables(info: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
-    where = Table(title="tfdist environment", show_header=False)
-    for key in (
-        *("kind", "source", "role", "task_index"),
-        *("rank", "world_size", "local_rank", "local_world_size", "is_chief"),
-    ):
-        where.add_row(key, str(info[key]))
-    for role, addrs in info["cluster_spec"].items():
-        where.add_row(f"cluster[{role}]", ", ".join(addrs))
-    where.add_row("GPUs (TensorFlow)", ", ".join(info["devices"]["gpus"]) or "none")
-    where.add_row("GPUs (driver)", ", ".join(info["devices"]["driver_gpus"]) or "none")
-    where.add_row("CPU cores", str(info["devices"]["cpu_cores"]))
-    console.print(where)
-    strat = Table(title="strategy tfdist.strategy() would build", show_header=False)
-    for key, value in info["strategy"].items():
-        strat.add_row(key, str(value))
-    console.print(strat)
+    devices, mpi = info["devices"], info["mpi"]
+    where = ("kind", "source", "role", "task_index", "rank", "world_size", "local_rank", "local_world_size")
+    rows = [(key, str(info[key])) for key in (*where, "is_chief")]
+    rows += [(f"cluster[{role}]", ", ".join(addrs)) for role, addrs in info["cluster_spec"].items()]
+    rows += [("GPUs (TensorFlow)", ", ".join(devices["gpus"]) or "none")]
+    rows += [("GPUs (driver)", ", ".join(devices["driver_gpus"]) or "none")]
+    _table(console, "tfdist environment", [*rows, ("CPU cores", str(devices["cpu_cores"]))])
+    strategy = info["strategy"]
+    _table(console, "strategy tfdist.strategy() would build", [(k, str(v)) for k, v in strategy.items()])
     _print_stack(console, info["stack"])
-    variables = Table(title="relevant variables", show_header=False)
-    for key, value in info["variables"].items() or [("(none set)", "")]:
-        variables.add_row(key, value)
-    console.print(variables)
+    _table(console, "relevant variables", info["variables"].items() or [("(none set)", "")])
     ray = info["ray_cluster"]
     if ray is not None:
         state = "answers" if ray["answers"] else "does not answer: a stopped or crashed cluster?"
         console.print(
             f"Ray cluster: {ray['address']} (from {ray['from']}; {state}); tfdist launch --ray uses it"
         )
-    if info["mpi"].get("started_by"):
-        console.print(f"MPI: this process was started by {info['mpi']['started_by']}", markup=False)
-    if info["mpi"].get("mismatch"):
-        console.print(f"[yellow]warning:[/] {info['mpi']['mismatch']}", highlight=False)
+    if mpi.get("started_by"):
+        console.print(f"MPI: this process was started by {mpi['started_by']}", markup=False)
+    if mpi.get("mismatch"):
+        console.print(f"[yellow]warning:[/] {mpi['mismatch']}", highlight=False)
     if info["inside_slurm_allocation"]:
         console.print(
             "[yellow]Inside a Slurm allocation but not an srun step: run under srun for multi-worker.[/]"
@@ -254,16 +235,23 @@ def _print_tables(info: dict[str, Any]) -> None:
     for warning in info["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
     console.print("\nCopy this into a bug report:\n")
+    lib = mpi.get("library")
     lines = [f"- {k}: {v}" for k, v in info["versions"].items()]
     lines += [
         f"- environment: {info['kind']} (rank {info['rank']} of {info['world_size']})",
-        f"- strategy: {info['strategy']['kind']} ({info['strategy']['num_replicas']} replicas)",
-        f"- GPUs: {len(info['devices']['gpus'])} seen by TensorFlow, {len(info['devices']['driver_gpus'])} "
-        f"on the driver, CPU cores: {info['devices']['cpu_cores']}",
+        f"- strategy: {strategy['kind']} ({strategy['num_replicas']} replicas)",
+        f"- GPUs: {len(devices['gpus'])} seen by TensorFlow, {len(devices['driver_gpus'])} on the driver, "
+        f"CPU cores: {devices['cpu_cores']}",
         f"- tf.keras: {info['stack']['tf_keras']}",
         f"- Keras fix: {info['keras_fix']}",
-        *(f"- {line}" for line in _mpi_lines(info["mpi"])),
+        f"- MPI library (mpi4py): {lib['name']} ({lib['path']})" if lib else "- MPI library: none",
     ]
+    if mpi.get("launcher"):
+        lines.append(f"- MPI launcher: {mpi['launcher']} ({mpi['launcher_version'] or mpi['flavour']})")
+    if mpi.get("problem"):
+        lines.append(f"- MPI: {mpi['problem']}")
+    if mpi.get("started_by"):
+        lines.append(f"- started by: {mpi['started_by']}")
     # print(), not console.print: the block must stay plain text, free of rich markup and wrapping.
     print("\n".join(lines))
 
@@ -271,6 +259,7 @@ def _print_tables(info: dict[str, Any]) -> None:
 def stack_rows(stack: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The stack table's rows: what is installed, which Keras serves tf.keras, whether the fix covers it."""
     found = stack["found"]
+    launcher, version = found["mpi_launcher"], found["mpi_launcher_version"]
     tf = f"{found['tensorflow']} ({found['tensorflow_dist']})" if found["tensorflow"] else "not installed"
     library = found["mpi_library"] or (f"none: {found['mpi_problem']}" if found["mpi_problem"] else "none")
     return [
@@ -279,15 +268,8 @@ def stack_rows(stack: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("TF_USE_LEGACY_KERAS", found["legacy_keras"] or "(unset)"),
         ("Keras model.fit fix", stack["keras_fix"]),
         ("MPI library (mpi4py)", library if found["mpi4py"] else "none: mpi4py is not installed"),
-        ("MPI launcher", _launcher(found)),
+        ("MPI launcher", f"{launcher} ({version})" if launcher and version else launcher or "none"),
     ]
-
-
-def _launcher(found: Mapping[str, Any]) -> str:
-    if not found["mpi_launcher"]:
-        return "none"
-    version = found["mpi_launcher_version"]
-    return f"{found['mpi_launcher']} ({version})" if version else found["mpi_launcher"]
 
 
 def extras_line(missing: Mapping[str, list[str]]) -> str | None:
@@ -303,19 +285,15 @@ def extras_line(missing: Mapping[str, list[str]]) -> str | None:
 
 
 def _print_stack(console: Any, stack: Mapping[str, Any]) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="stack", show_header=False)
-    for key, value in stack_rows(stack):
-        table.add_row(key, Text(value))  # Text: "tfdist[cpu]" is not rich markup
-    console.print(table)
+    _table(console, "stack", [(key, Text(value)) for key, value in stack_rows(stack)])  # "[cpu]" is no markup
     # Two columns, the reason and the fix under the feature's name: four would wrap every cell at 80.
-    features = Table(title="tfdist features on this stack", show_header=False)
+    rows = []
     for f in stack["features"]:
         text = f"{f['name']}: {f['detail']}" + (f"\n  fix: {f['fix']}" if f["fix"] else "")
-        features.add_row("yes" if f["works"] else "[yellow]no[/]", Text(text))
-    console.print(features)
+        rows.append(("yes" if f["works"] else "[yellow]no[/]", Text(text)))
+    _table(console, "tfdist features on this stack", rows)
     line = extras_line(stack["missing_extras"])
     if line:
         console.print(Text(line))

@@ -19,6 +19,8 @@ DEFAULT_SHAPE = (28, 28, 1)
 
 def register(sub: Any) -> None:
     """Add the ``estimate`` sub-parser."""
+    from tfdist.workloads.models import NAMES
+
     p = sub.add_parser(
         "estimate",
         help="will a training job fit? memory per replica (weights, gradients, optimizer, activations) "
@@ -30,10 +32,7 @@ def register(sub: Any) -> None:
         help="SCRIPT.py:FUNCTION (a function that returns a Keras model, called with no arguments) or a "
         "saved FILE.keras; or use --workload",
     )
-    p.add_argument(
-        "--workload",
-        help="a built-in workload: regression | mnist-cnn | resnet50 | mobilenetv2 | big-gradient",
-    )
+    p.add_argument("--workload", help=f"a built-in workload: {' | '.join(NAMES)}")
     p.add_argument(
         "--input-shape",
         help="one example's shape, e.g. 224,224,3: for --workload (default 28,28,1; 224,224,3 for resnet50 "
@@ -76,13 +75,8 @@ def register(sub: Any) -> None:
 
 
 #: ``--mixed-precision``'s words (train's, and Keras' policy names) -> the estimate's precision policy.
-PRECISION_WORDS = {
-    "bf16": "mixed_bfloat16",
-    "fp16": "mixed_float16",
-    "mixed_bfloat16": "mixed_bfloat16",
-    "mixed_float16": "mixed_float16",
-    "float32": "float32",
-}
+PRECISION_WORDS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+PRECISION_WORDS |= {word: word for word in ("mixed_bfloat16", "mixed_float16", "float32")}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import integer
+from tfdist.cli.argtypes import command_words, integer
 from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError
 
@@ -98,11 +98,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     from tfdist.k8s import K8sJobSpec
     from tfdist.k8s.spec import parse_env, parse_pvc
 
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
     return K8sJobSpec(
-        command=tuple(command),
+        command=tuple(command_words(args.command)),
         image=args.image,
         workers=args.pods,
         name=args.name,

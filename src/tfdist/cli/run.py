@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tfdist.cli.argtypes import command_words
+
 
 def register(sub: Any) -> None:
     """Add ``run``."""
@@ -24,7 +26,4 @@ def run(args: argparse.Namespace) -> int:
     """Run the command as this task's worker; its exit code (see :func:`tfdist.worker.task.run_task`)."""
     from tfdist.worker.task import run_task
 
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    return run_task(command)
+    return run_task(command_words(args.command))

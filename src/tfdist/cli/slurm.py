@@ -9,46 +9,32 @@ import sys
 from typing import Any
 
 from tfdist import files
-from tfdist.cli.argtypes import add_run_dir, integer
+from tfdist.cli.argtypes import add_run_dir, command_words, integer
 from tfdist.cli.guards import with_command_guard
 from tfdist.errors import ConfigError, SetupError
 
-#: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`.
-_SPEC_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
-    (
-        "--nodes",
-        {
-            "metavar": "N|MIN-MAX",
-            "help": "nodes; MIN-MAX (or MIN:MAX): Slurm may start (or restart) with fewer",
-        },
-    ),
-    (
-        "--ntasks-per-node",
-        {"type": integer, "metavar": "N", "help": "tasks (workers) per node (default: one per GPU, else 1)"},
-    ),
-    ("--gpus-per-node", {"type": integer, "metavar": "G", "help": "GPUs of each node the job asks for"}),
-    ("--gpus-per-task", {"type": integer, "metavar": "G", "help": "GPUs of each task (sbatch's)"}),
-    ("--cpus-per-task", {"type": integer, "metavar": "N", "help": "CPUs of each task (sbatch's)"}),
-    (
-        "--mem",
-        {"metavar": "SIZE", "help": "memory per node, as sbatch reads it: 64G, 500M (a bare number is MB)"},
-    ),
-    (
-        "--time",
-        {"metavar": "MINUTES|HH:MM:SS", "help": "time limit, as sbatch reads it: a bare number is minutes"},
-    ),
-    ("--partition", {"metavar": "NAME", "help": "sbatch's, as is"}),
-    ("--constraint", {"metavar": "FEATURES", "help": "sbatch's, as is"}),
-    ("--account", {"metavar": "NAME", "help": "sbatch's, as is"}),
-    ("--qos", {"metavar": "NAME", "help": "sbatch's, as is"}),
-    ("--job-name", {"metavar": "NAME", "help": "sbatch's, as is"}),
-    ("--output", {"metavar": "PATTERN", "help": "the job's output file, sbatch's pattern (%%j: the job id)"}),
-    ("--error", {"metavar": "PATTERN", "help": "the job's error file (default: with the output)"}),
-    ("--signal", {"help": "preemption signal (default USR2@90: NCCL may trap USR1)"}),
-    ("--container", {"help": "Apptainer image (.sif); tasks run under `apptainer exec`"}),
-    ("--venv", {"help": "virtualenv to activate in the job"}),
-    ("--nodelist", {"help": "run on these nodes (Slurm node list, e.g. node[1-2])"}),
-    ("--mpi", {"help": "srun's MPI plugin for --backend mpi|horovod (default pmi2)"}),
+#: Flags that map to SbatchSpec fields (dest name = field name), shared by `script` and `submit`:
+#: (flag, type, metavar, help).
+_SPEC_FLAGS: tuple[tuple[str, Any, str | None, str], ...] = (
+    ("--nodes", None, "N|MIN-MAX", "nodes; MIN-MAX (or MIN:MAX): Slurm may start (or restart) with fewer"),
+    ("--ntasks-per-node", integer, "N", "tasks (workers) per node (default: one per GPU, else 1)"),
+    ("--gpus-per-node", integer, "G", "GPUs of each node the job asks for"),
+    ("--gpus-per-task", integer, "G", "GPUs of each task (sbatch's)"),
+    ("--cpus-per-task", integer, "N", "CPUs of each task (sbatch's)"),
+    ("--mem", None, "SIZE", "memory per node, as sbatch reads it: 64G, 500M (a bare number is MB)"),
+    ("--time", None, "MINUTES|HH:MM:SS", "time limit, as sbatch reads it: a bare number is minutes"),
+    ("--partition", None, "NAME", "sbatch's, as is"),
+    ("--constraint", None, "FEATURES", "sbatch's, as is"),
+    ("--account", None, "NAME", "sbatch's, as is"),
+    ("--qos", None, "NAME", "sbatch's, as is"),
+    ("--job-name", None, "NAME", "sbatch's, as is"),
+    ("--output", None, "PATTERN", "the job's output file, sbatch's pattern (%%j: the job id)"),
+    ("--error", None, "PATTERN", "the job's error file (default: with the output)"),
+    ("--signal", None, None, "preemption signal (default USR2@90: NCCL may trap USR1)"),
+    ("--container", None, None, "Apptainer image (.sif); tasks run under `apptainer exec`"),
+    ("--venv", None, None, "virtualenv to activate in the job"),
+    ("--nodelist", None, None, "run on these nodes (Slurm node list, e.g. node[1-2])"),
+    ("--mpi", None, None, "srun's MPI plugin for --backend mpi|horovod (default pmi2)"),
 )
 #: Repeatable flags: (flag, dest, metavar, help).
 _LIST_FLAGS = (
@@ -81,8 +67,8 @@ def register(sub: Any) -> None:
         ("submit", "write the job script into a run directory and sbatch it"),
     ):
         a = actions.add_parser(name, help=helptext, **examples(*_EXAMPLES[name]))
-        for flag, kwargs in _SPEC_FLAGS:
-            a.add_argument(flag, **kwargs)
+        for flag, kind, metavar, text in _SPEC_FLAGS:
+            a.add_argument(flag, type=kind, metavar=metavar, help=text)
         for flag, dest, metavar, helptext in _LIST_FLAGS:
             a.add_argument(flag, dest=dest, action="append", metavar=metavar, help=helptext)
         a.add_argument("--export", action="append", metavar="NAME=VALUE", help="variable exported in the job")
@@ -165,7 +151,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     from tfdist.slurm import SbatchSpec
 
     values: dict[str, Any] = _load_toml(args.config) if args.config else {}
-    fields = {f.lstrip("-").replace("-", "_") for f, _ in _SPEC_FLAGS} | {d for _, d, _, _ in _LIST_FLAGS}
+    fields = {f[2:].replace("-", "_") for f, *_ in _SPEC_FLAGS} | {d for _, d, _, _ in _LIST_FLAGS}
     fields |= {"exports", "per_node", "requeue", "gres", "extra_sbatch", "workdir", "backend"}
     unknown = sorted(set(values) - fields)
     if unknown:
@@ -173,8 +159,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             f"--config {args.config!r} has unknown key(s) {', '.join(unknown)}; keys are the sbatch flag "
             "names."
         )
-    for flag, _ in _SPEC_FLAGS:
-        dest = flag.lstrip("-").replace("-", "_")
+    for flag, *_ in _SPEC_FLAGS:
+        dest = flag[2:].replace("-", "_")
         if getattr(args, dest) is not None:
             values[dest] = getattr(args, dest)
     for _, dest, _, _ in _LIST_FLAGS:
@@ -193,15 +179,12 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         values["per_node"] = True
     if args.no_requeue:
         values["requeue"] = False
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
     if not values.get("venv") and not values.get("container"):
         values.setdefault("python", sys.executable)  # the interpreter running this has tfdist installed
     if args.backend is not None:
         values["backend"] = args.backend
     try:
-        spec = SbatchSpec(command=tuple(command), **{**values, "backend": "tf"})
+        spec = SbatchSpec(command=tuple(command_words(args.command)), **{**values, "backend": "tf"})
     except TypeError as exc:
         raise ConfigError(f"bad job option: {exc}") from None
     from tfdist.cli.slurm_backend import resolve_backend

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from tfdist import files
@@ -17,6 +17,8 @@ from tfdist.worker.contract import RunFiles
 
 def register(sub: Any) -> None:
     """Add the ``train`` sub-parser."""
+    from tfdist.workloads.models import NAMES
+
     p = sub.add_parser(
         "train",
         help="train a workload (default: mnist-cnn on the embedded digits data)",
@@ -25,11 +27,7 @@ def register(sub: Any) -> None:
             "tfdist train --workers 2 --workload regression   # 2 workers on this machine",
         ),
     )
-    p.add_argument(
-        "--workload",
-        default="mnist-cnn",
-        help="regression | mnist-cnn | resnet50 | mobilenetv2 | big-gradient",
-    )
+    p.add_argument("--workload", default="mnist-cnn", help=" | ".join(NAMES))
     p.add_argument(
         "--dataset",
         default="digits",
@@ -122,32 +120,15 @@ def register(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """Validated TrainConfig from parsed flags."""
+    """Validated TrainConfig from parsed flags (each flag named as the config's field)."""
     from tfdist.launcher.outcome import new_run_id
     from tfdist.workloads.config import TrainConfig
 
-    return TrainConfig(
-        workload=args.workload,
-        dataset=args.dataset,
-        epochs=args.epochs,
-        batch_size_per_replica=32 if args.batch_size_per_replica is None else args.batch_size_per_replica,
-        global_batch_size=args.global_batch_size,
-        lr=args.lr,
-        optimizer=args.optimizer,
-        lr_scaling=args.lr_scaling,
-        warmup_epochs=args.warmup_epochs,
-        run_dir=args.run_dir or os.path.join("tfdist-runs", new_run_id()),
-        resume=args.resume,
-        checkpoint_every=args.checkpoint_every,
-        steps_per_epoch=args.steps_per_epoch,
-        seed=args.seed,
-        xla=args.xla,
-        mixed_precision=args.mixed_precision,
-        weights=args.weights,
-        data_dir=args.data_dir,
-        image_size=args.image_size,
-        on_nan=args.on_nan,
-    )
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+    if args.batch_size_per_replica is None:
+        values["batch_size_per_replica"] = 32
+    values["run_dir"] = args.run_dir or os.path.join("tfdist-runs", new_run_id())
+    return TrainConfig(**values)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -183,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
             "(one replica each on CPU). Hint: a multiple of the worker count."
         )
     backend = _backend(args.backend, args.workers, gpus)
-    wire = wire_env(args, backend)
     launch_config = LaunchConfig(
         nproc_per_node=args.workers,
         cpu=not gpus,
@@ -192,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         run_dir=RunFiles(config.run_dir).launch_dir,
         backend=backend,
-        extra_env=wire,
+        extra_env=wire_env(args, backend),
     )
     from tfdist.launcher.preflight import preflight as launch_preflight
 
@@ -202,8 +182,7 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(config.run_dir, exist_ok=True)
     config_path = RunFiles(config.run_dir).train_config
     files.write_text(config_path, replace(config, resume=True).to_json())
-    result = launch(launch_config, ["-m", "tfdist.workloads.job", config_path])
-    return result.exit_code
+    return launch(launch_config, ["-m", "tfdist.workloads.job", config_path]).exit_code
 
 
 def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
@@ -218,17 +197,14 @@ def wire_env(args: argparse.Namespace, backend: str | None) -> dict[str, str]:
     if args.bucket_mb is not None:
         setting = check_bucket_setting(args.bucket_mb, "--bucket-mb")
         env["TFDIST_BUCKET_MB"] = setting if isinstance(setting, str) else f"{setting:g}"
-    asked = env.get("TFDIST_COMPRESSION", "none") != "none" or env.get("TFDIST_BUCKET_MB", "0") not in (
-        "0",
-        "auto",
-    )
-    if asked and backend not in (None, "mpi"):
+    mpi, bucket = backend in (None, "mpi"), env.get("TFDIST_BUCKET_MB", "0")
+    if not mpi and (env.get("TFDIST_COMPRESSION", "none") != "none" or bucket not in ("0", "auto")):
         raise ConfigError(
             f"--compression/--bucket-mb set how the mpi backend sums gradients, but {why}. Hint: add "
             "--workers N --backend mpi."
         )
-    if getattr(args, "shard_optimizer", False):
-        if args.workers is None or backend not in (None, "mpi"):
+    if args.shard_optimizer:
+        if args.workers is None or not mpi:
             raise ConfigError(
                 f"--shard-optimizer splits the optimizer's slots between mpi workers, but {why}. Hint: add "
                 "--workers N --backend mpi, or leave --shard-optimizer out."

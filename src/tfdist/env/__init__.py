@@ -1,13 +1,10 @@
-"""WHERE AM I? One class per cluster kind, and the order in which they are tried.
+"""WHERE AM I? One class per cluster kind, and the order in which they are tried, with its reasons:
 
-Priority, stated once: an explicit ``TF_CONFIG`` beats Slurm (a user or the tfdist launcher wrote it on
-purpose, possibly inside a Slurm allocation), Slurm beats MPI (``srun --mpi=pmix`` sets both, and Slurm
-also knows the nodes), MPI beats TPU (a TPU variable can leak into a job's environment, a process manager's
-rank variables cannot), and Local always detects, so it is last. Kubernetes (a pod of a tfdist manifest)
-comes after Slurm and before MPI: its marker, TFDIST_K8S_SERVICE, is written by tfdist into the pod only.
-Ray (a process Ray started: RAY_RAYLET_PID) comes after TF_CONFIG and before Slurm: a Ray node started by
-``srun ray start`` passes that step's Slurm variables to every process Ray starts there, where they no
-longer describe the process.
+TF_CONFIG (written on purpose, even inside a Slurm allocation) > Ray (``srun ray start`` leaves a Slurm
+step's variables in every process Ray starts, where they no longer describe it) > Slurm (``srun
+--mpi=pmix`` sets MPI's variables too, and Slurm knows the nodes) > Kubernetes (TFDIST_K8S_SERVICE, which
+only tfdist's manifest sets) > MPI (a TPU variable can leak into a job, rank variables cannot) > TPU >
+local (always detects).
 """
 
 from __future__ import annotations
@@ -36,28 +33,8 @@ ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
 
 
 def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvironment:
-    """Return the first environment in :data:`ENVIRONMENTS` that detects itself.
-
-    Reads ``os.environ`` when ``environ`` is not given; never writes it. Raises ConfigError when the
-    variables of the detected kind are inconsistent.
-    """
+    """The first of :data:`ENVIRONMENTS` that detects itself in ``environ`` (default ``os.environ``, only
+    read); ConfigError when that kind's variables are inconsistent."""
     env = os.environ if environ is None else environ
-    for kind in ENVIRONMENTS:
-        found = kind.detect(env)
-        if found is not None:
-            return found
-    raise AssertionError("LocalEnvironment always detects")  # pragma: no cover
-
-
-__all__ = [
-    "ENVIRONMENTS",
-    "ClusterEnvironment",
-    "KubernetesEnvironment",
-    "LocalEnvironment",
-    "MPIEnvironment",
-    "RayEnvironment",
-    "SlurmEnvironment",
-    "TFConfigEnvironment",
-    "TPUEnvironment",
-    "detect_environment",
-]
+    # LocalEnvironment always detects: next() finds one.
+    return next(found for kind in ENVIRONMENTS if (found := kind.detect(env)) is not None)

@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-#: Roles that take part in synchronous training and therefore count toward the world size.
-TRAINING_ROLES = ("chief", "worker")
 #: Every role TensorFlow knows in a cluster spec.
 KNOWN_ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -18,10 +16,9 @@ ClusterSpecDict = dict[str, list[str]]
 class ClusterEnvironment:
     """Where this process sits in a (possibly one-process) cluster.
 
-    ``rank`` counts training tasks only (chief first, then workers); parameter servers and evaluators
-    have ``rank == -1`` because they never train. ``cluster_spec`` maps roles to ``host:port`` lists in
-    TensorFlow's format and is empty for a single process. ``gpu_ids`` is the list of GPU ids the
-    scheduler made visible to this task (``None`` when nothing restricts the view).
+    ``rank`` counts training tasks only (chief first, then workers; -1 for ps and evaluator tasks).
+    ``cluster_spec`` is TensorFlow's role -> ``host:port`` lists, empty for a single process. ``gpu_ids``:
+    the GPUs the scheduler made visible to this task (None: nothing restricts the view).
     """
 
     kind: ClassVar[str] = "base"
@@ -40,11 +37,8 @@ class ClusterEnvironment:
 
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> ClusterEnvironment | None:
-        """Return this kind's environment when ``environ`` describes it, else ``None``.
-
-        Implementations only read ``environ``: no writes, no subprocesses, no TensorFlow.
-        Inconsistent variables raise :class:`tfdist.errors.ConfigError`.
-        """
+        """This kind's environment when ``environ`` describes it, else None; ConfigError when its variables
+        are inconsistent. Reads ``environ`` only: no writes, no subprocesses, no TensorFlow."""
         raise NotImplementedError
 
     @property
@@ -66,17 +60,11 @@ class ClusterEnvironment:
 
     def describe(self) -> dict[str, object]:
         """A JSON-ready summary used by ``tfdist env``."""
+        shown = (
+            "kind source role task_index rank world_size local_rank local_world_size is_chief cluster_spec"
+        )
         return {
-            "kind": self.kind,
-            "source": self.source,
-            "role": self.role,
-            "task_index": self.task_index,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "local_rank": self.local_rank,
-            "local_world_size": self.local_world_size,
-            "is_chief": self.is_chief,
-            "cluster_spec": self.cluster_spec,
+            **{name: getattr(self, name) for name in shown.split()},
             "gpu_ids": list(self.gpu_ids) if self.gpu_ids is not None else None,
             "warnings": list(self.warnings),
         }

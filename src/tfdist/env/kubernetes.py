@@ -1,12 +1,9 @@
 """A pod of an Indexed Job (or of a JobSet) made by ``tfdist k8s manifest``: the job from the pod's variables.
 
-Kubernetes gives every pod of an Indexed Job its index (``JOB_COMPLETION_INDEX``) and the hostname
-``<job>-<index>``; with ``subdomain`` set to a headless Service, ``<job>-<i>.<service>`` resolves to pod
-``i`` from every pod. The manifest adds what Kubernetes does not tell a pod: the number of pods
-(``TFDIST_WORLD_SIZE``), the Service (``TFDIST_K8S_SERVICE``) and the port (``TFDIST_PORT``). Every pod
-computes the same cluster spec from these, without talking to the others or to the API server.
-
-TFJob pods are not detected here: the training operator writes ``TF_CONFIG``, which wins.
+Every pod has its index (``JOB_COMPLETION_INDEX``) and the hostname ``<job>-<index>``, which resolves as
+``<job>-<i>.<service>`` through the headless Service; the manifest adds the pod count
+(``TFDIST_WORLD_SIZE``), the Service (``TFDIST_K8S_SERVICE``) and the port (``TFDIST_PORT``), so every pod
+computes the same cluster spec alone. TFJob pods are not detected here: their ``TF_CONFIG`` wins.
 """
 
 from __future__ import annotations
@@ -54,14 +51,6 @@ def pod_name_prefix(hostname: str, index: int) -> str:
     return hostname[: -len(str(index))]
 
 
-def kubernetes_cluster_spec(prefix: str, service: str, workers: int, port: int) -> list[str]:
-    """Worker addresses in index order, one per pod.
-
-    Input/Output: ``("train-", "train", 2, 2222)`` -> ``["train-0.train:2222", "train-1.train:2222"]``.
-    """
-    return [f"{prefix}{i}.{service}:{port}" for i in range(workers)]
-
-
 class KubernetesEnvironment(ClusterEnvironment):
     """One pod of an Indexed Job: rank JOB_COMPLETION_INDEX of TFDIST_WORLD_SIZE, one process per pod."""
 
@@ -69,11 +58,8 @@ class KubernetesEnvironment(ClusterEnvironment):
 
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> KubernetesEnvironment | None:
-        """Detect a pod of a tfdist manifest (JOB_COMPLETION_INDEX and TFDIST_K8S_SERVICE set).
-
-        An Indexed Job that tfdist did not make (no TFDIST_K8S_SERVICE) is left alone: its pods may well
-        be independent tasks.
-        """
+        """Detect a pod of a tfdist manifest (JOB_COMPLETION_INDEX and TFDIST_K8S_SERVICE set); another
+        Indexed Job's pods may well be independent tasks."""
         if INDEX_VARIABLE not in environ or not variables.is_set("TFDIST_K8S_SERVICE", environ):
             return None
         service = str(variables.get("TFDIST_K8S_SERVICE", environ))
@@ -106,12 +92,8 @@ class KubernetesEnvironment(ClusterEnvironment):
         return cls(
             rank=index,
             world_size=workers,
-            # One process per pod, driving every GPU the pod was given.
-            local_rank=0,
-            local_world_size=1,
-            role="worker",
-            task_index=index,
-            cluster_spec={"worker": kubernetes_cluster_spec(prefix, service, workers, port)},
+            task_index=index,  # one process per pod (local rank 0 of 1), driving every GPU of the pod
+            cluster_spec={"worker": [f"{prefix}{i}.{service}:{port}" for i in range(workers)]},
             gpu_ids=cuda_visible_devices(environ),
             # The device plugin already gave this pod (and only it) its GPUs.
             gpus_bound_by_scheduler=True,

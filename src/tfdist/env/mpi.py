@@ -44,15 +44,12 @@ class MPIEnvironment(ClusterEnvironment):
                     f"{rank_var}={rank} but {size_var}={size}; a rank must be below the job size."
                 )
             local = _number(environ, local_var, 0)
-            local_size = _number(environ, local_size_var, 1)
             return cls(
                 rank=rank,
                 world_size=size,
                 local_rank=local,
-                local_world_size=max(local_size, local + 1),
-                role="worker",
+                local_world_size=max(_number(environ, local_size_var, 1), local + 1),
                 task_index=rank,
-                cluster_spec={},
                 gpu_ids=cuda_visible_devices(environ),
                 source=f"{family} ({rank_var})",
             )

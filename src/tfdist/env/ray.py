@@ -14,12 +14,8 @@ RAY_MARKER = "RAY_RAYLET_PID"
 
 @dataclass(frozen=True)
 class RayEnvironment(ClusterEnvironment):
-    """One process on a Ray node: rank 0 of 1 until a ``TF_CONFIG`` joins it to others.
-
-    A Ray task or actor is one process; Ray Train's ``TensorflowTrainer`` and ``tfdist launch --ray`` give
-    their workers ``TF_CONFIG``, which is detected first. The GPUs are those Ray assigned
-    (``CUDA_VISIBLE_DEVICES``, set by Ray for the task's ``num_gpus``).
-    """
+    """One process on a Ray node: rank 0 of 1 until a ``TF_CONFIG`` (detected first: Ray Train's and
+    ``tfdist launch --ray``'s workers have one) joins it to others; its GPUs are those Ray assigned."""
 
     kind = "ray"
 

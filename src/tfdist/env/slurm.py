@@ -6,7 +6,9 @@ resolved here from the step's variables; every task computes the same spec witho
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
+from itertools import accumulate
 
 from tfdist import variables
 from tfdist.env.base import ClusterEnvironment
@@ -21,9 +23,7 @@ from tfdist.nodes import (
 
 #: Ports are derived as BASE + (job id mod SLOTS) * SLOT_WIDTH + local task index, so concurrent jobs
 #: sharing a node almost never collide while all tasks of one job agree. TFDIST_PORT overrides the base.
-PORT_BASE = 20000
-PORT_SLOTS = 1000
-PORT_SLOT_WIDTH = 40
+PORT_BASE, PORT_SLOTS, PORT_SLOT_WIDTH = 20000, 1000, 40
 
 
 def _int_var(environ: Mapping[str, str], name: str, minimum: int = 0) -> int:
@@ -61,18 +61,6 @@ def derive_base_port(environ: Mapping[str, str], max_tasks_per_node: int) -> int
     return check_ports(base, max_tasks_per_node, source)
 
 
-def slurm_cluster_spec(nodes: list[str], tasks_per_node: list[int], base_port: int) -> list[str]:
-    """Worker addresses in rank order: Slurm's block distribution numbers tasks node by node.
-
-    Input/Output: ``(["a", "b"], [2, 1], 3000)`` -> ``["a:3000", "a:3001", "b:3000"]``.
-    """
-    return [
-        f"{node}:{base_port + j}"
-        for node, count in zip(nodes, tasks_per_node, strict=True)
-        for j in range(count)
-    ]
-
-
 class SlurmEnvironment(ClusterEnvironment):
     """A task started by ``srun``: rank SLURM_PROCID of SLURM_STEP_NUM_TASKS (or SLURM_NTASKS)."""
 
@@ -94,11 +82,11 @@ class SlurmEnvironment(ClusterEnvironment):
         tpn_var = (
             "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
         )
-        tasks = (
-            expand_tasks_per_node(environ.get(tpn_var, ""), tpn_var)
-            if tpn_var in environ
-            else _even_split(world, len(nodes))
-        )
+        if tpn_var in environ:
+            tasks = expand_tasks_per_node(environ[tpn_var], tpn_var)
+        else:  # as srun spreads the tasks: the first nodes take one more
+            base, extra = divmod(world, len(nodes))
+            tasks = [base + (i < extra) for i in range(len(nodes))]
         if len(tasks) != len(nodes):
             raise ConfigError(
                 f"{tpn_var}={environ.get(tpn_var)!r} gives {len(tasks)} node count(s) but "
@@ -108,46 +96,30 @@ class SlurmEnvironment(ClusterEnvironment):
             raise ConfigError(
                 f"{tpn_var}={environ.get(tpn_var)!r} adds up to {sum(tasks)} tasks but {size_var}={world}."
             )
+        ends = list(accumulate(tasks))
+        node = bisect_right(ends, rank)  # the node of a rank: Slurm's block distribution fills node by node
+        local_world = tasks[node]
         local_rank = (
-            _int_var(environ, "SLURM_LOCALID") if "SLURM_LOCALID" in environ else _local_rank(rank, tasks)
+            _int_var(environ, "SLURM_LOCALID")
+            if "SLURM_LOCALID" in environ
+            else rank - ends[node] + local_world
         )
-        node_index = _node_of(rank, tasks)
-        local_world = tasks[node_index]
         if local_rank >= local_world:
             raise ConfigError(f"SLURM_LOCALID={local_rank} but this node runs {local_world} task(s).")
-        workers = slurm_cluster_spec(nodes, tasks, derive_base_port(environ, max(tasks)))
+        port = derive_base_port(environ, max(tasks))
+        workers = [f"{n}:{port + j}" for n, count in zip(nodes, tasks, strict=True) for j in range(count)]
         gpu_ids, bound = _visible_gpus(environ)
         return cls(
             rank=rank,
             world_size=world,
             local_rank=local_rank,
             local_world_size=local_world,
-            role="worker",
             task_index=rank,
             cluster_spec={"worker": workers},
             gpu_ids=gpu_ids,
             gpus_bound_by_scheduler=bound,
             source=f"SLURM_JOB_ID={environ.get('SLURM_JOB_ID', '?')}",
         )
-
-
-def _even_split(world: int, n_nodes: int) -> list[int]:
-    base, extra = divmod(world, n_nodes)
-    return [base + (1 if i < extra else 0) for i in range(n_nodes)]
-
-
-def _node_of(rank: int, tasks: list[int]) -> int:
-    seen = 0
-    for i, count in enumerate(tasks):
-        seen += count
-        if rank < seen:
-            return i
-    return len(tasks) - 1
-
-
-def _local_rank(rank: int, tasks: list[int]) -> int:
-    node = _node_of(rank, tasks)
-    return rank - sum(tasks[:node])
 
 
 def _visible_gpus(environ: Mapping[str, str]) -> tuple[tuple[str, ...] | None, bool]:

@@ -1,10 +1,8 @@
 """WHAT IS INSTALLED HERE, and which tfdist features work on it: ``tfdist env``'s stack and features.
 
-Pure: :class:`StackFacts` describes a stack (versions and what was found, read by ``tfdist env``), and
-:func:`plan_features` says for each feature whether it works, why not, and the fix (usually the extra of
-pyproject.toml that adds what is missing). No TensorFlow, Keras or MPI import here. What the Keras fix's
-table (:mod:`tfdist.keras.adapters`, a room above this one) says of the installed Keras comes in as facts:
-``keras_row``, ``keras_table``, ``keras_hint``.
+Pure: :class:`StackFacts` is what ``tfdist env`` found (the Keras fix's table, a room above, comes in as
+facts too); :func:`plan_features` says for each feature whether it works, why not, and the fix (usually
+the extra of pyproject.toml that adds what is missing).
 """
 
 from __future__ import annotations
@@ -13,9 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tfdist.mpi.stack import GUIDE
-
-#: The values TensorFlow itself reads as "on" for TF_USE_LEGACY_KERAS (tensorflow/__init__.py).
-LEGACY_ON = ("true", "True", "1")
+from tfdist.variables import LEGACY_KERAS_ON
 
 
 @dataclass(frozen=True)
@@ -28,9 +24,7 @@ class StackFacts:
     keras_dist: str = "keras"  # what installed it: keras, keras-nightly, or a directory (a build of its own)
     keras_row: str = ""  # the adapter-table row that covers ``keras`` ("" outside the table)
     keras_table: str = ""  # the table's whole range: ">=3.3,<3.16"
-    keras_hint: str = (
-        ""  # a Keras the table covers, beside this TensorFlow: "pip install 'keras>=3.12,<3.16'"
-    )
+    keras_hint: str = ""  # a Keras the table covers beside this TensorFlow: "pip install 'keras>=3.12,<3.16'"
     tf_keras: str | None = None  # the ``tf-keras`` package (Keras 2 for TensorFlow 2.16 and later)
     legacy_keras: str = ""  # TF_USE_LEGACY_KERAS as set ("" when unset)
     keras_patch: bool = True  # TFDIST_KERAS_PATCH
@@ -56,9 +50,7 @@ class StackFacts:
     @property
     def uses_legacy_keras(self) -> bool:
         """``tf.keras`` is Keras 2: TF_USE_LEGACY_KERAS on (tf-keras), or a TensorFlow before 2.16."""
-        if self.tensorflow is None:
-            return False
-        return self.legacy_keras in LEGACY_ON or self.builtin_keras2
+        return self.tensorflow is not None and (self.legacy_keras in LEGACY_KERAS_ON or self.builtin_keras2)
 
 
 @dataclass(frozen=True)
@@ -69,9 +61,7 @@ class Feature:
     works: bool
     detail: str  # works: what it runs on; else: why not
     fix: str = ""  # "" when it works
-    #: The extra of pyproject.toml that adds the feature to THIS venv ("" when none can: a GPU build of
-    #: TensorFlow goes into a venv of its own, not over tensorflow-cpu).
-    extra: str = ""
+    extra: str = ""  # the extra that adds it to THIS venv ("" when none can, as a GPU TensorFlow build)
 
 
 def tf_keras_line(facts: StackFacts) -> str:
@@ -84,7 +74,7 @@ def tf_keras_line(facts: StackFacts) -> str:
         return f"Keras {facts.keras} ({facts.keras_dist}), without TensorFlow" if facts.keras else "none"
     if facts.builtin_keras2:
         return f"Keras 2: keras {facts.keras} (TensorFlow {facts.tensorflow}'s own)"
-    if facts.legacy_keras in LEGACY_ON:
+    if facts.legacy_keras in LEGACY_KERAS_ON:
         found = f"tf-keras {facts.tf_keras}" if facts.tf_keras else "tf-keras, which is NOT installed"
         return f"Keras 2: {found} (TF_USE_LEGACY_KERAS={facts.legacy_keras})"
     return f"Keras {facts.keras} ({facts.keras_dist})" if facts.keras else "none: keras is not installed"
@@ -159,19 +149,12 @@ def _gpu(facts: StackFacts) -> Feature:
         return Feature(name, True, f"{facts.gpus} GPU(s) visible to TensorFlow")
     if facts.cuda_build is False or facts.tensorflow_dist == "tensorflow-cpu":
         why = f"{facts.tensorflow_dist or 'TensorFlow'} {facts.tensorflow} is built without CUDA" + driver
-        # One venv per flavour: tensorflow-cpu and tensorflow write the same package directory, so no extra
-        # adds a GPU to this venv.
+        # tensorflow-cpu and tensorflow share one package directory: no extra adds a GPU to this venv.
         return Feature(name, False, why, "pip install 'tfdist[gpu]' in a venv without tensorflow-cpu")
-    if facts.driver_gpus:
-        return Feature(
-            name,
-            False,
-            f"TensorFlow sees no GPU{driver}",
-            "pip install 'tfdist[gpu]' (TensorFlow's CUDA libraries), and check CUDA_VISIBLE_DEVICES",
-        )
-    return Feature(
-        name, False, "TensorFlow sees no GPU", "check nvidia-smi and CUDA_VISIBLE_DEVICES on a GPU node"
-    )
+    fix = "pip install 'tfdist[gpu]' (TensorFlow's CUDA libraries), and check CUDA_VISIBLE_DEVICES"
+    if not facts.driver_gpus:
+        fix = "check nvidia-smi and CUDA_VISIBLE_DEVICES on a GPU node"
+    return Feature(name, False, f"TensorFlow sees no GPU{driver}", fix)
 
 
 def _package(name: str, version: str | None, package: str, extra: str) -> Feature:
@@ -182,16 +165,11 @@ def _package(name: str, version: str | None, package: str, extra: str) -> Featur
 
 def plan_features(facts: StackFacts) -> tuple[Feature, ...]:
     """Every tfdist feature that depends on the stack, in the order ``tfdist env`` shows them."""
-    slurm = (
-        Feature("Slurm (tfdist slurm submit)", True, f"sbatch at {facts.sbatch}")
-        if facts.sbatch and not facts.slurm_unreachable
-        else Feature(
-            "Slurm (tfdist slurm submit)",
-            False,
-            facts.slurm_unreachable or "no sbatch on PATH: not a Slurm login node",
-            "run it on the cluster's login node (tfdist slurm script writes the job script anywhere)",
-        )
-    )
+    slurm = Feature("Slurm (tfdist slurm submit)", True, f"sbatch at {facts.sbatch}")
+    if not facts.sbatch or facts.slurm_unreachable:
+        why = facts.slurm_unreachable or "no sbatch on PATH: not a Slurm login node"
+        fix = "run it on the cluster's login node (tfdist slurm script writes the job script anywhere)"
+        slurm = Feature(slurm.name, False, why, fix)
     return (
         _fit(facts),
         _mpi(facts, "MPI backend (--backend mpi)", "tfdist's MPI all-reduce"),

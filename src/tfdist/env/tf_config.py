@@ -17,38 +17,39 @@ _HINT = (
 )
 
 
-def parse_cluster(cluster: object, where: str = "TF_CONFIG") -> ClusterSpecDict:
+def parse_cluster(cluster: object) -> ClusterSpecDict:
     """Validate a cluster spec mapping roles to address lists; reject unknown roles and duplicates."""
     if not isinstance(cluster, dict) or not cluster:
         raise ConfigError(
-            f'{where}: "cluster" must be a non-empty object of role -> address list, got {cluster!r}. {_HINT}'
+            f'TF_CONFIG: "cluster" must be a non-empty object of role -> address list, got {cluster!r}. '
+            f"{_HINT}"
         )
     spec: ClusterSpecDict = {}
     seen: dict[str, str] = {}
     for role, addresses in cluster.items():
         if role not in KNOWN_ROLES:
             raise ConfigError(
-                f"{where}: unknown role {role!r} in cluster; roles are {', '.join(KNOWN_ROLES)}."
+                f"TF_CONFIG: unknown role {role!r} in cluster; roles are {', '.join(KNOWN_ROLES)}."
             )
         if not isinstance(addresses, list) or not addresses:
             raise ConfigError(
-                f"{where}: cluster[{role!r}] must be a non-empty list of host:port, got {addresses!r}."
+                f"TF_CONFIG: cluster[{role!r}] must be a non-empty list of host:port, got {addresses!r}."
             )
         if role == "chief" and len(addresses) != 1:
             raise ConfigError(
-                f"{where}: cluster has {len(addresses)} chiefs; a cluster has at most one chief."
+                f"TF_CONFIG: cluster has {len(addresses)} chiefs; a cluster has at most one chief."
             )
         for i, address in enumerate(addresses):
-            parse_address(address, f"{where} cluster[{role!r}][{i}]", 'write e.g. "node1:2222"')
+            parse_address(address, f"TF_CONFIG cluster[{role!r}][{i}]", 'write e.g. "node1:2222"')
             if address in seen:
                 raise ConfigError(
-                    f"{where}: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: "
+                    f"TF_CONFIG: address {address} appears twice ({seen[address]} and {role}[{i}]). Hint: "
                     "give every task its own port."
                 )
             seen[address] = f"{role}[{i}]"
         spec[role] = list(addresses)
     if not any(role in spec for role in ("chief", "worker")):
-        raise ConfigError(f"{where}: cluster has no chief or worker task; nothing would train. {_HINT}")
+        raise ConfigError(f"TF_CONFIG: cluster has no chief or worker task; nothing would train. {_HINT}")
     return spec
 
 
@@ -62,15 +63,6 @@ def loopback_warning(spec: ClusterSpecDict) -> str | None:
             f"({', '.join(sorted(hosts - loop))}); tasks on other machines cannot reach a loopback address."
         )
     return None
-
-
-def rank_of(spec: ClusterSpecDict, role: str, index: int) -> int:
-    """Training rank: chief first, then workers in order; -1 for ps and evaluator tasks."""
-    if role == "chief":
-        return 0
-    if role == "worker":
-        return index + (1 if "chief" in spec else 0)
-    return -1
 
 
 class TFConfigEnvironment(ClusterEnvironment):
@@ -87,15 +79,14 @@ class TFConfigEnvironment(ClusterEnvironment):
         config = _load_json(raw)
         spec = parse_cluster(config.get("cluster"))
         role, index = _parse_task(config.get("task"), spec)
-        world = len(spec.get("chief", [])) + len(spec.get("worker", []))
         warning = loopback_warning(spec)
-        local_rank = int(variables.get("TFDIST_LOCAL_RANK", environ))
-        local_world = int(variables.get("TFDIST_LOCAL_WORLD_SIZE", environ))
+        # Training ranks: the chief first, then the workers in order; -1 for ps and evaluator tasks.
+        rank = index + ("chief" in spec and role == "worker") if role in ("chief", "worker") else -1
         return cls(
-            rank=rank_of(spec, role, index),
-            world_size=world,
-            local_rank=local_rank,
-            local_world_size=local_world,
+            rank=rank,
+            world_size=len(spec.get("chief", [])) + len(spec.get("worker", [])),
+            local_rank=int(variables.get("TFDIST_LOCAL_RANK", environ)),
+            local_world_size=int(variables.get("TFDIST_LOCAL_WORLD_SIZE", environ)),
             role=role,
             task_index=index,
             cluster_spec={k: v for k, v in spec.items() if k != "evaluator"},

@@ -1,12 +1,9 @@
-"""The nodes of a job, one home for each node utility (used by env/, launch/, worker/, bench/, diagnose/).
-
-- :mod:`tfdist.nodes.lists` (pure): Slurm's compressed node lists and task counts, ``--hosts``,
-  ``--hostfile`` and ``-H HOST:SLOTS`` lists, their checks, and the rule that a loopback address cannot
-  stand beside remote hosts.
-- :mod:`tfdist.nodes.machine` (this machine): free ports, the GPUs it has (one count for every command),
-  name lookups with a timeout, whether a name is this machine, peers that resolve to loopback here.
+"""The nodes of a job, one home for each node utility (used by env/, launch/, worker/, bench/, diagnose/):
+:mod:`~tfdist.nodes.lists` (pure: node and host lists, addresses, ports, node ranges) and
+:mod:`~tfdist.nodes.machine` (this machine: free ports, its GPUs, name lookups with a timeout).
 """
 
+# ruff: noqa: F401  (this module re-exports its submodules' names)
 from __future__ import annotations
 
 from tfdist.nodes.lists import (
@@ -42,35 +39,3 @@ from tfdist.nodes.machine import (
     parse_gpu_list,
     visible_gpus,
 )
-
-__all__ = [
-    "MAX_HOSTS",
-    "MAX_PORT",
-    "NVIDIA_GPUS_DIR",
-    "HostSlots",
-    "NodeRange",
-    "address_of",
-    "check_hosts",
-    "check_ports",
-    "cuda_visible_devices",
-    "expand_nodelist",
-    "expand_tasks_per_node",
-    "free_ports",
-    "gpu_count",
-    "gpu_memory",
-    "gpu_names",
-    "host_name",
-    "is_address",
-    "is_loopback",
-    "is_this_machine",
-    "loopback_among_remote",
-    "loopback_peers",
-    "parse_address",
-    "parse_gpu_list",
-    "parse_host_slots",
-    "parse_hosts",
-    "parse_node_range",
-    "read_hostfile",
-    "split_address",
-    "visible_gpus",
-]

@@ -1,7 +1,6 @@
-"""Node and host lists, pure: Slurm's compressed lists (expanded here, without ``scontrol``: every task
-derives the cluster spec from its environment alone), ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS`` and
-their checks, ``HOST:PORT`` addresses, port ranges and node ranges.
-"""
+"""Node and host lists, pure: Slurm's compressed lists (expanded without ``scontrol``: every task derives
+the cluster spec from its environment alone), ``--hosts`` / ``--hostfile`` / ``-H HOST:SLOTS`` and their
+checks, ``HOST:PORT`` addresses, port ranges and node ranges."""
 
 from __future__ import annotations
 
@@ -159,25 +158,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-#: The highest TCP port.
-MAX_PORT = 65535
+MAX_PORT = 65535  # the highest TCP port
 
 
 def split_address(address: str) -> tuple[str, str]:
-    """``HOST:PORT`` split at its last colon, as written and unchecked; no colon: ``("", address)``.
-
-    Input/Output: ``"node1:2222"`` -> ``("node1", "2222")``; ``"[::1]:80"`` -> ``("[::1]", "80")``.
-    """
+    """``HOST:PORT`` split at its last colon, unchecked: ``"[::1]:80"`` -> ``("[::1]", "80")``; no colon:
+    ``("", address)``."""
     host, _, port = address.rpartition(":")
     return host, port
 
 
 def parse_address(address: object, where: str, hint: str = "e.g. node1:2222") -> tuple[str, int]:
     """``HOST:PORT`` checked (an IPv6 host in brackets, kept; a port 1-65535), else ConfigError naming
-    ``where`` with ``hint``.
-
-    Input/Output: ``"node1:2222"`` -> ``("node1", 2222)``; ``"[::1]:80"`` -> ``("[::1]", 80)``.
-    """
+    ``where`` with ``hint``: ``"[::1]:80"`` -> ``("[::1]", 80)``."""
     host, port = split_address(address) if isinstance(address, str) else ("", "")
     bare_ipv6 = ":" in host and not (host.startswith("[") and host.endswith("]"))
     if not host or bare_ipv6 or not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
@@ -189,11 +182,7 @@ def parse_address(address: object, where: str, hint: str = "e.g. node1:2222") ->
 
 
 def check_ports(base: int, count: int, what: str, per: str = "tasks per node") -> int:
-    """``base`` when ports ``base`` .. ``base + count - 1`` all exist, else ConfigError naming ``what``.
-
-    Input/Output: ``(65535, 2, "--base-port=65535")`` -> ConfigError("--base-port=65535 with 2 tasks per
-    node passes port 65535.").
-    """
+    """``base`` when ports ``base`` .. ``base + count - 1`` all exist, else ConfigError naming ``what``."""
     if not 1 <= base <= MAX_PORT:
         raise ConfigError(f"{what} is not a port (1-{MAX_PORT}).")
     if base + count - 1 > MAX_PORT:
@@ -202,11 +191,8 @@ def check_ports(base: int, count: int, what: str, per: str = "tasks per node") -
 
 
 def loopback_among_remote(hosts: Iterable[str]) -> list[str]:
-    """The loopback entries of ``hosts`` when some other entry is not loopback, else ``[]``: a node given
-    as loopback next to remote ones cannot be reached by them (each would reach its own machine).
-
-    Input/Output: ``["localhost", "n2"]`` -> ``["localhost"]``; ``["127.0.0.1", "localhost"]`` -> ``[]``.
-    """
+    """The loopback entries of ``hosts`` when some other entry is not (remote nodes cannot reach them),
+    else ``[]``: ``["localhost", "n2"]`` -> ``["localhost"]``; ``["127.0.0.1", "localhost"]`` -> ``[]``."""
     given = list(hosts)
     loopback = [h for h in given if is_loopback(h)]
     return loopback if len(loopback) != len(given) else []
@@ -243,19 +229,14 @@ def check_hosts(hosts: tuple[str, ...], where: str) -> tuple[str, ...]:
 
 
 def parse_hosts(text: str) -> tuple[str, ...]:
-    """A comma list of node addresses (``--hosts``), each stripped; checked by :func:`check_hosts`.
-
-    Input/Output: ``"n1, n2"`` -> ``("n1", "n2")``; ``"n1,,n2"`` -> ``("n1", "", "n2")``.
-    """
+    """A comma list of node addresses (``--hosts``), each stripped, checked by :func:`check_hosts`:
+    ``"n1, n2"`` -> ``("n1", "n2")``; ``"n1,,n2"`` -> ``("n1", "", "n2")``."""
     return tuple(h.strip() for h in text.split(","))
 
 
 def read_hostfile(path: str) -> tuple[str, ...]:
-    """The nodes of a host file (``--hostfile``): the first word of each line, ``#`` comments and blank
-    lines skipped (an MPI host file's ``slots=4`` is ignored).
-
-    Input/Output: a file ``"n1 slots=4\n# spare\nn2\n"`` -> ``("n1", "n2")``.
-    """
+    """The nodes of a host file (``--hostfile``): each line's first word (an MPI host file's ``slots=4``
+    is ignored), ``#`` comments and blank lines skipped."""
     try:
         with open(path, encoding="utf-8") as fh:
             lines = [line.split("#")[0].strip() for line in fh]
@@ -276,10 +257,7 @@ class HostSlots:
 
 
 def parse_host_slots(text: str) -> tuple[HostSlots, ...]:
-    """``"n1:4,n2:4"`` (``-H``) -> hosts with their slots (``n1`` alone means 1 slot), checked.
-
-    Input/Output: ``"a:2,b:2"`` -> ``(HostSlots("a", 2), HostSlots("b", 2))``.
-    """
+    """``"n1:4,n2:4"`` (``-H``) -> hosts with their slots (``n1`` alone means 1 slot), checked."""
     hosts: list[HostSlots] = []
     for part in text.split(","):
         name, _, slots = part.strip().partition(":")

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from tfdist.errors import ConfigError
 from tfdist.nodes.lists import is_loopback
@@ -17,6 +18,7 @@ from tfdist.nodes.lists import is_loopback
 #: Where the NVIDIA driver lists the node's GPUs (one entry each): the count when neither NVML nor
 #: nvidia-smi is installed.
 NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"
+_T = TypeVar("_T")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -49,30 +51,39 @@ def parse_gpu_list(value: str, source: str) -> tuple[str, ...]:
 
 
 def gpu_count() -> int:
-    """The NVIDIA GPUs of this node, counted the same way by every command (``tfdist launch``, ``tfdist
-    run`` under srun, ``tfdist train``, ``tfdist bench``, ``tfdist env``): :func:`gpu_names`' length; 0
-    without a driver. CUDA_VISIBLE_DEVICES is not applied here (:func:`visible_gpus` does)."""
+    """The NVIDIA GPUs of this node, counted the same way by every command (0 without a driver);
+    CUDA_VISIBLE_DEVICES is not applied here (:func:`visible_gpus` does)."""
     return len(gpu_names())
+
+
+def _nvml(read: Callable[[Any], _T]) -> _T | None:
+    """``read(pynvml)`` between NVML's init and shutdown; None without the library, a driver or a device."""
+    try:
+        import pynvml  # nvidia-ml-py, installed with the gpu extra
+
+        pynvml.nvmlInit()
+    except Exception:  # no library or no driver
+        return None
+    try:
+        return read(pynvml)
+    except Exception:  # a driver that answers the count but not the device
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvml_name(pynvml: Any, index: int) -> str:
+    name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def gpu_names() -> list[str]:
     """The model name of each NVIDIA GPU of this node, in the driver's order: NVML, else ``nvidia-smi -L``,
     else one ``"NVIDIA GPU"`` per entry of the driver's :data:`NVIDIA_GPUS_DIR`; [] without a driver. From
     the driver, not TensorFlow: the launcher must not import it, and ``tfdist env`` works without it."""
-    try:
-        import pynvml  # nvidia-ml-py, installed with the gpu extra
-
-        pynvml.nvmlInit()
-        try:
-            names = []
-            for index in range(int(pynvml.nvmlDeviceGetCount())):
-                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
-                names.append(name.decode() if isinstance(name, bytes) else str(name))
-            return names
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no library, no driver, or no device: fall through to nvidia-smi
-        pass
+    names = _nvml(lambda nv: [_nvml_name(nv, i) for i in range(int(nv.nvmlDeviceGetCount()))])
+    if names is not None:
+        return names
     if shutil.which("nvidia-smi") is not None:
         try:
             out = subprocess.run(
@@ -93,33 +104,19 @@ def smi_names(listing: str) -> list[str]:
     Input/Output: ``"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1a2b)\n  MIG 1g.10gb Device 0: ..."`` ->
     ``["NVIDIA H100 80GB HBM3"]``.
     """
-    names = []
-    for row in listing.splitlines():
-        if row.startswith("GPU "):
-            name = row.partition(": ")[2].split("(UUID:", 1)[0].strip()
-            names.append(name or "NVIDIA GPU")
-    return names
+    rows = [row.partition(": ")[2] for row in listing.splitlines() if row.startswith("GPU ")]
+    return [row.split("(UUID:", 1)[0].strip() or "NVIDIA GPU" for row in rows]
 
 
 def gpu_memory() -> tuple[str, int] | None:
     """(name, total bytes) of GPU 0 from nvidia-ml-py, or None without the library, a driver or a GPU."""
-    try:
-        import pynvml  # nvidia-ml-py, installed with the gpu extra
 
-        pynvml.nvmlInit()
-    except Exception:  # no library or no driver
-        return None
-    try:
-        if int(pynvml.nvmlDeviceGetCount()) < 1:
+    def read(nv: Any) -> tuple[str, int] | None:
+        if int(nv.nvmlDeviceGetCount()) < 1:
             return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        return (name.decode() if isinstance(name, bytes) else str(name)), total
-    except Exception:  # a driver that answers the count but not the device
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+        return _nvml_name(nv, 0), int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(0)).total)
+
+    return _nvml(read)
 
 
 def cuda_visible_devices(environ: Mapping[str, str]) -> tuple[str, ...] | None:
@@ -132,11 +129,9 @@ def visible_gpus(environ: Mapping[str, str], count: int | None = None) -> list[s
     """GPU ids a process may use: CUDA_VISIBLE_DEVICES if set, else every GPU of the node (``count``, or
     :func:`gpu_count` when None)."""
     limited = cuda_visible_devices(environ)
-    return (
-        list(limited)
-        if limited is not None
-        else [str(i) for i in range(gpu_count() if count is None else count)]
-    )
+    if limited is not None:
+        return list(limited)
+    return [str(i) for i in range(gpu_count() if count is None else count)]
 
 
 def address_of(host: str) -> str | None:
@@ -179,20 +174,11 @@ def is_this_machine(name: str) -> bool:
 def loopback_peers(
     own_host: str, hosts: Sequence[str], resolve: Callable[[str], str | None] = address_of
 ) -> list[tuple[str, str]]:
-    """The OTHER nodes of ``hosts`` whose names resolve to a loopback address here, with that address.
-
-    A peer that resolves to 127.x here cannot be reached: this node would dial itself. (This node's own
-    name resolving to 127.0.1.1, Debian's default, is harmless: peers resolve it with their own files.)
-    Unresolvable names are skipped: they fail in TensorFlow with their own clear message.
-
-    Input/Output: ``("node1", ["node1", "node2"], {"node1": "127.0.1.1", "node2": "127.0.1.1"}.get)`` ->
-    ``[("node2", "127.0.1.1")]``.
-    """
-    found = []
-    for host in dict.fromkeys(hosts):
-        if host == own_host:
-            continue
-        address = resolve(host)
-        if address is not None and is_loopback(address):
-            found.append((host, address))
-    return found
+    """The OTHER nodes of ``hosts`` whose names resolve to a loopback address here (this node would dial
+    itself), with that address. This node's own name at 127.0.1.1 (Debian's default) is harmless: peers
+    resolve it with their own files; unresolvable names are skipped (TensorFlow names them clearly)."""
+    return [
+        (host, address)
+        for host in dict.fromkeys(hosts)
+        if host != own_host and (address := resolve(host)) is not None and is_loopback(address)
+    ]
