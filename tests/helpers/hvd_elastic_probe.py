@@ -5,12 +5,14 @@ sync of the state (the attempt, the state's objects, digests of its model and op
 them, and the trainable ones with the optimizer's: a rank's batch-norm statistics are its own) and writes
 ``DIR/rank<R>.npz`` (the model's final trainable weights). ``HVD_ELASTIC_CRASH_AFTER=N``: on the first attempt
 (``TFDIST_RESTART_COUNT=0``) rank 1 exits at once with code 3 right after its N-th commit, as a lost
-process does.
+process does. ``HVD_ELASTIC_PACE=S``: every rank sleeps S seconds after each commit, and rank 0 writes
+``DIR/commits`` (its commits so far, every attempt together), so a test has a mid-run to act in.
 """
 
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 
@@ -31,6 +33,7 @@ def digest(state, trainable):
 def watch(state, rank):
     """Record ``state``'s commits and syncs on ``rank``; crash after the N-th commit when asked."""
     crash_after = int(os.environ.get("HVD_ELASTIC_CRASH_AFTER", "0"))
+    pace = float(os.environ.get("HVD_ELASTIC_PACE", "0"))
     commit, sync, commits = state.commit, state.sync, []
 
     def record(event):
@@ -47,6 +50,14 @@ def watch(state, rank):
         record("commit")
         if rank == 1 and ATTEMPT == 0 and len(commits) == crash_after:
             os._exit(3)
+        if pace and OUT:
+            if rank == 0:
+                path = os.path.join(OUT, "commits")
+                done = int(open(path).read()) if os.path.exists(path) else 0
+                with open(path + ".tmp", "w") as fh:
+                    fh.write(str(done + 1))
+                os.replace(path + ".tmp", path)
+            time.sleep(pace)
 
     def synced():
         sync()

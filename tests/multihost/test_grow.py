@@ -117,3 +117,55 @@ def test_model_fit_with_backup_and_restore_grows_at_an_epochs_end(testhosts: Hos
         run = json.loads((out / f"run-{rank}.json").read_text())
         assert run["world"] == 2 and run["epochs_run"] < 4, run  # resumed, not started over
         assert np.max(np.abs(np.load(out / f"weights-{rank}.npy") - reference)) <= 1e-5
+
+
+def test_horovods_elastic_keras_example_loses_a_host_and_grows_back_from_its_commits(
+    testhosts: Hosts, tmp_path: Path
+) -> None:
+    """Horovod's tensorflow2_keras_mnist_elastic.py as written (offline data), `--backend horovod --nnodes
+    1:2` on node1 and node2: node2 loses power after the 3rd commit and rank 0 goes on alone from its last
+    commit (the one restart); node2 is started again and the job grows back at the next commit (no restart
+    spent), resuming from it; both ranks end with the same weights and the example's 3 epochs."""
+    out, endpoint = tmp_path / "out", f"node1:{next(_ports)}"
+    out.mkdir()
+    env = {**ENV, "HVD_ELASTIC_OUT": str(out), "HVD_ELASTIC_PACE": "1.0"}
+    script = [str(HELPERS / "hvd_elastic_keras_mnist.py")]
+
+    def horovod(host: str) -> subprocess.Popen[str]:
+        return hostcluster.launch_on(
+            host,
+            env,
+            *("--backend", "horovod", "--nnodes", "1:2", "--rdzv", endpoint, "--rdzv-timeout", "120"),
+            *(
+                "--cpu",
+                "-n",
+                "1",
+                "--max-restarts",
+                "1",
+                "--run-dir",
+                str(tmp_path / f"run-{host}-{time.time()}"),
+            ),
+            *script,
+        )
+
+    def commits() -> int:
+        try:
+            return int((out / "commits").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    first = {"node1": horovod("node1"), "node2": horovod("node2")}
+    with told_on_failure(first):
+        wait_for("3 commits", lambda: commits() >= 3, timeout=180, every=0.02)
+        testhosts.kill("node2")
+        wait_for("a commit on one rank", lambda: commits() >= 5, timeout=180, every=0.02)
+    back = horovod("node2")
+    (code, output), (lost, _), (code2, output2) = finish([first["node1"], first["node2"], back])
+    assert code == 0 and code2 == 0, output[-4000:] + output2[-4000:]
+    assert lost != 0  # killed with its host
+    assert "restart 1/1" in output and "node node2 waits to join: the job grows to 2 node(s)" in output
+    assert output.count("resuming from the last commit") >= 2, output[-4000:]
+    w0, w1 = (np.load(out / f"rank{rank}.npz") for rank in (0, 1))
+    assert all(np.array_equal(w0[k], w1[k]) for k in w0.files) and len(w0.files) > 4
+    last = [json.loads(line) for line in (out / "rank0.jsonl").read_text().splitlines()][-1]
+    assert last["objects"]["epoch"] == 3 and last["attempt"] == 2, last
