@@ -99,10 +99,8 @@ def allreduce(
     process_set: Any = global_process_set,
     ignore_name_scope: bool = False,
 ) -> Any:
-    """The element-wise reduction of ``tensor`` over all ranks (default: the average), matched across
-    ranks by ``name`` (in a graph, Horovod's name derived from the tensor's). ``tf.IndexedSlices`` are
-    allgathered (values and indices), as Horovod does. The gradient is the same allreduce of the gradient.
-    """
+    """The element-wise reduction of ``tensor`` over all ranks (default: the average), matched across ranks
+    by ``name``; ``tf.IndexedSlices`` are allgathered, as Horovod's. The gradient: the same allreduce."""
     import tensorflow as tf
 
     if not isinstance(tensor, tf.IndexedSlices):
@@ -160,16 +158,8 @@ def _raw_allgather(tensors: Sequence[Any], name: str | None) -> list[Any]:
         "hvd.allgather needs a tensor with at least one dimension (it concatenates on axis 0)."
     )
     check(tensors)
-    shapes = [_free_first(t) for t in tensors]
-    return collective.run(
-        ops.ALLGATHER,
-        tensors,
-        [t.dtype for t in tensors],
-        shapes,
-        name=name,
-        free_first_dim=True,
-        check=check,
-    )
+    dtypes, shapes = [t.dtype for t in tensors], [_free_first(t) for t in tensors]
+    return collective.run(ops.ALLGATHER, tensors, dtypes, shapes, name=name, free_first_dim=True, check=check)
 
 
 def grouped_allgather(
@@ -386,9 +376,8 @@ def reducescatter(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
 ) -> Any:
-    """The reduction of ``tensor`` over all ranks, split on the first dimension: rank r keeps its part (the
-    first ``rows % size`` ranks one row more). Sum or Average (the default); the gradient is an allgather
-    (Horovod's)."""
+    """The Sum or Average (default) of ``tensor`` over all ranks, split on the first dimension: rank r keeps
+    its part (the first ``rows % size`` ranks one row more). The gradient is an allgather (Horovod's)."""
     tensor = _dense(tensor)
     name = name or collective.default_name("HorovodReducescatter", tensor)
     return grouped_reducescatter(
