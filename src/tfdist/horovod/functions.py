@@ -232,9 +232,12 @@ def broadcast(
     return _with_gradient(lambda xs: _raw_broadcast(xs, root_rank, name), backward, [tensor])[0]
 
 
-def _assign_broadcast(variables: Sequence[Any], root_rank: int, prefix: str) -> list[Any]:
+def _assign_broadcast(variables: Sequence[Any], root_rank: int, prefix: str, process_set: Any) -> list[Any]:
     """``root_rank``'s values assigned to ``variables`` (one collective): the assignments."""
+    check_process_set(process_set)
     values = [_dense(v) for v in variables]
+    if not values:
+        return []
     received = _raw_broadcast(values, root_rank, collective.default_name(prefix, values[0]))
     return [v.assign(x) for v, x in zip(variables, received, strict=True)]
 
@@ -245,12 +248,8 @@ def broadcast_variables(
     """Assign ``root_rank``'s values to ``variables`` on every rank (one collective)."""
     import tensorflow as tf
 
-    check_process_set(process_set)
-    variables = list(variables)
-    if not variables:
-        return None
-    assigns = _assign_broadcast(variables, root_rank, "HorovodBroadcastVariables")
-    return None if tf.executing_eagerly() else tf.group(*assigns)
+    assigns = _assign_broadcast(list(variables), root_rank, "HorovodBroadcastVariables", process_set)
+    return None if not assigns or tf.executing_eagerly() else tf.group(*assigns)
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
@@ -273,11 +272,8 @@ def broadcast_(
     (in a TensorFlow 1 graph, the assignments' values: evaluating them runs the broadcast)."""
     import tensorflow as tf
 
-    check_process_set(process_set)
     variables = list(variables)
-    if not variables:
-        return []
-    assigned = _assign_broadcast(variables, root_rank, "HorovodBroadcastInplace")
+    assigned = _assign_broadcast(variables, root_rank, "HorovodBroadcastInplace", process_set)
     return variables if tf.executing_eagerly() else assigned
 
 

@@ -196,18 +196,10 @@ def load_tfds(name: str, data_dir: str | None) -> StreamDataset:
     ]
     x_test = np.stack([x for x, _ in test]).astype("float32") / 255.0
     files = tuple(sorted(glob.glob(os.path.join(os.path.dirname(infos[-1]), "*-train.tfrecord*"))))
-    features = builder.info.features
-    return StreamDataset(
-        f"tfds:{name}",
-        files,
-        builder.info.splits["train"].num_examples,
-        _tfds_parse(features, keys),
-        "tfrecord",
-        x_test,
-        np.asarray([y for _, y in test]),
-        features[keys[1]].num_classes,
-        tuple(x_test.shape[1:]),
-    )
+    features, y_test = builder.info.features, np.asarray([y for _, y in test])
+    examples, parse = builder.info.splits["train"].num_examples, _tfds_parse(features, keys)
+    classes, shape = features[keys[1]].num_classes, tuple(x_test.shape[1:])
+    return StreamDataset(f"tfds:{name}", files, examples, parse, "tfrecord", x_test, y_test, classes, shape)
 
 
 def _tfds_parse(features: Any, keys: tuple[str, str]) -> Callable[[Any], Any]:
