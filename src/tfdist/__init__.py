@@ -1,8 +1,5 @@
-"""tfdist: distributed TensorFlow/Keras training from a laptop to a cluster.
-
-The names below load on first use (PEP 562): every launched worker imports a piece of tfdist before the
-user's script runs, and that must not cost the import of the whole package.
-"""
+"""tfdist: distributed TensorFlow/Keras training from a laptop to a cluster. The names below load on first
+use (PEP 562): every worker imports a piece of tfdist before the user's script, not the whole package."""
 
 from __future__ import annotations
 

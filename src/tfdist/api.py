@@ -13,20 +13,6 @@ from tfdist.strategies import build_strategy, discover_devices, options_from_env
 from tfdist.strategies.plan import StrategyPlan
 
 
-def _same_as_before(before: context.Context, chosen: StrategyPlan) -> Any:
-    """The strategy already built when ``chosen`` is its plan; else one error (a second multi-worker
-    strategy in one process would re-initialise the collectives under the first one's variables)."""
-    assert before.plan is not None
-    if before.plan != chosen:
-        plan = before.plan
-        raise ConfigError(
-            f"tfdist.strategy() was already called in this process and built {plan.kind} "
-            f"({plan.reason}); this call asks for {chosen.kind} ({chosen.reason}). One process holds one "
-            "strategy. Hint: call tfdist.strategy() once and pass the strategy around."
-        )
-    return before.strategy
-
-
 def rank() -> int:
     """This process's training rank (0 = chief); -1 for parameter servers and evaluators."""
     return context.current().environment.rank
@@ -43,19 +29,14 @@ def world_size() -> int:
 
 
 def backend() -> str:
-    """The gradient-synchronisation backend of this process: ``tf`` (the strategy's collectives), ``mpi``
-    or ``horovod``. The strategy's plan decides once built; before, TFDIST_BACKEND (tf | mpi | horovod |
-    auto; ``auto`` is MPI under an MPI process manager).
-    """
+    """This process's gradient-synchronisation backend: ``tf``, ``mpi`` or ``horovod`` (the built strategy's
+    plan; before, TFDIST_BACKEND, whose ``auto`` is MPI under an MPI launcher)."""
     return context.current().backend
 
 
 def num_replicas(strategy: Any) -> int:
-    """Replicas that share each global batch across the whole job: ``global = per_replica x this``.
-
-    With the MPI backend every process runs its own strategy, so the processes multiply its replicas;
-    with TensorFlow's collectives the strategy already counts every worker's replicas.
-    """
+    """Replicas that share each global batch across the whole job (``global = per_replica x this``): a
+    process-level backend multiplies the strategy's replicas by the processes."""
     replicas = int(strategy.num_replicas_in_sync)
     return replicas * world_size() if context.current().process_level else replicas
 
@@ -75,10 +56,8 @@ def plan(
     memory_limit_mb: int | None = None,
     environment: ClusterEnvironment | None = None,
 ) -> StrategyPlan:
-    """The plan :func:`strategy` would build with these arguments.
-
-    ``None`` means: the TFDIST_* variable, else the default.
-    """
+    """The plan :func:`strategy` would build with these arguments (None: the TFDIST_* variable, else the
+    default)."""
     options = options_from_environ(
         os.environ,
         kind=kind,
@@ -101,12 +80,9 @@ def strategy(
     cpu_replicas: int | None = None,
     memory_limit_mb: int | None = None,
 ) -> Any:
-    """Detect the environment, plan and build the tf.distribute strategy. Call it first thing.
-
-    ``kind``: auto | one_device | mirrored | multi_worker | parameter_server | tpu. Arguments left at
-    ``None`` come from TFDIST_STRATEGY, TFDIST_COMMUNICATION, TFDIST_COLLECTIVE_TIMEOUT (default 300 s),
-    TFDIST_CPU_REPLICAS. In a parameter-server cluster, ps and worker tasks serve here and never return.
-    """
+    """Detect the environment, plan and build the tf.distribute strategy; call it first thing. ``kind``:
+    auto | one_device | mirrored | multi_worker | parameter_server | tpu; arguments left at None come from
+    the TFDIST_* variables. Parameter-server clusters' ps and worker tasks serve here and never return."""
     environment = detect_environment()
     chosen = plan(
         environment=environment,
@@ -120,7 +96,15 @@ def strategy(
     )
     before = context.built()
     if before is not None:
-        return _same_as_before(before, chosen)
+        old = before.plan
+        assert old is not None
+        if old != chosen:  # a second multi-worker strategy would re-initialise the first one's collectives
+            raise ConfigError(
+                f"tfdist.strategy() was already called in this process and built {old.kind} "
+                f"({old.reason}); this call asks for {chosen.kind} ({chosen.reason}). One process holds one "
+                "strategy. Hint: call tfdist.strategy() once and pass the strategy around."
+            )
+        return before.strategy
     built = build_strategy(chosen)
     context.record(environment, chosen, built)
     if chosen.kind == "multi_worker":

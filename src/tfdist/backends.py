@@ -43,16 +43,10 @@ REGISTRY: dict[str, Backend] = {
         Backend("horovod", True, "Horovod's core all-reduce", HOROVOD_INSTALL_HINT, benchable=False),
     )
 }
-#: Every backend name, in the order the CLI lists them.
-NAMES = tuple(REGISTRY)
-#: Backends whose synchroniser works across processes, each running a one-device strategy.
+NAMES = tuple(REGISTRY)  # in the order the CLI lists them
 PROCESS_BACKENDS = tuple(n for n, b in REGISTRY.items() if b.process_level)
-#: What ``tfdist bench`` can compare.
 BENCH_BACKENDS = tuple(n for n, b in REGISTRY.items() if b.benchable)
-
-
-#: What a user may ask for: ``auto`` or a backend's name.
-CHOICES = ("auto", *NAMES)
+CHOICES = ("auto", *NAMES)  # what a user may ask for
 
 
 @dataclass(frozen=True)
@@ -68,10 +62,7 @@ class BackendChoice:
 
 def check_name(requested: str, source: str) -> str:
     """``requested`` as a backend name (``auto`` included), or ConfigError naming where it came from.
-
-    Input/Output: ``(" MPI", "--backend")`` -> ``"mpi"``; ``("gloo", "TFDIST_BACKEND")`` -> ConfigError
-    ``TFDIST_BACKEND='gloo' is not a backend; choose auto, tf, mpi, horovod. Hint: …``.
-    """
+    Input/Output: ``(" MPI", "--backend")`` -> ``"mpi"``."""
     name = requested.strip().lower()
     if name not in CHOICES:
         hint = " Hint: unset TFDIST_BACKEND or set it to one of those." if source == "TFDIST_BACKEND" else ""
@@ -91,19 +82,14 @@ def choose(
     mpi_launcher: str = "an MPI launcher",
     horovod_installed: Callable[[], bool] = lambda: True,
 ) -> BackendChoice:
-    """The one backend decision, for every front end (a process's context and strategy plan, ``tfdist
-    launch``, ``tfdist train --workers N``, ``tfdist slurm``). ``requested`` is ``auto`` or a name, from
-    ``source`` (named in the error for an unknown one). ``auto`` becomes, in this order: ``mpi`` under an
-    MPI launcher; ``tf`` for a program that builds its own strategy (a user's script spans the job only
-    through TensorFlow's collectives) or fewer than 2 ``workers``; ``tf`` with ``gpus`` (NCCL); on CPU
-    ``mpi`` when ``mpi_ready()`` (the faster there: docs' Performance page), else ``tf``. ``horovod`` where
-    ``horovod_installed()`` says no runs tfdist's Horovod API. The probes are asked only when they decide.
+    """The one backend decision, for every front end; ``requested`` is ``auto`` or a name from ``source``.
+    ``auto`` becomes: ``mpi`` under an MPI launcher; ``tf`` for a program that builds its own strategy,
+    fewer than 2 ``workers`` or ``gpus``; on CPU ``mpi`` when ``mpi_ready()``, else ``tf``. ``horovod``
+    without Horovod installed runs tfdist's Horovod API. Probes are asked only when they decide.
 
-    Input/Output:
-    ``choose("auto", own_strategy=False, workers=2, gpus=0, mpi_ready=lambda: True)`` ->
-    ``BackendChoice("mpi", "CPU only, mpi4py and an MPI launcher found: the MPI backend, …")``;
-    ``choose("auto", under_mpi=True)`` -> ``BackendChoice("mpi", "started by an MPI launcher")``;
-    ``choose("horovod", horovod_installed=lambda: False)`` -> ``BackendChoice("horovod", "", True)``.
+    Input/Output: ``choose("auto", under_mpi=True)`` -> ``BackendChoice("mpi", "started by an MPI
+    launcher")``; ``choose("horovod", horovod_installed=lambda: False)`` -> ``BackendChoice("horovod", "",
+    True)``.
     """
     name = check_name(requested, source)
     if name == "horovod":

@@ -1,7 +1,5 @@
-"""The per-process context: where this process is, what strategy it runs and which backend syncs it.
-
-Fixed once by :func:`tfdist.strategy`; before, it is detected from the environment on each call.
-"""
+"""This process's environment, strategy and backend: fixed once by :func:`tfdist.strategy`, detected from
+the environment on each call before."""
 
 from __future__ import annotations
 

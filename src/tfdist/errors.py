@@ -1,8 +1,5 @@
-"""Exception hierarchy.
-
-User mistakes raise :class:`ConfigError`; the CLI prints its message on one line and exits with code 2.
-Messages say what was received, where it came from, and how to fix it.
-"""
+"""Exception hierarchy. User mistakes raise :class:`ConfigError` (the CLI prints it on one line, exit 2);
+messages say what was received, where it came from, and how to fix it."""
 
 from __future__ import annotations
 
@@ -23,11 +20,8 @@ class SetupError(TfdistError):
 
 
 def require(module: str, package: str, extra: str, needed_for: str) -> ModuleType:
-    """``module`` imported, or a SetupError (one line, exit code 2) naming the extra that installs it.
-
-    Input/Output: ``("yaml", "PyYAML", "k8s", "tfdist k8s")`` without PyYAML -> SetupError("tfdist k8s
-    needs PyYAML. Hint: pip install 'tfdist[k8s]'.").
-    """
+    """``module`` imported, or a SetupError (one line, exit code 2) naming the extra that installs it:
+    ``tfdist k8s needs PyYAML. Hint: pip install 'tfdist[k8s]'.``"""
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -51,6 +45,5 @@ class WorkerFailedError(TfdistError):
 
 
 class CollectiveError(TfdistError):
-    """The job's processes stopped meeting in their collectives: one waited longer than the collective
-    timeout, or they called different collectives (a branch taken on some workers only). The message is
-    the one line the launcher's failure report shows: the step, the collective, who had not arrived."""
+    """The job's processes stopped meeting in their collectives (a timeout, or different collectives); the
+    message is the failure report's line: the step, the collective, who had not arrived."""

@@ -1,7 +1,5 @@
-"""Atomic writes (a temporary name in the same directory, then ``os.replace``): a reader never sees half a
-file. Scratch directories live until the process ends (removed at exit, or by :func:`remove_scratch_dirs`
-before an ``os._exit``).
-"""
+"""Atomic writes (a temporary name beside the file, then ``os.replace``), and scratch directories removed
+when the process ends."""
 
 from __future__ import annotations
 
@@ -19,9 +17,7 @@ from typing import Any
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[str]:
     """Yield a temporary path next to ``path``; on success it replaces ``path``, on error it is removed.
-
-    ``suffix`` keeps the extension for writers that choose the format from it (``savefig(".png")``).
-    """
+    ``suffix`` keeps the extension for writers that choose the format from it (``savefig(".png")``)."""
     target = os.fspath(path)
     directory, name = os.path.split(target)
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp{suffix}")  # per writer
@@ -44,7 +40,6 @@ def write_json(path: str | os.PathLike[str], payload: Any, **dump_options: Any) 
     write_text(path, json.dumps(payload, **dump_options))
 
 
-#: Scratch directories of this process, removed when it ends.
 _SCRATCH: list[str] = []
 
 

@@ -1,7 +1,5 @@
-"""Which release of a module this Python would import, found by the module itself, not by a distribution
-name: ``import keras`` may come from ``keras``, ``keras-nightly`` or a cluster's own build, and
-``import tensorflow`` from ``tensorflow``, ``tensorflow-cpu`` or ``tf-nightly``. Nothing is imported.
-"""
+"""Which release of a module this Python would import, found by the module, not a distribution name
+(``keras`` from keras, keras-nightly or a cluster's build). Nothing is imported."""
 
 from __future__ import annotations
 
@@ -29,10 +27,7 @@ class Found:
 
 def find(module: str) -> Found:
     """``module``'s release and where it comes from (a top-level module name: ``keras``, ``tensorflow``).
-
-    Input/Output: ``"keras"`` with keras-nightly installed -> ``Found("keras", "3.16.0.dev2026102704",
-    "keras-nightly", ".../site-packages/keras")``.
-    """
+    Input/Output: ``"keras"`` -> ``Found("keras", "3.16.0.dev2026102704", "keras-nightly", ".../keras")``."""
     path = _location(module)
     if not path:
         return Found(module, None, "", "")

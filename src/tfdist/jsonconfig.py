@@ -1,7 +1,5 @@
-"""Configs cross process boundaries as JSON: one ``to_json`` / ``from_json`` pair for every frozen config.
-
-The other side rebuilds the same dataclass (so its value checks run again there), never re-parses argv.
-"""
+"""Configs cross processes as JSON, never as argv: the other side rebuilds the dataclass (its checks run
+again)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The link between two nodes, measured once per bench: round-trip latency and TCP bandwidth (no TensorFlow).
-
-``python -m tfdist.diagnose.link serve --port P --out FILE`` answers one probe; ``... measure --peer HOST
---port P --out FILE`` times one-byte round trips, then bulk sending until the server confirms the bytes.
-Both write JSON (the interface, its speed and MTU; the measuring side ``rtt_ms`` and ``gbit_s``).
-"""
+"""The link between two nodes, measured once per bench (no TensorFlow): ``python -m tfdist.diagnose.link
+serve|measure --port P --out FILE`` writes JSON (interface, speed, MTU; ``rtt_ms`` and ``gbit_s``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""When a peer is lost mid-training: say who, where the run can resume, and ask Slurm to run the job again;
-when the workers' collectives no longer meet: say which workers ran which, or which one the others waited
-for. TensorFlow names a lost peer by address, ``host:port`` or task, buried in hundreds of lines.
-"""
+"""A peer lost mid-training (who, where the run resumes, a Slurm requeue) or collectives that no longer meet
+(which workers ran which, who the others waited for), found in TensorFlow's long error messages."""
 
 from __future__ import annotations
 
@@ -60,13 +58,8 @@ def lost_peers(
             ip = resolve(host)
             if ip is not None:
                 by_address[(ip, port)] = entry
-    found: set[tuple[str, int, str]] = set()
-    for ip, port in _ADDRESS.findall(message):
-        if (ip, port) in by_address:
-            found.add(by_address[(ip, port)])
-    for host, port in by_address:
-        if f"{host}:{port}" in message:
-            found.add(by_address[(host, port)])
+    found = {by_address[a] for a in _ADDRESS.findall(message) if a in by_address}
+    found |= {entry for (host, port), entry in by_address.items() if f"{host}:{port}" in message}
     for task_type, index in _TASK.findall(message):
         addresses = cluster.get(task_type, ())
         if int(index) < len(addresses):
@@ -98,10 +91,8 @@ def probe(
     knock: Callable[[str, float], str | None] = _knock,
     name_of: Callable[[str, float], str | None] = host_name,
 ) -> list[str]:
-    """The tasks of ``cluster`` that do not accept a connection now, each with why, in cluster order:
-    ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``. All are knocked
-    at once, for when the error names no one (a dead peer's host refuses, one behind a cut link is silent).
-    """
+    """The tasks of ``cluster`` that do not accept a connection now (all knocked at once), each with why:
+    ``worker 1 on node2 (10.0.0.2:20041) does not answer within 1 s: host or link down``."""
     tasks = [(t, i, a) for t, addresses in cluster.items() for i, a in enumerate(addresses)]
     answers: dict[int, str | None] = {}
 
@@ -198,10 +189,8 @@ ROLL_CALL_S = 3.0
 
 
 def roll_call(rank: int, world: int, step: int, grace_s: float = ROLL_CALL_S) -> dict[int, bool]:
-    """Which other workers wait in a collective too: {rank: True if it said so within ``grace_s``}, through
-    TensorFlow's coordination service (the key-value store of every MultiWorkerMirroredStrategy job). A
-    worker that never answers is the one the others waited for. Empty when the store cannot be reached.
-    """
+    """Which other workers wait in a collective too ({rank: said so within ``grace_s``}), through
+    TensorFlow's coordination service; empty when it cannot be reached."""
     import time
 
     try:

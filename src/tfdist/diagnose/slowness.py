@@ -1,9 +1,5 @@
-"""When steps turn slow on a multi-worker job: say so once, and which node's link is the slow one.
-
-A slow link is not a failure (every collective still completes); only a collective past
-``TFDIST_COLLECTIVE_TIMEOUT`` is. A saturated link queues what crosses it: this host's send queues fill,
-and the kernel's round-trip estimates of TensorFlow's connections to the peer behind it grow.
-"""
+"""When steps turn slow on a multi-worker job: say so once, and which node's link is slow (a saturated link
+fills this host's send queues and grows the kernel's round-trip estimates to the peer behind it)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Will this job fit? The memory of one training replica, as arithmetic on a model's shapes. Pure: no
-TensorFlow, no Keras (:mod:`tfdist.estimate.read` turns a Keras model into a :class:`ModelSummary`).
-
-One replica holds the weights, their gradients, the optimizer's slots, the activations backprop keeps, a
-few input batches and, with several replicas, a packed copy of the gradients; the step adds workspace; the
-process a measured baseline; what cannot be known is a margin (docs/guides/memory.md: the terms, measured).
-"""
+"""Will this job fit? One training replica's memory as arithmetic on a model's shapes (pure: no TensorFlow;
+:mod:`tfdist.estimate.read` makes the :class:`ModelSummary`). The terms: docs/guides/memory.md."""
 
 from __future__ import annotations
 
@@ -20,16 +15,15 @@ from tfdist.estimate.result import MIB, Device, MemoryEstimate, Term, sharding_n
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "rmsprop")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-#: Bytes of one activation element (the compute dtype); Keras 3's mixed policies keep variables, gradients
-#: and optimizer slots in float32.
+#: Bytes of one activation element (the compute dtype); mixed policies keep variables and slots in float32.
 COMPUTE_BYTES = {"float32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}
 #: Slot variables per trainable variable, as Keras 3.15's optimizers ``build`` them (momentum SGD: one).
 BASE_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1}
 #: Temporaries of one variable's update, in copies of it: TensorFlow's elementwise kernels reuse an input's
 #: buffer when nothing else holds it, so a chain of them costs about one new buffer at a time.
 UPDATE_TEMPORARIES = 1
-#: An idle TensorFlow 2.21 + Keras 3.15 process, and what the first ``model.fit`` step adds whatever the
-#: model (tracing, the graph, tf.data's threads): measured by benchmarks/estimate_accuracy.py.
+#: An idle TensorFlow + Keras process, and what the first ``model.fit`` step adds whatever the model
+#: (benchmarks/estimate_accuracy.py measures them).
 IDLE_PROCESS_BYTES = 646 * MIB
 FIRST_STEP_BYTES = 150 * MIB
 #: Input batches alive at once: the one in the step and tf.data's prefetched ones.
@@ -37,8 +31,7 @@ INPUT_BATCHES = 3
 #: Copies of a layer's output backprop keeps: none of views and the input (counted as input batches), two
 #: of Dropout's (output and mask), else one.
 KEPT_COPIES = {"InputLayer": 0, "Flatten": 0, "Reshape": 0, "Permute": 1, "Dropout": 2}
-#: A fixed cost per batch-norm layer's step, whatever the batch and image size (measured by
-#: benchmarks/estimate_accuracy.py --conv; the memory guide has the numbers).
+#: A fixed cost per batch-norm layer's step, whatever the batch (benchmarks/estimate_accuracy.py --conv).
 BATCH_NORM_BYTES = 8 * MIB
 BATCH_NORMS = ("BatchNormalization",)
 DEFAULT_MARGIN = 0.10
@@ -56,9 +49,8 @@ class LayerOutput:
 
 @dataclass(frozen=True)
 class ModelSummary:
-    """What the estimate needs of a model, read without its weights' values: each trainable variable's
-    element count, the bytes of one element, the layer outputs in call order, the compiled optimizer's
-    (name, slots) if any."""
+    """What the estimate needs of a model, read without its weights' values (the compiled optimizer's
+    name and slots, if any)."""
 
     name: str
     trainable: tuple[int, ...]

@@ -1,11 +1,6 @@
-"""A user's model as a :class:`~tfdist.estimate.plan.ModelSummary`, without allocating its weights.
-
-Every model is built inside Keras 3's ``StatelessScope``, where variables record their shape and defer
-their value. Sources: a built-in workload, ``script.py:function`` (imported, its ``__main__`` block does
-not run; the function is called with no arguments), or a ``.keras`` file (its ``config.json`` rebuilt, the
-weights never read). Layer outputs come from the functional graph; a subclassed model is called once on a
-symbolic input (``--input-shape``) with every layer's call recorded.
-"""
+"""A user's model (a workload, ``script.py:function``, a ``.keras`` file's config) as a
+:class:`~tfdist.estimate.plan.ModelSummary`, built in Keras 3's ``StatelessScope`` (no weight allocated);
+a subclassed model is called once on a symbolic input with every layer's call recorded."""
 
 from __future__ import annotations
 
@@ -115,6 +110,8 @@ def summarize(
     model: Any, input_shape: tuple[int, ...] | None, optimizer: tuple[str, int] | None = None
 ) -> ModelSummary:
     """Trainable variable sizes, layer outputs and the compiled optimizer of a Keras model."""
+    import numpy as np
+
     layers = _functional_outputs(model) if _is_graph(model) else _recorded_outputs(model, input_shape)
     if optimizer is None and getattr(model, "optimizer", None) is not None:
         opt = model.optimizer
@@ -136,7 +133,7 @@ def summarize(
         non_trainable=sum(math.prod(v.shape) for v in model.non_trainable_weights),
         layers=tuple(layers),
         input_elements=input_elements,
-        variable_bytes=max((_itemsize(v.dtype) for v in model.weights), default=4),
+        variable_bytes=max((np.dtype(str(v.dtype)).itemsize for v in model.weights), default=4),
         optimizer=optimizer,
     )
 
@@ -146,9 +143,8 @@ def _is_graph(model: Any) -> bool:
     import keras
     from keras.src.models.functional import Functional
 
-    if isinstance(model, Functional):
-        return True
-    return isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None
+    sequential = isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None
+    return isinstance(model, Functional) or sequential
 
 
 def _functional_outputs(model: Any) -> list[LayerOutput]:
@@ -158,8 +154,9 @@ def _functional_outputs(model: Any) -> list[LayerOutput]:
             out += _functional_outputs(layer)
             continue
         tensors = layer.output if isinstance(layer.output, (list, tuple)) else [layer.output]
-        for tensor in tensors:
-            out.append(LayerOutput(layer.name, type(layer).__name__, _elements(tensor.shape, layer.name)))
+        out += [
+            LayerOutput(layer.name, type(layer).__name__, _elements(t.shape, layer.name)) for t in tensors
+        ]
     return out
 
 
@@ -215,12 +212,6 @@ def _elements(shape: Any, where: str) -> int:
             "Hint: give the model's Input a full shape."
         )
     return math.prod(int(d) for d in dims)
-
-
-def _itemsize(dtype: Any) -> int:
-    import numpy as np
-
-    return int(np.dtype(str(dtype)).itemsize)
 
 
 def check_script(spec: str) -> tuple[str, str]:

@@ -1,14 +1,10 @@
-"""A Horovod collective as two TensorFlow ops: *submit* (hands the arrays to the coordinator, returns at
-once), then *wait* (blocks until every rank submitted the same name; the coordinator matches by name).
+"""A Horovod collective as two ops: *submit* (hands the arrays to the coordinator) and *wait* (blocks until
+every rank submitted the same name). Two, because a blocking Python op holds an executor thread: ranks
+running ``a, b`` and ``b, a`` would each block in their first. Earlier waits are ordered after later
+submits (when no cycle follows), so a step's collectives are all submitted before any blocks.
 
-Why two: a Python op blocks an executor thread, so ranks running ``a, b`` and ``b, a`` would each block in
-their first and never submit their second. Submits are stateful (program order in a ``tf.function``;
-chained explicitly in a TensorFlow 1 graph); each earlier wait is made to start after every later submit
-(when that adds no cycle), so every rank submitted a step's collectives before it blocks in any.
-
-A rank whose collective disagrees gets ``tf.errors.FailedPreconditionError`` (Horovod's type): raised
-directly when eager; in a graph, by a read of ``/dev/null/<message>`` (ENOTDIR), since a Python op can
-only raise UnknownError.
+A disagreeing collective raises ``FailedPreconditionError`` (Horovod's type); in a graph through a read of
+``/dev/null/<message>``, since a Python op can only raise UnknownError.
 """
 
 from __future__ import annotations
@@ -72,11 +68,8 @@ def run(
     check: Any = None,
 ) -> list[Any]:
     """The collective ``kind`` of ``tensors`` (results of ``dtypes``/``shapes``), eager or in a graph.
-
-    ``local`` is a tensor of values that may differ across ranks (alltoall's splits); ``check(arrays,
-    local)`` validates this rank's inputs (ValueError -> InvalidArgumentError) and may return ``local``
-    normalised.
-    """
+    ``local``: values that may differ across ranks (alltoall's splits); ``check(arrays, local)`` validates
+    this rank's inputs (ValueError -> InvalidArgumentError) and may return ``local`` normalised."""
     import tensorflow as tf
 
     n = len(tensors)
@@ -107,14 +100,15 @@ def run(
     _LAST_SUBMIT[ticket.graph] = ticket.op
     holder["name"] = ticket.op.name  # unique in the graph, the same on every rank tracing this program
     out_dtypes = [tf.as_dtype(d) for d in dtypes]
+    # What a failed wait returns beside its error: empty arrays (unknown dimensions 0).
+    blanks = [
+        np.zeros([n or 0 for n in s.as_list()] if s.rank is not None else [0], d.as_numpy_dtype)
+        for s, d in zip(map(tf.TensorShape, shapes), out_dtypes, strict=True)
+    ]
 
     def wait(ticket_value: np.int64) -> list[Any]:
         done = runtime.world().coordinator.wait(int(ticket_value))
         if done.error:
-            blanks = [
-                np.zeros([0] if s is None else _blank(s), d.as_numpy_dtype)
-                for s, d in zip(_ranks(shapes), out_dtypes, strict=True)
-            ]
             return [*blanks, np.bytes_(done.error.encode())]
         return [
             *[np.asarray(r, d.as_numpy_dtype) for r, d in zip(done.result, out_dtypes, strict=True)],
@@ -136,16 +130,6 @@ def _previous_submit() -> list[Any]:
 
     last = _LAST_SUBMIT.get(tf.compat.v1.get_default_graph())
     return [] if last is None else [last]
-
-
-def _ranks(shapes: Sequence[Any]) -> list[Any]:
-    import tensorflow as tf
-
-    return [tf.TensorShape(s).as_list() if tf.TensorShape(s).rank is not None else None for s in shapes]
-
-
-def _blank(shape: list[Any]) -> list[int]:
-    return [d if d is not None else 0 for d in shape]
 
 
 def _raise_on_error(outs: list[Any], error: Any) -> list[Any]:

@@ -1,8 +1,5 @@
-"""Keras 2 idioms of Horovod's own examples, accepted on Keras 3 so those scripts run as written (installed
-when a script imports tfdist's Horovod API): ``compile(experimental_run_tf_function=False)`` is dropped
-(Keras 3 always goes through the optimizer); ``opt.variables()`` works (a list made callable); and
-``compile(optimizer=hvd.DistributedOptimizer(...))`` keeps XLA off, which cannot compile the all-reduce.
-"""
+"""Keras 2 idioms of Horovod's examples accepted on Keras 3: ``compile(experimental_run_tf_function=...)``
+dropped, ``opt.variables()`` callable, and XLA kept off for ``hvd.DistributedOptimizer`` (no host calls)."""
 
 from __future__ import annotations
 

@@ -99,10 +99,8 @@ def allreduce(
     process_set: Any = global_process_set,
     ignore_name_scope: bool = False,
 ) -> Any:
-    """The element-wise reduction of ``tensor`` over all ranks (default: the average), matched across
-    ranks by ``name`` (in a graph, Horovod's name derived from the tensor's). ``tf.IndexedSlices`` are
-    allgathered (values and indices), as Horovod does. The gradient is the same allreduce of the gradient.
-    """
+    """The element-wise reduction of ``tensor`` over all ranks (default: the average), matched across ranks
+    by ``name``; ``tf.IndexedSlices`` are allgathered, as Horovod's. The gradient: the same allreduce."""
     import tensorflow as tf
 
     if not isinstance(tensor, tf.IndexedSlices):
@@ -160,16 +158,8 @@ def _raw_allgather(tensors: Sequence[Any], name: str | None) -> list[Any]:
         "hvd.allgather needs a tensor with at least one dimension (it concatenates on axis 0)."
     )
     check(tensors)
-    shapes = [_free_first(t) for t in tensors]
-    return collective.run(
-        ops.ALLGATHER,
-        tensors,
-        [t.dtype for t in tensors],
-        shapes,
-        name=name,
-        free_first_dim=True,
-        check=check,
-    )
+    dtypes, shapes = [t.dtype for t in tensors], [_free_first(t) for t in tensors]
+    return collective.run(ops.ALLGATHER, tensors, dtypes, shapes, name=name, free_first_dim=True, check=check)
 
 
 def grouped_allgather(
@@ -242,9 +232,12 @@ def broadcast(
     return _with_gradient(lambda xs: _raw_broadcast(xs, root_rank, name), backward, [tensor])[0]
 
 
-def _assign_broadcast(variables: Sequence[Any], root_rank: int, prefix: str) -> list[Any]:
+def _assign_broadcast(variables: Sequence[Any], root_rank: int, prefix: str, process_set: Any) -> list[Any]:
     """``root_rank``'s values assigned to ``variables`` (one collective): the assignments."""
+    check_process_set(process_set)
     values = [_dense(v) for v in variables]
+    if not values:
+        return []
     received = _raw_broadcast(values, root_rank, collective.default_name(prefix, values[0]))
     return [v.assign(x) for v, x in zip(variables, received, strict=True)]
 
@@ -255,12 +248,8 @@ def broadcast_variables(
     """Assign ``root_rank``'s values to ``variables`` on every rank (one collective)."""
     import tensorflow as tf
 
-    check_process_set(process_set)
-    variables = list(variables)
-    if not variables:
-        return None
-    assigns = _assign_broadcast(variables, root_rank, "HorovodBroadcastVariables")
-    return None if tf.executing_eagerly() else tf.group(*assigns)
+    assigns = _assign_broadcast(list(variables), root_rank, "HorovodBroadcastVariables", process_set)
+    return None if not assigns or tf.executing_eagerly() else tf.group(*assigns)
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
@@ -283,11 +272,8 @@ def broadcast_(
     (in a TensorFlow 1 graph, the assignments' values: evaluating them runs the broadcast)."""
     import tensorflow as tf
 
-    check_process_set(process_set)
     variables = list(variables)
-    if not variables:
-        return []
-    assigned = _assign_broadcast(variables, root_rank, "HorovodBroadcastInplace")
+    assigned = _assign_broadcast(variables, root_rank, "HorovodBroadcastInplace", process_set)
     return variables if tf.executing_eagerly() else assigned
 
 
@@ -386,9 +372,8 @@ def reducescatter(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
 ) -> Any:
-    """The reduction of ``tensor`` over all ranks, split on the first dimension: rank r keeps its part (the
-    first ``rows % size`` ranks one row more). Sum or Average (the default); the gradient is an allgather
-    (Horovod's)."""
+    """The Sum or Average (default) of ``tensor`` over all ranks, split on the first dimension: rank r keeps
+    its part (the first ``rows % size`` ranks one row more). The gradient is an allgather (Horovod's)."""
     tensor = _dense(tensor)
     name = name or collective.default_name("HorovodReducescatter", tensor)
     return grouped_reducescatter(

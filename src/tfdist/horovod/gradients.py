@@ -1,8 +1,6 @@
-"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``: within a
-node every dense gradient of a step in ONE packed all-reduce; across nodes, inside a ``tf.function``, in
-buckets (``TFDIST_BUCKET_MB``, or Horovod's ``groups=``), each submitted as soon as its gradients exist so
-the coordinator sums it while the backward pass goes on (Horovod's tensor fusion does the same).
-"""
+"""Gradient averaging for Horovod's ``DistributedGradientTape`` and ``DistributedOptimizer``: a step's dense
+gradients in ONE packed all-reduce, or across nodes in a ``tf.function`` in buckets (``TFDIST_BUCKET_MB``,
+Horovod's ``groups=``) submitted as their gradients exist, overlapping the backward pass (tensor fusion)."""
 
 from __future__ import annotations
 
@@ -40,11 +38,9 @@ class GradientOptions:
 def allreduce_gradients(
     grads: list[Any], options: GradientOptions, variables: Sequence[Any] | None = None
 ) -> list[Any]:
-    """Each gradient reduced over all ranks (None stays None); the dense ones of a group packed into one
-    all-reduce (groups: :func:`gradient_groups`; ``variables``, the gradients' own, place ``groups=`` lists).
-
-    With ``gradient_predivide_factor`` f, gradients are scaled by 1/f before the sum and by f/size after.
-    """
+    """Each gradient reduced over all ranks (None stays None), a group's dense ones in one all-reduce
+    (:func:`gradient_groups`; ``variables`` place ``groups=`` lists). ``gradient_predivide_factor`` f scales
+    by 1/f before the sum and by f/size after."""
     import tensorflow as tf
 
     f = options.gradient_predivide_factor
@@ -53,7 +49,8 @@ def allreduce_gradients(
         for g in grads
     ]
     present = [i for i, g in enumerate(prepared) if g is not None]
-    groups = gradient_groups([prepared[i] for i in present], options.groups, _refs(variables, present))
+    refs = None if variables is None else [variable_key(variables[i]) for i in present]
+    groups = gradient_groups([prepared[i] for i in present], options.groups, refs)
     out: list[Any] = [None] * len(grads)
     # Submitted in the order the backward pass produces the gradients (the last layer's group first): a
     # tf.function runs the submits in program order, each once its own gradients exist.
@@ -111,12 +108,6 @@ class ReducingOptimizer:
         return reduce_shared(grads, variables, self._hvd_options, self._hvd_local_refs, self._hvd_scale_local)
 
 
-def _refs(variables: Sequence[Any] | None, present: list[int]) -> list[Any] | None:
-    if variables is None:
-        return None
-    return [variable_key(variables[i]) for i in present]
-
-
 def variable_key(variable: Any) -> Any:
     """A hashable key of a variable: TensorFlow's ``ref()``, or the object's identity for a Keras 3
     variable (which has no ``ref``)."""
@@ -124,16 +115,9 @@ def variable_key(variable: Any) -> Any:
 
 
 def gradient_groups(grads: Sequence[Any], groups: Any, refs: Sequence[Any] | None = None) -> list[list[int]]:
-    """The gradients' indices in groups, each reduced as one collective, in submission order.
-
-    - ``groups`` lists of variable references (Horovod's explicit groups, ``refs`` naming each gradient's
-      variable): those together, every other gradient a group of its own;
-    - ``groups`` a count n > 0 (Horovod's ``num_groups``): n groups of consecutive gradients;
-    - otherwise: in a ``tf.function`` on a job whose sums cross nodes with buckets on, buckets of
-      ``TFDIST_BUCKET_MB`` (:func:`tfdist.sync.wire.plan_buckets`); else one group.
-
-    Groups are submitted from the last variables' back: the order the backward pass produces them.
-    """
+    """The gradients' indices in groups (one collective each), from the last variables back (the order
+    backprop makes them): Horovod's explicit groups (lists of variable refs; ``refs`` names each gradient's,
+    the others alone), ``num_groups`` n > 0 (consecutive), else buckets (:func:`_buckets`) or one group."""
     count = len(grads)
     if count == 0:
         return []
@@ -141,15 +125,10 @@ def gradient_groups(grads: Sequence[Any], groups: Any, refs: Sequence[Any] | Non
         if refs is None:
             return [list(range(count))[::-1]]
         where = {ref: g for g, members in enumerate(groups) for ref in members}
-        explicit: dict[int, list[int]] = {}
-        alone: list[list[int]] = []
+        by_group: dict[Any, list[int]] = {}  # a gradient outside every group: a group of its own
         for index in range(count - 1, -1, -1):
-            group = where.get(refs[index])
-            if group is None:
-                alone.append([index])
-            else:
-                explicit.setdefault(group, []).append(index)
-        return sorted([*explicit.values(), *alone], key=lambda g: -max(g))
+            by_group.setdefault(where.get(refs[index], ("alone", index)), []).append(index)
+        return sorted(by_group.values(), key=lambda g: -max(g))
     if isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
         import numpy as np
 
@@ -159,6 +138,7 @@ def gradient_groups(grads: Sequence[Any], groups: Any, refs: Sequence[Any] | Non
 
 
 def _buckets(grads: Sequence[Any]) -> list[list[int]]:
+    """Buckets of ``TFDIST_BUCKET_MB`` in a ``tf.function`` whose sums cross nodes; else one group."""
     import tensorflow as tf
 
     from tfdist.sync.wire import AUTO_MB, plan_buckets
@@ -184,10 +164,8 @@ def _buckets(grads: Sequence[Any]) -> list[list[int]]:
 
 
 class DistributedGradientTape:
-    """Wraps a ``tf.GradientTape``: ``gradient()`` returns the gradients averaged over all ranks.
-
-    Everything else (``watch``, ``stop_recording``, ``jacobian``, …) is the wrapped tape's.
-    """
+    """Wraps a ``tf.GradientTape``: ``gradient()`` returns the gradients averaged over all ranks; the rest
+    (``watch``, ``stop_recording``, ``jacobian``, …) is the wrapped tape's."""
 
     def __init__(
         self,

@@ -3,11 +3,10 @@ the ``tf_keras`` package, its new and its legacy optimizers)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tfdist.horovod.gradients import GradientOptions, ReducingOptimizer
-
-_CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
 
 def keras2_optimizer_types() -> tuple[type, ...]:
@@ -21,17 +20,13 @@ def keras2_optimizer_types() -> tuple[type, ...]:
     return (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
 
 
+@functools.cache
 def keras2_distributed_class(
-    base: type, options: GradientOptions, backward_passes_per_step: int = 1, average: bool = False
+    base: type, options: GradientOptions, backward_passes_per_step: int, average: bool
 ) -> type:
     """A subclass of the Keras 2 optimizer class ``base`` whose gradients are all-reduced in
-    ``compute_gradients`` (what ``minimize`` and ``model.fit`` call), else in ``apply_gradients`` (a
-    custom loop's), never twice. ``backward_passes_per_step`` > 1: summed locally
-    (:class:`Keras2Aggregation`) and all-reduced every that many passes, the others counted as
-    iterations only, as Horovod's Keras 2 optimizer does."""
-    key = (base, options, backward_passes_per_step, average)
-    if key in _CLASSES:
-        return _CLASSES[key]
+    ``compute_gradients`` (``minimize``, ``model.fit``), else in ``apply_gradients`` (a custom loop), never
+    twice; ``backward_passes_per_step`` > 1: summed locally (:class:`Keras2Aggregation`), as Horovod's."""
     passes = backward_passes_per_step
 
     class Distributed(ReducingOptimizer, base):
@@ -41,12 +36,9 @@ def keras2_distributed_class(
 
         @property
         def _agg_helper(self) -> Keras2Aggregation | None:
-            if passes == 1:
-                return None
-            if "_hvd_aggregation" not in self.__dict__:
+            if passes > 1 and "_hvd_aggregation" not in self.__dict__:
                 self.__dict__["_hvd_aggregation"] = Keras2Aggregation(self, passes, average)
-            helper: Keras2Aggregation = self.__dict__["_hvd_aggregation"]
-            return helper
+            return self.__dict__.get("_hvd_aggregation")
 
         def compute_gradients(self, loss: Any, var_list: Any, tape: Any = None) -> Any:
             return self._compute_gradients(loss, var_list, None, tape)
@@ -103,7 +95,6 @@ def keras2_distributed_class(
 
     Distributed.__name__ = Distributed.__qualname__ = base.__name__
     Distributed.__module__ = base.__module__
-    _CLASSES[key] = Distributed
     return Distributed
 
 
@@ -145,16 +136,9 @@ class Keras2Aggregation:
                 self.counter.assign(0)
                 for total in self.sums.values():
                     total.assign(tf.zeros_like(total))
-            return [None if g is None else tf.identity(g) for g in reduced]
+            return [tf.identity(reduced[i]) for i in present]
 
         present = [i for i, g in enumerate(summed) if g is not None]
-
-        def reduced() -> list[Any]:
-            out = reduce_and_clear()
-            return [out[i] for i in present]
-
-        out = tf.cond(tf.equal(self.counter, self.passes), reduced, lambda: [summed[i] for i in present])
-        result: list[Any] = [None] * len(summed)
-        for i, value in zip(present, out, strict=True):
-            result[i] = value
-        return result
+        done = tf.equal(self.counter, self.passes)
+        out = iter(tf.cond(done, reduce_and_clear, lambda: [summed[i] for i in present]))
+        return [None if g is None else next(out) for g in summed]

@@ -33,13 +33,8 @@ def allgather_object(obj: Any, session: Any = None, name: str | None = None, **_
 
 
 def join(device: str = "", process_set: Any = global_process_set) -> Any:
-    """Horovod's join: this rank has no more batches. Until every rank joined, it takes part in the
-    others' allreduces with zeros (an Average still divides by every rank, as Horovod's does); other
-    collectives called meanwhile fail on the ranks that called them, with Horovod's message.
-
-    Returns the rank that joined last, as an int32 scalar tensor (an op inside a ``tf.function``). Every
-    collective name counts from 0 again afterwards, on every rank.
-    """
+    """Horovod's join: this rank has no more batches and adds zeros to the others' allreduces (other
+    collectives fail meanwhile) until every rank joined. Returns the last rank to join (int32 scalar)."""
     import tensorflow as tf
 
     check_process_set(process_set)

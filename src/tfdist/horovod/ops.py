@@ -1,7 +1,5 @@
-"""What Horovod's collectives do to NumPy arrays once every rank submitted them (on the coordinator's
-thread), and Horovod's reduction constants. A round's float32 sums travel together through the MPI
-backend's packed shared-memory all-reduce (tensor fusion, as ``tfdist.fit``'s); the rest uses MPI itself.
-"""
+"""What Horovod's collectives do to NumPy arrays once every rank submitted them, and its reduction
+constants: a round's float sums travel in ONE packed all-reduce of the MPI backend, the rest through MPI."""
 
 from __future__ import annotations
 
@@ -60,15 +58,13 @@ def alltoall_splits(rows: int, splits: Any, size: int) -> np.ndarray:
 def execute(requests: list[Request]) -> None:
     """Run one round's requests (the same list, in the same order, on every rank)."""
     fused = [r for r in requests if _fusable(r, np.float32)]
-    if fused:
-        _fused_sums(fused)
     halves = [r for r in requests if _fusable(r, np.float16)] if runtime.world().size > 1 else []
-    if halves:
-        _fused_sums(halves, half=True)
+    for group, half in ((fused, False), (halves, True)):
+        if group:
+            _fused_sums(group, half)
     for request in requests:
-        if request in fused or request in halves:
-            continue
-        request.result = RUNNERS[request.kind](request)
+        if request not in fused and request not in halves:
+            request.result = RUNNERS[request.kind](request)
 
 
 def _fusable(request: Request, dtype: Any) -> bool:
@@ -79,49 +75,33 @@ def _fusable(request: Request, dtype: Any) -> bool:
     )
 
 
-def _waiter(sync: Any) -> Any:
-    """How this thread waits for the sum: polling without spinning while buckets run beside the backward
-    pass (a spin would take the core TensorFlow computes on; auto: a Horovod script's buckets are on), the
-    synchroniser's own waiter otherwise."""
-    return sync.background if sync.overlaps or sync.options.auto else None
-
-
-def _prescaled(request: Request) -> list[np.ndarray]:
-    pre = request.args[1]
-    return [a * a.dtype.type(pre) if pre != 1.0 else a for a in request.arrays]
-
-
-def _factor(request: Request) -> float:
-    op, _, post = request.args
-    return post / runtime.world().size if op == Average else post
-
-
 def _fused_sums(requests: list[Request], half: bool = False) -> None:
-    """Every float32 sum of the round in ONE packed all-reduce (shared memory within a node). ``half``: the
-    round's float16 sums (``hvd.Compression.fp16``'s tensors), exact in the float32 buffer and again on a
-    16-bit wire across nodes: added in float32 and rounded to float16 once, as Horovod does."""
+    """Every float32 sum of the round in ONE packed all-reduce. ``half``: the float16 sums
+    (``Compression.fp16``), added in float32 (a 16-bit wire across nodes) and rounded once, as Horovod's."""
     world = runtime.world()
-    if half:
-        parts = [a.astype(np.float32) * np.float32(r.args[1]) for r in requests for a in r.arrays]
-    else:
-        parts = [p for r in requests for p in _prescaled(r)]
+    parts = [
+        np.multiply(a, np.float32(r.args[1]), dtype=np.float32) if half or r.args[1] != 1.0 else a
+        for r in requests
+        for a in r.arrays
+    ]
     # Views of shared memory (the next all-reduce overwrites them): the scaling pass is also the copy.
     views = parts
     if world.size > 1:
         sync = world.float_sync()
-        if half:
-            views = sync.packed_sum(parts, 0, len(parts), "fp16", _waiter(sync))
-        else:
-            views = sync.packed_sum(parts, len(parts), waiter=_waiter(sync))
+        # Polled without spinning while buckets run beside the backward pass (a spin takes TF's core).
+        waiter = sync.background if sync.overlaps or sync.options.auto else None
+        n = len(parts)
+        views = sync.packed_sum(parts, 0 if half else n, n if half else 0, "fp16" if half else "none", waiter)
     at = 0
     for request in requests:
-        factor = np.float32(_factor(request))
+        op, _, post = request.args
+        factor = np.float32(post / world.size if op == Average else post)
         mine = views[at : at + len(request.arrays)]
         at += len(request.arrays)
         summed = [v * factor if factor != 1.0 else np.array(v, copy=True) for v in mine]
         if half:
             summed = [v.astype(np.float16) for v in summed]
-        request.result = _scatter(request, summed) if request.kind == REDUCESCATTER else summed
+        request.result = _scatter(summed) if request.kind == REDUCESCATTER else summed
 
 
 def _scale(array: np.ndarray, factor: float) -> np.ndarray:
@@ -143,31 +123,21 @@ def reduce_arrays(
     scaled = [_scale(a, prescale) for a in arrays]
     if world.size == 1:
         return [_scale(np.array(a, copy=True), factor) for a in scaled]
-    coordinator = world.coordinator
     mpi = world.mpi
+    mpi_op = {Sum: mpi.SUM, Average: mpi.SUM, Min: mpi.MIN, Max: mpi.MAX, Product: mpi.PROD}[op]
     out = []
     for a in scaled:
-        if op in (Sum, Average) and a.dtype == np.float16:
-            # Summed in float32, rounded back once (Horovod's float16 sums also add in float32).
-            wide = a.astype(np.float32)
-            total = np.empty_like(wide)
-            coordinator.comm.Allreduce(wide, total, op=mpi.SUM)
-            out.append(_scale(total, factor).astype(np.float16))
-            continue
-        mpi_op = {Sum: mpi.SUM, Average: mpi.SUM, Min: mpi.MIN, Max: mpi.MAX, Product: mpi.PROD}[op]
-        source = np.ascontiguousarray(a)
+        # float16 sums add in float32 and are rounded back once, as Horovod's.
+        wide = op in (Sum, Average) and a.dtype == np.float16
+        source = a.astype(np.float32) if wide else np.ascontiguousarray(a)
         result = np.empty_like(source)
-        coordinator.comm.Allreduce(source, result, op=mpi_op)
-        out.append(_scale(result, factor))
+        world.coordinator.comm.Allreduce(source, result, op=mpi_op)
+        out.append(_scale(result, factor).astype(a.dtype, copy=False))
     return out
 
 
-def _allreduce(request: Request) -> list[np.ndarray]:
-    op, pre, post = request.args
-    return reduce_arrays(request.arrays, op, pre, post)
-
-
-def _scatter(request: Request, summed: list[np.ndarray]) -> list[np.ndarray]:
+def _scatter(summed: list[np.ndarray]) -> list[np.ndarray]:
+    """This rank's rows of each array (:func:`scatter_rows`)."""
     world = runtime.world()
     out = []
     for array in summed:
@@ -175,11 +145,6 @@ def _scatter(request: Request, summed: list[np.ndarray]) -> list[np.ndarray]:
         start = sum(counts[: world.rank])
         out.append(np.array(array[start : start + counts[world.rank]], copy=True))
     return out
-
-
-def _reducescatter(request: Request) -> list[np.ndarray]:
-    op, pre, post = request.args
-    return _scatter(request, reduce_arrays(request.arrays, op, pre, post))
 
 
 def _allgather(request: Request) -> list[np.ndarray]:
@@ -192,12 +157,10 @@ def _allgather(request: Request) -> list[np.ndarray]:
 
 def _broadcast(request: Request) -> list[np.ndarray]:
     world = runtime.world()
-    out = []
-    for a in request.arrays:
-        buffer = np.array(a, copy=True, order="C")
-        if world.size > 1:
+    out = [np.array(a, copy=True, order="C") for a in request.arrays]
+    if world.size > 1:
+        for buffer in out:
             world.coordinator.comm.Bcast(buffer, root=request.args)
-        out.append(buffer)
     return out
 
 
@@ -214,11 +177,11 @@ def _alltoall(request: Request) -> list[np.ndarray]:
 
 
 RUNNERS = {
-    ALLREDUCE: _allreduce,
+    ALLREDUCE: lambda r: reduce_arrays(r.arrays, *r.args),
     ALLGATHER: _allgather,
     BROADCAST: _broadcast,
     ALLTOALL: _alltoall,
-    REDUCESCATTER: _reducescatter,
+    REDUCESCATTER: lambda r: _scatter(reduce_arrays(r.arrays, *r.args)),
 }
 
 

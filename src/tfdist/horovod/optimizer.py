@@ -1,15 +1,10 @@
-"""Horovod's ``DistributedOptimizer`` (and ``PartialDistributedOptimizer``, ``load_model``) for Keras 3:
-gradients really averaged over all ranks.
-
-Horovod's own wrapper overrides Keras 2 methods that Keras 3 never calls, so on Keras 3 it trains each
-rank on its own gradients. This one overrides ``apply`` (what ``model.fit``'s step and
-``apply_gradients`` call), reduces the gradients as :mod:`tfdist.horovod.gradients` groups them, and
-supports ``backward_passes_per_step`` (local accumulation, one all-reduce every N steps). Keras 2
-(tf-keras) optimizers: :mod:`tfdist.horovod.keras2`.
-"""
+"""Horovod's ``DistributedOptimizer`` (``PartialDistributedOptimizer``, ``load_model``) for Keras 3. Horovod's
+own overrides Keras 2 methods Keras 3 never calls (each rank trains alone); this one overrides ``apply``,
+with ``backward_passes_per_step``. Keras 2 (tf-keras) optimizers: :mod:`tfdist.horovod.keras2`."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tfdist.horovod import ops, runtime
@@ -17,16 +12,13 @@ from tfdist.horovod.compression import Compression
 from tfdist.horovod.gradients import GradientOptions, ReducingOptimizer, groups_option, local_weights
 from tfdist.horovod.keras2 import keras2_distributed_class, keras2_optimizer_types
 
-_CLASSES: dict[tuple[type, GradientOptions, int, bool], type] = {}
 
-
+@functools.cache
 def distributed_class(
     base: type, options: GradientOptions, backward_passes_per_step: int, average_aggregated_gradients: bool
 ) -> type:
-    """A subclass of the Keras optimizer class ``base`` that all-reduces gradients in ``apply``."""
-    key = (base, options, backward_passes_per_step, average_aggregated_gradients)
-    if key in _CLASSES:
-        return _CLASSES[key]
+    """A subclass of the Keras optimizer class ``base`` that all-reduces gradients in ``apply`` (one per
+    arguments: call with all four positionally)."""
     passes = backward_passes_per_step
 
     class Distributed(ReducingOptimizer, base):
@@ -83,7 +75,6 @@ def distributed_class(
 
     Distributed.__name__ = Distributed.__qualname__ = base.__name__
     Distributed.__module__ = base.__module__  # saved models name Keras' class: hvd.load_model re-wraps it
-    _CLASSES[key] = Distributed
     return Distributed
 
 
@@ -123,14 +114,9 @@ def DistributedOptimizer(
     options = GradientOptions(
         op, compression, sparse_as_dense, gradient_predivide_factor, groups_option(groups, num_groups)
     )
-    if keras2:
-        cls = keras2_distributed_class(
-            type(optimizer), options, backward_passes_per_step, average_aggregated_gradients
-        )
-    else:
-        cls = distributed_class(
-            type(optimizer), options, backward_passes_per_step, average_aggregated_gradients
-        )
+    make = keras2_distributed_class if keras2 else distributed_class
+    base: type = type(optimizer)
+    cls = make(base, options, backward_passes_per_step, average_aggregated_gradients)
     config = optimizer.get_config()
     if name:
         config["name"] = name
@@ -201,9 +187,5 @@ def load_model(
 
 
 def _subclasses(cls: type) -> set[type]:
-    found: set[type] = set()
-    sub: type
-    for sub in cls.__subclasses__():
-        found.add(sub)
-        found |= _subclasses(sub)
-    return found
+    subs: list[type] = cls.__subclasses__()
+    return {found for sub in subs for found in (sub, *_subclasses(sub))}

@@ -61,45 +61,31 @@ def init(execute: Callable[[list[Any]], None], comm: Any = None) -> None:
     """Start (or keep) the job's communicators; ``comm`` may be an mpi4py communicator or None (world);
     ``execute`` runs Horovod's matched collectives (:func:`tfdist.horovod.ops.execute`)."""
     with _LOCK:
-        if _WORLD:
-            return
-        mpi = _mpi()
-        if mpi is None:
-            _WORLD.append(_coordinated(World(None, None, 0, 1, 0, 1, 0, 1, True), execute))
-            return
-        # The collectives run on the MPI synchroniser's world: a communicator must be all of it.
-        partial = (
-            comm is not None and hasattr(comm, "Get_size") and comm.Get_size() != mpi.COMM_WORLD.Get_size()
-        )
-        if comm is not None and (partial or not hasattr(comm, "Get_rank")):
-            raise NotImplementedError(
-                "hvd.init(comm=[ranks]) (a subset of ranks) is not supported by tfdist's Horovod API; "
-                "start the job with the ranks you want (tfdist launch -n N, mpirun -np N)."
-            )
-        world = comm if comm is not None else mpi.COMM_WORLD
-        from tfdist.mpi.rank import check_world
+        if not _WORLD:
+            _WORLD.append(_coordinated(_world(_mpi(), comm), execute))
 
-        check_world(world.Get_size())
-        node = world.Split_type(mpi.COMM_TYPE_SHARED, key=world.Get_rank())
-        local_rank, local_size = node.Get_rank(), node.Get_size()
-        cross = world.Split(local_rank, world.Get_rank())
-        sizes = world.allgather(local_size)
-        _WORLD.append(
-            _coordinated(
-                World(
-                    comm=world,
-                    mpi=mpi,
-                    rank=world.Get_rank(),
-                    size=world.Get_size(),
-                    local_rank=local_rank,
-                    local_size=local_size,
-                    cross_rank=cross.Get_rank(),
-                    cross_size=cross.Get_size(),
-                    homogeneous=len(set(sizes)) == 1,
-                ),
-                execute,
-            )
+
+def _world(mpi: Any, comm: Any) -> World:
+    if mpi is None:
+        return World(None, None, 0, 1, 0, 1, 0, 1, True)
+    # The collectives run on the MPI synchroniser's world: a communicator must be all of it.
+    partial = comm is not None and hasattr(comm, "Get_size") and comm.Get_size() != mpi.COMM_WORLD.Get_size()
+    if comm is not None and (partial or not hasattr(comm, "Get_rank")):
+        raise NotImplementedError(
+            "hvd.init(comm=[ranks]) (a subset of ranks) is not supported by tfdist's Horovod API; "
+            "start the job with the ranks you want (tfdist launch -n N, mpirun -np N)."
         )
+    world = comm if comm is not None else mpi.COMM_WORLD
+    from tfdist.mpi.rank import check_world
+
+    rank, size = world.Get_rank(), world.Get_size()
+    check_world(size)
+    node = world.Split_type(mpi.COMM_TYPE_SHARED, key=rank)
+    cross = world.Split(node.Get_rank(), rank)
+    even = len(set(world.allgather(node.Get_size()))) == 1
+    return World(
+        world, mpi, rank, size, node.Get_rank(), node.Get_size(), cross.Get_rank(), cross.Get_size(), even
+    )
 
 
 def _coordinated(world: World, execute: Callable[[list[Any]], None]) -> World:

@@ -1,8 +1,5 @@
-"""``import horovod…`` answered by tfdist's Horovod API (``tfdist launch --backend horovod`` without
-Horovod): a meta-path finder placed first makes ``horovod``, ``horovod.tensorflow[.keras[.callbacks]]`` and
-``horovod.keras`` the very module objects of ``tfdist.horovod…`` (one state per process); other
-``horovod.*`` modules raise ModuleNotFoundError saying what is provided.
-"""
+"""``import horovod…`` answered by tfdist's Horovod API (``--backend horovod`` without Horovod): a meta-path
+finder makes the aliased names the very modules of ``tfdist.horovod…``; other ``horovod.*`` names raise."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Submit, watch and remove a job on a Kubernetes cluster through the official ``kubernetes`` client
-(imported lazily: ``tfdist[k8s]``). The cluster is found as kubectl finds it; every request has a time
-limit, so a missing or silent cluster is one line, never a hang.
-"""
+"""Submit, watch and remove a job through the official ``kubernetes`` client (``tfdist[k8s]``, imported
+lazily), on the cluster kubectl finds; every request has a time limit: a silent cluster is one line."""
 
 from __future__ import annotations
 
@@ -80,13 +78,14 @@ def _first_line(exc: BaseException) -> str:
     return text[0].rstrip(".") if text else type(exc).__name__
 
 
-def call(cluster: Cluster, what: str, request: Callable[[], Any]) -> Any:
-    """Run one request; the API server's refusals and silences become one-line errors naming ``what``."""
+def call(cluster: Cluster, what: str, request: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``request(*args, **kwargs)`` within the time limit; the API server's refusals and silences become
+    one-line errors naming ``what``."""
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return request()
+        return request(*args, **kwargs, **_TIMEOUT)
     except ApiException as exc:
         reason = _api_message(exc)
         if exc.status == 404:
@@ -120,6 +119,12 @@ def _api_message(exc: Any) -> str:
     return " ".join(str(message or exc.reason or "no reason given").split())
 
 
+def _custom(kind: str, namespace: str) -> tuple[str, str, str, str]:
+    """The leading arguments of the custom objects API's calls for ``kind``."""
+    group, version, plural = CUSTOM[kind]
+    return group, version, namespace, plural
+
+
 def create(cluster: Cluster, manifest: Manifest, namespace: str) -> None:
     """Create one object of a rendered manifest in ``namespace``."""
     from kubernetes import client
@@ -128,22 +133,12 @@ def create(cluster: Cluster, manifest: Manifest, namespace: str) -> None:
     what = f"creating {kind} {name!r} in namespace {namespace!r}"
     body = cast(Any, manifest)  # the client sends plain dicts as they are; its hints name only its models
     if kind == "Service":
-        api = client.CoreV1Api(cluster.api)
-        call(cluster, what, lambda: api.create_namespaced_service(namespace, body, **_TIMEOUT))
+        call(cluster, what, client.CoreV1Api(cluster.api).create_namespaced_service, namespace, body)
     elif kind == "Job":
-        batch = client.BatchV1Api(cluster.api)
-        call(cluster, what, lambda: batch.create_namespaced_job(namespace, body, **_TIMEOUT))
+        call(cluster, what, client.BatchV1Api(cluster.api).create_namespaced_job, namespace, body)
     else:
-        group, version, plural = CUSTOM[kind]
-        custom = client.CustomObjectsApi(cluster.api)
-        what += f" (needs {CONTROLLER[kind]} installed)"
-        call(
-            cluster,
-            what,
-            lambda: custom.create_namespaced_custom_object(
-                group, version, namespace, plural, manifest, **_TIMEOUT
-            ),
-        )
+        custom = client.CustomObjectsApi(cluster.api).create_namespaced_custom_object
+        call(cluster, f"{what} (needs {CONTROLLER[kind]} installed)", custom, *_custom(kind, namespace), body)
 
 
 def delete(cluster: Cluster, kind: str, name: str, namespace: str) -> None:
@@ -151,23 +146,14 @@ def delete(cluster: Cluster, kind: str, name: str, namespace: str) -> None:
     from kubernetes import client
 
     what = f"deleting {kind} {name!r} in namespace {namespace!r}"
-    options = {"propagation_policy": "Background", **_TIMEOUT}
     if kind == "Service":
-        api = client.CoreV1Api(cluster.api)
-        call(cluster, what, lambda: api.delete_namespaced_service(name, namespace, **_TIMEOUT))
+        call(cluster, what, client.CoreV1Api(cluster.api).delete_namespaced_service, name, namespace)
     elif kind == "Job":
         batch = client.BatchV1Api(cluster.api)
-        call(cluster, what, lambda: batch.delete_namespaced_job(name, namespace, **options))
+        call(cluster, what, batch.delete_namespaced_job, name, namespace, propagation_policy="Background")
     else:
-        group, version, plural = CUSTOM[kind]
-        custom = client.CustomObjectsApi(cluster.api)
-        call(
-            cluster,
-            what,
-            lambda: custom.delete_namespaced_custom_object(
-                group, version, namespace, plural, name, **options
-            ),
-        )
+        custom = client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object
+        call(cluster, what, custom, *_custom(kind, namespace), name, propagation_policy="Background")
 
 
 def read_status(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
@@ -176,29 +162,20 @@ def read_status(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[
 
     what = f"reading {kind} {name!r} in namespace {namespace!r}"
     if kind == "Job":
-        batch = client.BatchV1Api(cluster.api)
-        job = call(cluster, what, lambda: batch.read_namespaced_job_status(name, namespace, **_TIMEOUT))
+        job = call(cluster, what, client.BatchV1Api(cluster.api).read_namespaced_job_status, name, namespace)
         return dict(cluster.api.sanitize_for_serialization(job).get("status") or {})
-    group, version, plural = CUSTOM[kind]
-    custom = client.CustomObjectsApi(cluster.api)
-    found = call(
-        cluster,
-        what,
-        lambda: custom.get_namespaced_custom_object(group, version, namespace, plural, name, **_TIMEOUT),
-    )
-    return dict(found.get("status") or {})
+    custom = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object
+    return dict(call(cluster, what, custom, *_custom(kind, namespace), name).get("status") or {})
 
 
 def pods(cluster: Cluster, name: str, namespace: str) -> list[dict[str, Any]]:
     """The job's pods (by the labels every manifest gives them), in name order, as plain dicts."""
     from kubernetes import client
 
-    api = client.CoreV1Api(cluster.api)
     selector = f"app.kubernetes.io/name=tfdist,app.kubernetes.io/instance={name}"
+    what = f"listing the pods of {name!r} in namespace {namespace!r}"
     found = call(
-        cluster,
-        f"listing the pods of {name!r} in namespace {namespace!r}",
-        lambda: api.list_namespaced_pod(namespace, label_selector=selector, **_TIMEOUT),
+        cluster, what, client.CoreV1Api(cluster.api).list_namespaced_pod, namespace, label_selector=selector
     )
     items = cluster.api.sanitize_for_serialization(found).get("items") or []
     return sorted(items, key=lambda pod: str(pod["metadata"]["name"]))
@@ -211,10 +188,8 @@ def pod_logs(cluster: Cluster, pods_: list[dict[str, Any]], namespace: str) -> I
     api = client.CoreV1Api(cluster.api)
     for pod in pods_:
         pod_name = str(pod["metadata"]["name"])
-
-        def read(pod_name: str = pod_name) -> Any:
-            return api.read_namespaced_pod_log(pod_name, namespace, **_TIMEOUT)
-
-        text = call(cluster, f"reading the log of pod {pod_name!r}", read)
+        text = call(
+            cluster, f"reading the log of pod {pod_name!r}", api.read_namespaced_pod_log, pod_name, namespace
+        )
         for line in str(text or "").splitlines():
             yield f"[{pod_name}] {line}\n"

@@ -1,10 +1,6 @@
-"""K8sJobSpec -> the Kubernetes objects of one training job, and their YAML. Pure: data in, data out.
-
-Every pod runs ``python -m tfdist run -- COMMAND`` (or ``tfdist launch -n K``) and derives its place in
-the job as an ``srun`` task does. ``job``: an Indexed Job and the headless Service that names pod ``i``
-``<name>-i.<name>``; a failed pod restarts in place and its peers fail on the lost peer and restart too,
-up to ``max_restarts`` times each. ``jobset``: the same in a JobSet, which restarts the whole set.
-``tfjob``: Kubeflow's v1 TFJob, whose operator writes each pod's TF_CONFIG.
+"""K8sJobSpec -> the Kubernetes objects of one training job, and their YAML (pure). Every pod runs ``tfdist
+run -- COMMAND`` (or ``tfdist launch -n K``) and finds its place as an ``srun`` task does: an Indexed Job
+with a headless Service (``job``), a JobSet (restarts the whole set), or Kubeflow's TFJob (its TF_CONFIG).
 """
 
 from __future__ import annotations
@@ -95,11 +91,8 @@ def _volumes(spec: K8sJobSpec) -> list[dict[str, Any]]:
 
 
 def _pod_spec(spec: K8sJobSpec, restart_policy: str, **extra: Any) -> dict[str, Any]:
-    pod: dict[str, Any] = {**extra, "restartPolicy": restart_policy}
-    if spec.kind == "tfjob":
-        pod["containers"] = [container(spec, TFJOB_CONTAINER, TFJOB_PORT_NAME)]
-    else:
-        pod["containers"] = [container(spec)]
+    one = container(spec, TFJOB_CONTAINER, TFJOB_PORT_NAME) if spec.kind == "tfjob" else container(spec)
+    pod: dict[str, Any] = {**extra, "restartPolicy": restart_policy, "containers": [one]}
     volumes = _volumes(spec)
     if volumes:
         pod["volumes"] = volumes

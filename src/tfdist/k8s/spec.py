@@ -28,8 +28,7 @@ RESERVED_ENV = ("TFDIST_WORLD_SIZE", "TFDIST_K8S_SERVICE", "TFDIST_PORT", "TF_CO
 
 @dataclass(frozen=True)
 class K8sJobSpec:
-    """A job of ``workers`` pods, each started as ``tfdist run -- CMD`` (one training process), or with
-    ``nproc_per_pod`` > 1 as ``tfdist launch -n K SCRIPT`` (K processes, one GPU each)."""
+    """A job of ``workers`` pods, each running ``tfdist run -- CMD`` (or ``tfdist launch -n K SCRIPT``)."""
 
     command: tuple[str, ...]
     image: str

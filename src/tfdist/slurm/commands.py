@@ -41,8 +41,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-#: What Slurm's clients print when this machine has no Slurm configuration, or its controller does not
-#: answer: then no job id, state or reason they give means anything.
+#: What Slurm's clients print without a configuration or an answering controller.
 _NO_CONFIG = ("failed to fetch config", "Could not establish a configuration source")
 _NO_ANSWER = ("Unable to contact slurm controller", "Unable to establish controller")
 
@@ -69,9 +68,7 @@ def check_job_id(job_id: str) -> str:
 
 def _reason(text: str) -> str:
     """sbatch's reason on one line, without its ``sbatch: error:`` prefixes.
-
-    Input/Output: ``"sbatch: error: Batch job submission failed: Invalid node name specified"`` ->
-    ``"Batch job submission failed: Invalid node name specified"``.
+    Input/Output: ``"sbatch: error: Batch job submission failed: X"`` -> ``"Batch job submission failed: X"``.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     wanted = [line for line in lines if "error" in line or "failure" in line] or lines
@@ -83,18 +80,13 @@ def _reason(text: str) -> str:
 
 
 def submit(script_path: str, cwd: str | None = None) -> str:
-    """``sbatch --parsable SCRIPT`` and return the job id.
-
-    ``sbatch --test-only`` first: Slurm accepts, and leaves pending forever, a job its partition can never
-    run (more nodes than it has, unless EnforcePartLimits is set).
-    """
+    """``sbatch --parsable SCRIPT`` and return the job id; ``sbatch --test-only`` first, since Slurm accepts,
+    and leaves pending forever, a job its partition can never run (unless EnforcePartLimits is set)."""
     where = [] if cwd is None else [f"--chdir={cwd}"]
-    tried = _run(["sbatch", "--test-only", *where, script_path])
-    if tried.returncode != 0:
-        raise ConfigError(f"sbatch refused the job: {_reason(tried.stderr + tried.stdout)}")
-    proc = _run(["sbatch", "--parsable", *where, script_path])
-    if proc.returncode != 0:
-        raise ConfigError(f"sbatch refused the job: {_reason(proc.stderr + proc.stdout)}")
+    for mode in ("--test-only", "--parsable"):
+        proc = _run(["sbatch", mode, *where, script_path])
+        if proc.returncode != 0:
+            raise ConfigError(f"sbatch refused the job: {_reason(proc.stderr + proc.stdout)}")
     return proc.stdout.strip().split(";")[0]
 
 
@@ -106,12 +98,7 @@ def show_job(job_id: str) -> dict[str, str]:
             f"job {job_id} is not known to Slurm ({proc.stderr.strip()}). Hint: finished jobs are "
             "forgotten after MinJobAge."
         )
-    fields: dict[str, str] = {}
-    for token in proc.stdout.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            fields[key] = value
-    return fields
+    return dict(token.split("=", 1) for token in proc.stdout.split() if "=" in token)
 
 
 def unreachable(environ: Mapping[str, str]) -> str:
@@ -139,9 +126,8 @@ def cancel(job_id: str) -> None:
 
 
 def requeue_slurm_job(why: str, environ: Mapping[str, str] | None = None) -> bool:
-    """``scontrol requeue $SLURM_JOB_ID`` (TFDIST_REQUEUE=0 opts out); ``why`` goes into the log line.
-    Never raises (the job may not allow requeueing, another task may have asked first): whether Slurm
-    took the request."""
+    """``scontrol requeue $SLURM_JOB_ID`` (TFDIST_REQUEUE=0 opts out), ``why`` logged; whether Slurm took
+    it. Never raises: the job may not allow requeueing, another task may have asked first."""
     env = os.environ if environ is None else environ
     job_id = env.get("SLURM_JOB_ID")
     if not job_id or not variables.get("TFDIST_REQUEUE", env):

@@ -59,10 +59,8 @@ def _configure_cpu_replicas(tf: Any, count: int) -> None:
         have = len(tf.config.list_logical_devices("CPU"))
         raise ConfigError(
             f"cannot split the CPU into {count} logical replicas: TensorFlow is already initialised with "
-            f"{have}. "
-            "Hint: create the strategy first thing in the program, or set TFDIST_CPU_REPLICAS before "
-            "starting it."
-            f" (TensorFlow: {exc})"
+            f"{have}. Hint: create the strategy first thing in the program, or set TFDIST_CPU_REPLICAS "
+            f"before starting it. (TensorFlow: {exc})"
         ) from None
 
 
@@ -97,14 +95,10 @@ def _parameter_server(tf: Any, plan: StrategyPlan) -> Any:
     if plan.task_type in ("worker", "ps"):
         # Workers and parameter servers only host variables and ops for the chief: serve until killed.
         log.info("serving as %s %d for the parameter-server chief", plan.task_type, plan.task_index)
-        server = tf.distribute.Server(
-            resolver.cluster_spec(),
-            job_name=plan.task_type,
-            task_index=plan.task_index,
-            protocol="grpc",
-            start=True,
-        )
-        server.join()
+        spec = resolver.cluster_spec()
+        tf.distribute.Server(
+            spec, job_name=plan.task_type, task_index=plan.task_index, protocol="grpc"
+        ).join()
     return tf.distribute.ParameterServerStrategy(resolver)
 
 

@@ -95,11 +95,8 @@ class StrategyPlan:
 
 
 def options_from_environ(environ: Mapping[str, str], **given: object) -> StrategyOptions:
-    """Merge explicit arguments (``None`` = not given) over TFDIST_* variables over defaults.
-
-    Variables: TFDIST_STRATEGY, TFDIST_COMMUNICATION, TFDIST_COLLECTIVE_TIMEOUT (0 = no limit),
-    TFDIST_CPU_REPLICAS, TFDIST_GPUS_PER_WORKER=all.
-    """
+    """Merge explicit arguments (``None`` = not given) over TFDIST_* variables over defaults
+    (TFDIST_COLLECTIVE_TIMEOUT=0: no limit)."""
     values: dict[str, object] = {}
     if variables.is_set("TFDIST_STRATEGY", environ):
         values["kind"] = variables.get("TFDIST_STRATEGY", environ)
@@ -115,9 +112,8 @@ def options_from_environ(environ: Mapping[str, str], **given: object) -> Strateg
     if (variables.get("TFDIST_GPUS_PER_WORKER", environ) or "").lower() == "all":
         values["gpus_per_worker_all"] = True
     values.update({k: v for k, v in given.items() if v is not None})
-    devices = values.get("devices")
-    if devices is not None:
-        values["devices"] = tuple(devices)  # type: ignore[arg-type]
+    if values.get("devices") is not None:
+        values["devices"] = tuple(values["devices"])  # type: ignore[arg-type]
     return StrategyOptions(**values)  # type: ignore[arg-type]
 
 

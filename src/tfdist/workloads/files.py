@@ -1,7 +1,5 @@
-"""File-backed datasets streamed with tf.data (``folder:PATH``, ``tfrecord:GLOB``, ``tfds:NAME``): sharded
-by file when there are at least as many files as workers, else by element; test splits are read into
-memory so that evaluation counts every example once.
-"""
+"""File-backed datasets streamed with tf.data (``folder:PATH``, ``tfrecord:GLOB``, ``tfds:NAME``), sharded by
+file or by element; test splits are read into memory so that evaluation counts every example once."""
 
 from __future__ import annotations
 
@@ -42,10 +40,8 @@ class StreamDataset:
         def make(ctx: Any) -> Any:
             policy = shard_policy(len(self.files), ctx.num_input_pipelines)
             per_replica = ctx.get_per_replica_batch_size(global_batch)
-            if self.reader == "image":
-                ds = tf.data.Dataset.from_tensor_slices((list(self.files), list(self.labels)))
-            else:
-                ds = tf.data.Dataset.from_tensor_slices(list(self.files))
+            slices = (list(self.files), list(self.labels)) if self.reader == "image" else list(self.files)
+            ds = tf.data.Dataset.from_tensor_slices(slices)
             if policy == "FILE":
                 ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
             if self.reader == "tfrecord":
@@ -123,18 +119,10 @@ def load_folder(
     cut = max(1, int(len(files) * test_fraction))
     test, train = [files[i] for i in order[:cut]], [files[i] for i in order[cut:]]
     parse = _image_parse(shape)
-    x_test, y_test = _materialise([(p, lbl) for p, lbl in test], parse)
+    x_test, y_test = _materialise(test, parse)
+    paths, labels = tuple(p for p, _ in train), tuple(lbl for _, lbl in train)
     return StreamDataset(
-        f"folder:{path}",
-        tuple(p for p, _ in train),
-        len(train),
-        parse,
-        "image",
-        x_test,
-        y_test,
-        len(classes),
-        shape,
-        tuple(lbl for _, lbl in train),
+        f"folder:{path}", paths, len(train), parse, "image", x_test, y_test, len(classes), shape, labels
     )
 
 
@@ -165,6 +153,7 @@ def load_tfrecord(pattern: str, test_fraction: float = 0.1) -> StreamDataset:
     cut = max(1, int(len(pairs) * test_fraction))
     labels = np.asarray([y for _, y in pairs])
     x_test = np.stack([x for x, _ in pairs[:cut]]).astype("float32")
+    classes = int(labels.max()) + 1
     # The test examples are also streamed in training (files are not split); say so rather than hide it.
     return StreamDataset(
         f"tfrecord:{pattern}",
@@ -174,7 +163,7 @@ def load_tfrecord(pattern: str, test_fraction: float = 0.1) -> StreamDataset:
         "tfrecord",
         x_test,
         labels[:cut],
-        int(labels.max()) + 1,
+        classes,
         shape,
     )
 
@@ -207,18 +196,10 @@ def load_tfds(name: str, data_dir: str | None) -> StreamDataset:
     ]
     x_test = np.stack([x for x, _ in test]).astype("float32") / 255.0
     files = tuple(sorted(glob.glob(os.path.join(os.path.dirname(infos[-1]), "*-train.tfrecord*"))))
-    features = builder.info.features
-    return StreamDataset(
-        f"tfds:{name}",
-        files,
-        builder.info.splits["train"].num_examples,
-        _tfds_parse(features, keys),
-        "tfrecord",
-        x_test,
-        np.asarray([y for _, y in test]),
-        features[keys[1]].num_classes,
-        tuple(x_test.shape[1:]),
-    )
+    features, y_test = builder.info.features, np.asarray([y for _, y in test])
+    examples, parse = builder.info.splits["train"].num_examples, _tfds_parse(features, keys)
+    classes, shape = features[keys[1]].num_classes, tuple(x_test.shape[1:])
+    return StreamDataset(f"tfds:{name}", files, examples, parse, "tfrecord", x_test, y_test, classes, shape)
 
 
 def _tfds_parse(features: Any, keys: tuple[str, str]) -> Callable[[Any], Any]:

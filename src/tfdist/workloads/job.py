@@ -14,14 +14,6 @@ from tfdist.worker.contract import RunFiles
 from tfdist.workloads.config import TrainConfig
 
 
-def _optimizer(config: TrainConfig) -> Any:
-    import keras
-
-    if config.optimizer == "adam":
-        return keras.optimizers.Adam(config.lr)
-    return keras.optimizers.SGD(config.lr, momentum=0.9)
-
-
 @dataclass
 class Prepared:
     """Everything a run needs, built under the detected environment's strategy."""
@@ -53,7 +45,10 @@ def prepare(config: TrainConfig) -> Prepared:
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = models.build(config.workload, data.input_shape, data.num_classes, config.weights)
-        optimizer = _optimizer(config)
+        adam = config.optimizer == "adam"
+        optimizer = (
+            keras.optimizers.Adam(config.lr) if adam else keras.optimizers.SGD(config.lr, momentum=0.9)
+        )
         if config.mixed_precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         if config.workload == "regression":  # one output unit: fit the label value itself
@@ -104,17 +99,15 @@ def run_training(config: TrainConfig) -> dict[str, Any]:
     )
     model_path = RunFiles(config.run_dir).model
     tfdist.save_model(model, model_path)
-    summary = dict(history.summary)
-    summary.update(
-        {
-            "test_accuracy": history.history.get("val_accuracy", [float("nan")])[-1],
-            "test_mae": history.history.get("val_mae", [float("nan")])[-1],
-            "test_loss": history.history.get("val_loss", [float("nan")])[-1],
-            "wall_s": time.monotonic() - started,
-            "run_dir": os.path.abspath(config.run_dir),
-            "model": model_path,
-        }
-    )
+    summary = {
+        **history.summary,
+        "test_accuracy": history.history.get("val_accuracy", [float("nan")])[-1],
+        "test_mae": history.history.get("val_mae", [float("nan")])[-1],
+        "test_loss": history.history.get("val_loss", [float("nan")])[-1],
+        "wall_s": time.monotonic() - started,
+        "run_dir": os.path.abspath(config.run_dir),
+        "model": model_path,
+    }
     if tfdist.is_chief():
         _print_summary(summary)
     return summary

@@ -158,13 +158,11 @@ def mpi_threads_supported() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """True: tfdist's Horovod API runs on MPI (mpi4py) whenever it is installed."""
+    """True when mpi4py is importable: tfdist's Horovod API then runs on MPI."""
     return runtime._mpi() is not None
 
 
-def mpi_built() -> bool:
-    """True when mpi4py is importable."""
-    return mpi_enabled()
+mpi_built = mpi_enabled
 
 
 def gloo_enabled() -> bool:
