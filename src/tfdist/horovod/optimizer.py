@@ -21,8 +21,15 @@ def distributed_class(
     arguments: call with all four positionally)."""
     passes = backward_passes_per_step
 
+    _set_value_of_keras3_variables()
+
     class Distributed(ReducingOptimizer, base):
         _hvd_options = options
+
+        @property
+        def lr(self) -> Any:
+            """Keras 2's name of the learning rate, which Horovod's examples set (``optimizer.lr``)."""
+            return self.learning_rate
 
         def build(self, variables: Any) -> None:
             super().build(variables)
@@ -76,6 +83,31 @@ def distributed_class(
     Distributed.__name__ = Distributed.__qualname__ = base.__name__
     Distributed.__module__ = base.__module__  # saved models name Keras' class: hvd.load_model re-wraps it
     return Distributed
+
+
+
+def _set_value_of_keras3_variables() -> None:
+    """Keras 3's ``tf.keras.backend.set_value`` reads ``x.dtype.name``, which its own variables (whose dtype
+    is a string) lack; Horovod's examples call it on ``optimizer.lr``. A Keras 3 variable is assigned."""
+    import importlib
+
+    for name in ("keras.src.legacy.backend", "keras._tf_keras.keras.backend"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        original = module.set_value
+        if getattr(original, "__wrapped__", None) is not None:
+            continue
+
+        def set_value(x: Any, value: Any, original: Any = original) -> None:
+            if isinstance(getattr(x, "dtype", None), str) and hasattr(x, "assign"):
+                x.assign(value)
+            else:
+                original(x, value)
+
+        set_value.__wrapped__ = original  # type: ignore[attr-defined]
+        module.set_value = set_value
 
 
 def DistributedOptimizer(
