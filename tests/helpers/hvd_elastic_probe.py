@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def watch(state, rank):
         if pace and OUT:
             if rank == 0:
                 path = os.path.join(OUT, "commits")
-                done = int(open(path).read()) if os.path.exists(path) else 0
+                done = int(Path(path).read_text()) if os.path.exists(path) else 0
                 with open(path + ".tmp", "w") as fh:
                     fh.write(str(done + 1))
                 os.replace(path + ".tmp", path)
