@@ -21,15 +21,10 @@ def distributed_class(
     arguments: call with all four positionally)."""
     passes = backward_passes_per_step
 
-    _set_value_of_keras3_variables()
+    keras2_names()
 
     class Distributed(ReducingOptimizer, base):
         _hvd_options = options
-
-        @property
-        def lr(self) -> Any:
-            """Keras 2's name of the learning rate, which Horovod's examples set (``optimizer.lr``)."""
-            return self.learning_rate
 
         def build(self, variables: Any) -> None:
             super().build(variables)
@@ -85,11 +80,18 @@ def distributed_class(
     return Distributed
 
 
-
-def _set_value_of_keras3_variables() -> None:
-    """Keras 3's ``tf.keras.backend.set_value`` reads ``x.dtype.name``, which its own variables (whose dtype
-    is a string) lack; Horovod's examples call it on ``optimizer.lr``. A Keras 3 variable is assigned."""
+def keras2_names() -> None:
+    """What Horovod's examples write on Keras 3 as they did on Keras 2: ``optimizer.lr`` (Keras 3 calls it
+    ``learning_rate``) and ``tf.keras.backend.set_value(optimizer.lr, v)``, which on Keras 3 reads
+    ``x.dtype.name`` that its own variables (whose dtype is a string) lack: a Keras 3 variable is assigned."""
     import importlib
+
+    try:
+        from keras.src.optimizers.base_optimizer import BaseOptimizer
+    except ImportError:  # Keras 2 (tf-keras) alone: nothing to add
+        return
+    if not hasattr(BaseOptimizer, "lr"):
+        BaseOptimizer.lr = property(lambda self: self.learning_rate)
 
     for name in ("keras.src.legacy.backend", "keras._tf_keras.keras.backend"):
         try:
@@ -107,7 +109,7 @@ def _set_value_of_keras3_variables() -> None:
                 original(x, value)
 
         set_value.__wrapped__ = original  # type: ignore[attr-defined]
-        module.set_value = set_value
+        setattr(module, "set_value", set_value)  # noqa: B010 (the module's attribute is not typed)
 
 
 def DistributedOptimizer(

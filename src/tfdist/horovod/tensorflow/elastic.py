@@ -12,6 +12,7 @@ import numpy as np
 
 from tfdist.horovod import functions, objects, runtime
 from tfdist.horovod.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run
+from tfdist.horovod.optimizer import keras2_names
 
 __all__ = [
     "HorovodInternalError",
@@ -83,6 +84,7 @@ class TensorFlowKerasState(ObjectState):
         self.optimizer = optimizer or model.optimizer
         self.backend = backend
         _check_eager()
+        keras2_names()  # the examples' reset callbacks set optimizer.lr
         self._save_model()
         super().__init__(bcast_object=objects.broadcast_object, get_rank=_rank, **kwargs)
 
