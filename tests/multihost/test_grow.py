@@ -185,3 +185,23 @@ def test_horovods_elastic_examples_lose_a_host_and_grow_back_from_their_commits(
     assert all(np.array_equal(w0[k], w1[k]) for k in w0.files) and len(w0.files) > 4
     final = [json.loads(line) for line in (out / "rank0.jsonl").read_text().splitlines()][-1]
     assert last.items() <= final["objects"].items() and final["attempt"] == 2, final
+
+
+def test_a_job_whose_global_batch_would_not_divide_keeps_its_size_and_says_why(
+    testhosts: Hosts, tmp_path: Path
+) -> None:
+    """A global batch of 9 on one node: 2 replicas could not share it, so when node2 arrives the job says
+    so in one line and goes on alone; node2 is told why at once and ends."""
+    out, endpoint = tmp_path / "out", f"node1:{next(_ports)}"
+    out.mkdir()
+    script = [FIT, str(out), str(tmp_path / "ckpt"), *FIT_ARGS, "--pace", "0.25", "--batch", "9"]
+    first = start("node1", tmp_path, endpoint, script)
+    wait_for("step 2", lambda: progress(out) >= 2, every=0.02)
+    (code2, output2), (code, output) = finish([start("node2", tmp_path, endpoint, script), first])
+    assert code == 0, output[-4000:]
+    assert (
+        "tfdist launch: node node2 waits to join: the job grows to 2 node(s); not while it runs: global "
+        "batch 9 is not divisible by 2 replicas. The job keeps its 1 node(s)."
+    ) in output, output[-4000:]
+    assert code2 != 0 and "cannot take node node2 while it runs: global batch 9 is not divisible" in output2
+    assert json.loads((out / "run-0.json").read_text())["world"] == 1
