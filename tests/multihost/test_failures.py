@@ -249,11 +249,12 @@ def worker_of(hosts: Hosts, host: str) -> int:
 def test_a_node_that_joins_late_is_taken_at_the_next_restart(
     testhosts: Hosts, reference: np.ndarray, tmp_path: Path
 ) -> None:
-    """--nnodes 2:3 formed by node1 and node2; node3 arrives while they train and waits (no second job
-    beside the first); node2's worker dies at a random step; at the restart the job goes on with 3 nodes
-    (the global batch of 12 now 4 per replica) and ends at the uninterrupted run's weights."""
+    """--nnodes 2:3 --grow-every never, formed by node1 and node2; node3 arrives while they train and waits
+    (no second job beside the first, no growing); node2's worker dies at a random step; at the restart the
+    job goes on with 3 nodes (the global batch of 12 now 4 per replica) and ends at the uninterrupted run's
+    weights."""
     endpoint = f"node1:{next(_ports)}"
-    args = ("--max-restarts", "1", "--rdzv-last-call", "1")
+    args = ("--max-restarts", "1", "--rdzv-last-call", "1", "--grow-every", "never")
     procs = start_job(tmp_path, 3, "2:3", *args, only=(1, 2), endpoint=endpoint)
     wait_for("step 1", lambda: progress(tmp_path) >= 1, every=0.02)
     procs.update(start_job(tmp_path, 3, "2:3", *args, only=(3,), endpoint=endpoint))

@@ -201,6 +201,8 @@ def test_a_round_short_of_the_fewest_nodes_ends_naming_the_lost_ones() -> None:
         (["--nnodes", "2:x", "--rdzv", "127.0.0.1:1"], "--nnodes='2:x' must be a number of nodes"),
         (["--nnodes", "1:2", "--hosts", "a,b"], "--nnodes=1:2: a range of nodes needs --rdzv"),
         (["--nnodes", "1:2", "--rdzv", "127.0.0.1:1", "--rdzv-last-call", "-1"], "--rdzv-last-call="),
+        (["--nnodes", "1:2", "--rdzv", "127.0.0.1:1", "--grow-every", "-5"], "--grow-every"),
+        (["--nnodes", "1:2", "--rdzv", "127.0.0.1:1", "--grow-every", "soon"], "--grow-every"),
     ],
 )
 def test_bad_elastic_launches_are_one_line(

@@ -15,7 +15,12 @@ from tfdist.launcher.config import BIND_CHOICES, RAY_STRATEGY_CHOICES
 
 def seconds_or_never(text: str) -> float | None:
     """``--grow-every``: seconds, or ``never`` (None)."""
-    return None if text.strip().lower() == "never" else seconds(text)
+    if text.strip().lower() == "never":
+        return None
+    try:
+        return seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or never)") from None
 
 
 def register(sub: Any) -> None:
