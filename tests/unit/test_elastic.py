@@ -76,12 +76,22 @@ def request(name: str) -> JoinRequest:
 
 
 def serve(low: int, high: int, rounds: int, last_call: float = 30.0) -> tuple[RendezvousServer, int]:
+    """A server whose newcomers wait for the next restart (``--grow-every never``; growing:
+    tests/unit/test_rendezvous_grow.py)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     port = listener.getsockname()[1]
     server = RendezvousServer(
-        listener, "s", high, 20.0, f"127.0.0.1:{port}", min_nodes=low, rounds=rounds, last_call=last_call
+        listener,
+        "s",
+        high,
+        20.0,
+        f"127.0.0.1:{port}",
+        min_nodes=low,
+        rounds=rounds,
+        last_call=last_call,
+        grow_after=None,
     )
     return server.start(), port
 
