@@ -286,9 +286,9 @@ def made_hosts(env: dict[str, str], count: int, *then: tuple[str, ...]) -> Itera
 _OUTPUTS: dict[int, IO[str]] = {}
 
 
-def launch_on(host: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    """`tfdist launch ARGS` started on a test host; its output goes to a file (a pipe nobody reads while
-    another node's launcher is awaited would fill and stall the job)."""
+def launch_on(host: str, env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """`tfdist launch ARGS` started on a test host (in ``cwd``, else this directory); its output goes to a
+    file (a pipe nobody reads while another node's launcher is awaited would fill and stall the job)."""
     output = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish())
     proc = subprocess.Popen(
         [HOSTS_SCRIPT, "exec", host, "--", *TFDIST, "launch", *args],
@@ -296,6 +296,7 @@ def launch_on(host: str, env: dict[str, str], *args: str) -> subprocess.Popen[st
         stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=cwd,
     )
     _OUTPUTS[proc.pid] = output
     return proc

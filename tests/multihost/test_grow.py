@@ -162,6 +162,7 @@ def test_horovods_elastic_examples_lose_a_host_and_grow_back_from_their_commits(
                 str(tmp_path / f"run-{host}-{time.time()}"),
             ),
             *script,
+            cwd=tmp_path,  # the examples write their checkpoints to the working directory
         )
 
     def commits() -> int:
