@@ -1,14 +1,10 @@
 """The hang check: when a job's workers stop making progress, which one the others wait for, and where it
 was (its Python stack, taken before anything is stopped).
 
-Every worker counts its steps (``tf.function`` calls, :mod:`tfdist.worker.progress`). A job is hung when
-no running worker has started or ended a step for longer than the bound, and either two or more still
-run or the one left waits inside a step (one worker busy alone outside any step, saving or evaluating
-after its peers finished, waits for no one). The others wait for the one with the fewest steps, outside
-any step where some wait inside one. The bound is ``--watchdog-timeout`` when given, else derived from
-the job's own steps: :data:`AUTO_FACTOR` times the longest gap between two steps, within
-[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`]; PyTorch's NCCL watchdog bounds a stuck collective at 10
-minutes by default too.
+A job is hung when no running worker started or ended a step (:mod:`tfdist.worker.progress`) for longer
+than the bound, and two or more still run or the one left waits inside a step. The bound is
+``--watchdog-timeout``, else :data:`AUTO_FACTOR` times the longest gap between two steps, within
+[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`].
 """
 
 from __future__ import annotations
@@ -140,13 +136,9 @@ _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func
 
 def main_thread_frames(stacks: str) -> list[str]:
     """The main thread's frames as one line each (``file:line in function: code``), innermost last; runs
-    of library frames (Python's, installed packages', tfdist's) folded into one line, the last
-    :data:`SHOWN_FRAMES` kept."""
+    of library frames folded into one line, the last :data:`SHOWN_FRAMES` kept."""
     lines = stacks.split("\n")
-    try:
-        end = next(i for i, line in enumerate(lines[1:], 1) if line.startswith("Thread "))
-    except StopIteration:
-        end = len(lines)
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.startswith("Thread ")), len(lines))
     body = lines[1:end]
     frames = [
         (match, body[i + 1].strip() if i + 1 < len(body) and not _FRAME.match(body[i + 1]) else "")
