@@ -66,7 +66,7 @@ WRITTEN: dict[str, str] = {}
 
 def readable(path: Any) -> Any:
     """What to read for ``path`` in this worker: its own copy when tfdist redirected the write there and no
-    file is at ``path`` (the chief's own may be elsewhere, or not written yet); else ``path`` itself."""
+    file is at ``path``; else ``path`` itself."""
     if not isinstance(path, (str, os.PathLike)):
         return path
     mine = WRITTEN.get(os.path.abspath(os.fspath(path)))
@@ -74,8 +74,8 @@ def readable(path: Any) -> Any:
 
 
 def _remember_writes(callback: Any, asked: str) -> None:
-    """Note each save's pair of paths (the named one, formatted as Keras formats it, and this worker's), so
-    that reading the named one back in this worker (``load_weights``, ``load_model``) finds the file."""
+    """Note each save's pair of paths (the named one and this worker's), so that reading the named one back
+    in this worker (``load_weights``, ``load_model``) finds the file."""
     private, get_path = callback.filepath, callback._get_file_path
 
     def _get_file_path(epoch: Any, batch: Any, logs: Any) -> Any:
@@ -136,10 +136,8 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
 
 def grow_at_epoch_end(callbacks: list[Any]) -> None:
-    """With a ``BackupAndRestore`` that saves each epoch, a job may grow at an epoch's end: after the
-    backup, the workers vote (one all-reduce of a scalar per epoch) and, when the launcher asked
-    (:mod:`tfdist.resize`), all exit; the job meets again with the new nodes and resumes at the next
-    epoch. Added last, so every other callback's epoch end ran first; only in a launched worker."""
+    """With a ``BackupAndRestore`` that saves each epoch, a launched job may grow at an epoch's end: after
+    the backup the workers vote and, when the launcher asked (:mod:`tfdist.resize`), all exit. Added last."""
     backups = [c for c in callbacks if type(c).__name__ == "BackupAndRestore"]
     if not variables.raw("TFDIST_ATTEMPT_DIR"):  # no launcher to ask (set alike on every worker)
         return

@@ -69,9 +69,7 @@ def launch(
         return _supervise(config, check, rejoin, told)
     result: RunResult | None = None
     try:
-        # Every restart meets again: the nodes still there (and any new ones, up to the most) form the job.
-        # A notice that another node failed ends this node's attempt at once (no collective timeout).
-        # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
+        # Every restart meets again; a rendezvous checked this node before meeting (preflight).
         first = _meet(member, config, check=not member.ports_agreed)
         result = _supervise(
             first, check, lambda _attempt: _meet(member, config), member.notice, member.decline
@@ -83,8 +81,7 @@ def launch(
 
 def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> LaunchConfig:
     """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
-    run this node's checks on the answer first, so that a mistake (a host that does not resolve, a port
-    taken here) is the one line printed, before the job summary."""
+    this node's checks first, so that a mistake is the one line printed."""
     assignment = member.meet()
     met = placed(config, member, assignment)
     if check:
@@ -95,8 +92,7 @@ def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> L
 
 
 def _leave(member: Membership, result: RunResult | None) -> None:
-    """Leave the job's membership, telling the other nodes whether the job ended well here or for good
-    (then they end too, with this node's exit code and line, instead of meeting again without it)."""
+    """Leave the job's membership, telling the other nodes whether the job ended well here or for good."""
     if result is not None and result.exit_code == 0:
         member.close()
         return

@@ -1,11 +1,8 @@
 """The launcher's console: workers' lines, the launcher's own messages, and one live progress line.
 
-Progress bars (Keras' ``verbose=1``, tqdm) redraw one line in place with carriage returns. Through the
-launcher's pipe that would be one line per worker and epoch, tens of thousands of characters long, shown
-only when the epoch ends. Instead the chief's current state is shown as one live line at the bottom of a
-terminal (redrawn in place, every other line printed above it), and, when the console is not a terminal,
-as a plain line every :data:`PIPE_EVERY_S` seconds. Every line is written whole, under one lock, so the
-workers' lines and the launcher's never interleave.
+A progress bar redraws one line in place: the chief's current state is one live line at the bottom of a
+terminal (a plain line every :data:`PIPE_EVERY_S` seconds elsewhere). Every line is written whole, under
+one lock, so the workers' lines and the launcher's never interleave.
 """
 
 from __future__ import annotations

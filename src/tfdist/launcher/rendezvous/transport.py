@@ -4,6 +4,7 @@ does with a node's lines is the server's (:mod:`tfdist.launcher.rendezvous.serve
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import selectors
@@ -74,7 +75,7 @@ class Transport:
 
     def _out_of_files(self, now: float) -> None:
         """No descriptor for another connection: drop the oldest unauthenticated one, or stop accepting for
-        a moment (a listener that stays readable would otherwise spin this thread)."""
+        a moment (a readable listener would spin this thread)."""
         oldest = self.admission.oldest()
         if oldest is not None:
             self.rejected += 1
@@ -123,8 +124,7 @@ class Transport:
         self._send_pieces(conn, (protocol.encode(message),))
 
     def _send_pieces(self, conn: Connection, pieces: Sequence[bytes]) -> None:
-        """Queue ``pieces`` (one line) and send what the kernel takes now; the rest goes when the peer
-        reads (a shared piece, the job's table, is not copied per node)."""
+        """Queue ``pieces`` (one line; shared pieces not copied) and send what the kernel takes now."""
         if not conn.closed:
             conn.queue(pieces, time.monotonic() + SEND_S)
             self._flush(conn)
@@ -153,8 +153,6 @@ class Transport:
         self.admission.remove(conn.fd)
         self.sending.discard(conn.fd)
         self._forget(conn)
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
         conn.sock.close()
