@@ -13,11 +13,8 @@ from tfdist.worker.contract import AttemptFiles
 
 
 def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None.
-
-    A worker's own record is ``rank<R>.error.json`` in its attempt directory; for the MPI launcher, which
-    starts every rank, the earliest record of any rank (the first to fail).
-    """
+    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None; for
+    the MPI launcher, which starts every rank, the earliest record of any rank."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
     if not directory or not os.path.isdir(directory):
         return None
@@ -80,10 +77,7 @@ LOST_CONTACT = "lost contact with "
 
 
 def lost_contact(log_path: str) -> str | None:
-    """The last lost-peer report in a worker's log (which peer stopped answering, at which step), or None.
-
-    It comes before the exception's traceback, so the log's tail alone may not show it.
-    """
+    """The last lost-peer report in a worker's log (before the traceback, so maybe not in the tail)."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(0, os.SEEK_END)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import socket
 from collections import deque
@@ -19,13 +20,11 @@ KEEPALIVE = (2, 1, 3)
 def keepalive(sock: socket.socket) -> None:
     """Turn on :data:`KEEPALIVE` for ``sock`` (either side of a member's connection)."""
     idle, interval, probes = KEEPALIVE
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: a cut node is waited for (last call)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-    except (OSError, AttributeError):  # not Linux: a cut node is then waited for until the last call
-        pass
 
 
 def open_files_for(nnodes: int) -> int:
@@ -48,7 +47,7 @@ def open_files_for(nnodes: int) -> int:
 @dataclass(eq=False)
 class Connection:
     """One peer of the server: a stranger until its join is verified, then a node; and what it is still
-    to be sent (the pieces of a line: a piece shared by every node is not copied for each)."""
+    to be sent (the pieces of a line)."""
 
     sock: socket.socket
     fd: int
