@@ -33,9 +33,7 @@ def moved_path(path: str, into: str) -> str:
     ``("out/{epoch}/m.keras", "/tmp/w1")`` -> ``"/tmp/w1/out/{epoch}/m.keras"``.
     """
     head, tail = os.path.split(path)
-    if "{" in head:
-        return os.path.join(into, path.lstrip(os.sep))
-    return os.path.join(into, tail)
+    return os.path.join(into, path.lstrip(os.sep) if "{" in head else tail)
 
 
 def redirect(callback: Any, task_id: int) -> bool:

@@ -174,11 +174,12 @@ class LaunchConfig:
             check_ports(self.base_port, self.tasks_per_node, f"--base-port={self.base_port}")
 
     def _check_times(self) -> None:
-        for flag, value in (
+        times = (
             ("--grace", self.grace),
             ("--watchdog-timeout", self.watchdog_timeout),
             ("--timeout", self.timeout),
-        ):
+        )
+        for flag, value in times:
             if value is not None and not math.isfinite(value):
                 raise ConfigError(f"{flag}={value} is not a finite number of seconds.")
         if self.grace < 0:

@@ -9,6 +9,7 @@ than the bound, and two or more still run or the one left waits inside a step. T
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -121,11 +122,8 @@ def collect_stacks(directory: str, ranks: list[str], wait_s: float = STACKS_WAIT
     while True:
         for rank in ranks:
             if rank not in answers:
-                try:
-                    with open(attempt.stacks(rank), encoding="utf-8") as fh:
-                        answers[rank] = fh.read()
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError), open(attempt.stacks(rank), encoding="utf-8") as fh:
+                    answers[rank] = fh.read()
         if len(answers) == len(ranks) or time.monotonic() > deadline:
             return answers
         time.sleep(0.1)

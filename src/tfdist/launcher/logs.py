@@ -149,13 +149,10 @@ class LogSink:
 
     def _close_files(self) -> None:
         ranks, log, self._ranks, self._log = self._ranks, self._log, None, None
-        # A file that could not be written was reported already; closing it may fail the same way.
-        with contextlib.suppress(OSError):
-            if ranks is not None:
-                ranks.close()
-        with contextlib.suppress(OSError):
-            if log is not None:
-                log.close()
+        for handle in (ranks, log):  # one that could not be written was reported; closing may fail alike
+            with contextlib.suppress(OSError):
+                if handle is not None:
+                    handle.close()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the process's output ended and every line was written (or ``timeout`` seconds)."""

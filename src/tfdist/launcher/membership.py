@@ -134,9 +134,7 @@ def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | No
         if slurm is not None and slurm.world_size > 1:
             return slurm
     pod = KubernetesEnvironment.detect(environ)
-    if pod is not None and pod.world_size > 1:
-        return pod
-    return None
+    return pod if pod is not None and pod.world_size > 1 else None
 
 
 def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Membership | None:
@@ -154,9 +152,7 @@ def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Members
     )
     if scheduler is not None:
         return from_scheduler(scheduler, environ, config.nproc_per_node, config.tasks_per_node)
-    if config.nnodes > 1:
-        return from_hosts(config)
-    return None
+    return from_hosts(config) if config.nnodes > 1 else None
 
 
 def scheduler_nodes(

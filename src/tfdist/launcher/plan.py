@@ -57,16 +57,10 @@ def plan_slots(config: LaunchConfig) -> list[TaskSlot]:
     """
     slots: list[TaskSlot] = []
     for node in range(config.nnodes):
-        pos = 0
-        if node == 0 and config.uses_chief:
-            slots.append(TaskSlot("chief", 0, 0, 0))
-            pos = 1
-        for j in range(config.nproc_per_node):
-            slots.append(TaskSlot("worker", node * config.nproc_per_node + j, node, pos))
-            pos += 1
-        for j in range(config.ps):
-            slots.append(TaskSlot("ps", node * config.ps + j, node, pos))
-            pos += 1
+        roles = [("chief", 0)] if node == 0 and config.uses_chief else []
+        roles += [("worker", node * config.nproc_per_node + j) for j in range(config.nproc_per_node)]
+        roles += [("ps", node * config.ps + j) for j in range(config.ps)]
+        slots += [TaskSlot(role, index, node, position) for position, (role, index) in enumerate(roles)]
     return slots
 
 
@@ -241,9 +235,7 @@ def worker_argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
     if config.uses_chief and config.ps and slot.role in ("worker", "ps"):
         # Parameter-server jobs: only the chief runs the user's program; the others serve its variables.
         return (config.python, "-u", "-m", "tfdist.launcher.ps_server")
-    if config.no_python:
-        return config.command
-    return (config.python, "-u", *config.command)
+    return config.command if config.no_python else (config.python, "-u", *config.command)
 
 
 def plan_mpi(

@@ -106,13 +106,8 @@ class WorkerGroup:
             shown = self.console_names is None or spec.name in self.console_names
             # Quiet workers under an MPI launcher: its one pipe carries every rank; rank 0 is shown.
             quiet_mpi = self.console_names is not None and spec.name == "mpi"
-            sink = LogSink(
-                spec.name,
-                spec.log_path,
-                sys.stdout if shown or quiet_mpi else None,
-                self.prefix,
-                console_rank="0" if quiet_mpi else None,
-            )
+            console = sys.stdout if shown or quiet_mpi else None
+            sink = LogSink(spec.name, spec.log_path, console, self.prefix, "0" if quiet_mpi else None)
             if spec.console_prefix is not None:
                 sink.prefix = spec.console_prefix
             sink.open()  # before the process: a log that cannot be written starts nothing

@@ -81,12 +81,7 @@ def agree(table: np.ndarray) -> Schedule:
             "Hint: give it on every worker, or on the chief."
         )
     every = int(chief[_HEAD - 2]) or None
-    return Schedule(
-        every_step=bool(table[:, 0].any()),
-        test_hooks=bool(table[:, 1].any()),
-        checkpoint_dir=_path(chief),
-        checkpoint_every=every,
-    )
+    return Schedule(bool(table[:, 0].any()), bool(table[:, 1].any()), _path(chief), every)
 
 
 def check_resumed(table: np.ndarray, directory: str | None) -> None:

@@ -74,12 +74,8 @@ class DistributedData:
             else:
                 global_batch = batch_size or static_batch(source)
                 cardinality = int(source.cardinality().numpy())  # batches, a partial last one included
-                self.plan = plan_batches(
-                    global_batch,
-                    self.replicas,
-                    cardinality * global_batch if cardinality >= 0 else None,
-                    steps_per_epoch,
-                )
+                known = cardinality * global_batch if cardinality >= 0 else None
+                self.plan = plan_batches(global_batch, self.replicas, known, steps_per_epoch)
         elif callable(source):
             if steps_per_epoch is None or batch_size is None:
                 raise ConfigError(

@@ -35,14 +35,10 @@ def fit(
 
     ``train_data``: a tf.data.Dataset batched by the GLOBAL batch, a ``dataset_fn(input_context)``
     returning per-replica batches (with ``steps_per_epoch`` and ``batch_size``), or NumPy ``(x, y)`` with
-    ``batch_size`` (global). Keyword options are those of :class:`tfdist.train.options.FitOptions`:
-    ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
-    ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
-    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``, ``log_every`` (steps between
-    reads of the results: progress, stop requests, batch hooks; 1 whenever a callback overrides a training
-    batch hook), and ``model.fit``'s ``class_weight``, ``validation_split``, ``initial_epoch``,
-    ``validation_freq``, ``validation_steps`` with Keras' meaning. ``keras.callbacks.BackupAndRestore``
-    becomes ``checkpoint_dir`` (its ``save_freq`` steps: ``checkpoint_every``).
+    ``batch_size`` (global). Keyword options are the fields of :class:`tfdist.train.options.FitOptions`
+    (``model.fit``'s own with Keras' meaning; ``log_every``: steps between reads of the results, 1 whenever a
+    callback overrides a training batch hook). ``keras.callbacks.BackupAndRestore`` becomes
+    ``checkpoint_dir`` (its ``save_freq`` steps: ``checkpoint_every``).
 
     Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
     workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``

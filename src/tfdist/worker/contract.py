@@ -186,27 +186,23 @@ def task_env(task: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
     if task.backend is not None:
         env["TFDIST_BACKEND"] = task.backend
     if task.rank is not None:
-        env.update(
-            {
-                "TFDIST_RANK": str(task.rank),
-                "TFDIST_LOCAL_RANK": str(task.local_rank),
-                "TFDIST_WORLD_SIZE": str(task.world_size),
-                "TFDIST_LOCAL_WORLD_SIZE": str(task.local_world_size),
-                "TFDIST_ROLE": task.role,
-            }
-        )
+        env |= {
+            "TFDIST_RANK": str(task.rank),
+            "TFDIST_LOCAL_RANK": str(task.local_rank),
+            "TFDIST_WORLD_SIZE": str(task.world_size),
+            "TFDIST_LOCAL_WORLD_SIZE": str(task.local_world_size),
+            "TFDIST_ROLE": task.role,
+        }
     else:
         env["TFDIST_WORLD_SIZE"] = str(task.world_size)
     if task.run_dir is not None:
         files = RunFiles(task.run_dir).attempt(task.attempt)
-        env.update(
-            {
-                "TFDIST_RUN_DIR": task.run_dir,
-                "TFDIST_ATTEMPT_DIR": files.directory,
-                "TFDIST_RESTART_COUNT": str(task.attempt),
-                "TFDIST_HEARTBEAT_FILE": files.heartbeat(task.role, task.index),
-            }
-        )
+        env |= {
+            "TFDIST_RUN_DIR": task.run_dir,
+            "TFDIST_ATTEMPT_DIR": files.directory,
+            "TFDIST_RESTART_COUNT": str(task.attempt),
+            "TFDIST_HEARTBEAT_FILE": files.heartbeat(task.role, task.index),
+        }
     if task.all_gpus:
         env["TFDIST_GPUS_PER_WORKER"] = "all"
     if task.gpus is not None:

@@ -131,9 +131,7 @@ def _run_child(program: str, command: Sequence[str], env: Mapping[str, str], rec
     child = subprocess.Popen([program, *command[1:]], executable=program, env=dict(env), close_fds=False)
     code = child.wait()
     code = 128 - code if code < 0 else code
-    if code == 0:
-        return 0
-    return step_exit_code(record, code, failed_first=not stopped)
+    return 0 if code == 0 else step_exit_code(record, code, failed_first=not stopped)
 
 
 def step_exit_code(record: str, code: int, failed_first: bool) -> int:

@@ -188,14 +188,9 @@ class Rendezvous:
         previous, self.held = self.held, []
         self._inbox.clear()
         try:
+            left = max(0.1, deadline - time.monotonic())
             assignment = client.join(
-                self.spec.host,
-                self.spec.port,
-                secret,
-                request,
-                max(0.1, deadline - time.monotonic()),
-                hold=self.held,
-                max_nodes=self.nodes[1],
+                self.spec.host, self.spec.port, secret, request, left, hold=self.held, max_nodes=self.nodes[1]
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on

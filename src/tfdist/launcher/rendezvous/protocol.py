@@ -1,18 +1,13 @@
 """The rendezvous protocol: messages, authentication and the assignment of ranks. Pure (no sockets).
 
-One JSON object per line, each at most :data:`MAX_MESSAGE` bytes, but the assignment, which names every node
-and grows with the job (:func:`reply_limit`, from the most nodes the job takes):
+One JSON object per line, at most :data:`MAX_MESSAGE` bytes (the assignment: :func:`reply_limit`):
 
 1. server -> node: ``{"hello": "tfdist-rdzv/1", "nonce": HEX}``
 2. node -> server: ``{"join": {...}, "mac": HMAC-SHA256(token, nonce + canonical join)}``
-3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``.
-
-While the job runs, each node of a round that another may follow keeps that connection open, and:
-
-4. node -> server, before it closes the connection: ``{"leave": {"stop": BOOL, "code": N, "why": LINE}}``
-   (``stop`` false: the job ended well on that node);
-5. server -> every other node of the round, once, when a node fails or leaves: ``{"notice": {...}}``
-   (:class:`Notice`), so that no survivor waits out a collective timeout to learn it.
+3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``;
+   the connection then stays open while the job runs:
+4. node -> server, before it closes: ``{"leave": {"stop": BOOL, "code": N, "why": LINE}}``;
+5. server -> every other node of the round, once, when a node fails or leaves: ``{"notice": {...}}``.
 
 The nonce makes a recorded join useless on another connection; the token never crosses the wire.
 """
