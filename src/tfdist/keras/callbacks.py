@@ -90,8 +90,7 @@ def _remember_writes(callback: Any, asked: str) -> None:
 
 
 def _read_back_through(mapped: Any) -> None:
-    """Keras' readers of a checkpoint (``keras.saving/models.load_model``, ``Model.load_weights``) read
-    ``mapped(path)`` (once per process)."""
+    """Keras' checkpoint readers (``load_model``, ``Model.load_weights``) read ``mapped(path)`` (once)."""
     import keras
 
     if getattr(keras.Model.load_weights, "_tfdist_read_back", False):

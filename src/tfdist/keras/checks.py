@@ -49,8 +49,7 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
 
 
 def unseeded_shuffle(adapter: Any) -> bool:
-    """True when the user's own dataset shuffles with no seed (Keras' shuffle of arrays is agreed by
-    :mod:`tfdist.keras.shuffle`)."""
+    """True when the user's own dataset shuffles with no seed."""
     import tensorflow as tf
 
     dataset = getattr(adapter, "_dataset", None)

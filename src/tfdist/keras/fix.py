@@ -89,8 +89,7 @@ class _WithoutLine:
 
 
 def install() -> bool:
-    """Apply the fix to Keras (idempotent); True when it is active (launched workers' bootstrap applies the
-    same patches as Keras loads the modules)."""
+    """Apply the fix to Keras (idempotent); True when it is active."""
     if not enabled_by_env():
         return False
     import importlib

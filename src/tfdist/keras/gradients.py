@@ -19,8 +19,7 @@ def _multi_worker(optimizer: Any) -> bool:
 
 
 def patch_optimizer(module: Any, gradients: str) -> None:
-    """Make ``TFOptimizer`` apply the mean gradient across all replicas of all workers (once);
-    ``gradients`` is the adapter row's field."""
+    """Make ``TFOptimizer`` apply the mean gradient of all replicas of all workers (once)."""
     cls = module.TFOptimizer
     if gradients == "scaled" or getattr(cls, "_tfdist_gradients", False):
         return

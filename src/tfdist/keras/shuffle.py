@@ -46,8 +46,7 @@ def agreed_shuffles() -> Iterator[bool]:
 
 
 def _epoch_shuffle(value: Any, number: int, name: Any) -> Any:
-    """A stateless shuffle seeded by (job seed + ``number``, epoch), the epoch counted in Python each time
-    the pipeline draws the permutation."""
+    """A stateless shuffle seeded by (job seed + ``number``, the epoch counted in Python)."""
     import tensorflow as tf
 
     epochs = itertools.count()

@@ -74,8 +74,7 @@ def launch(
 
 
 def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> LaunchConfig:
-    """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
-    this node's checks first, so that a mistake is the one line printed."""
+    """``config`` as the membership answers now; ``check``: this node's checks first (one line printed)."""
     assignment = member.meet()
     met = placed(config, member, assignment)
     if check:

@@ -61,8 +61,7 @@ def _redraw() -> None:
 
 
 def write_line(stream: TextIO, text: str) -> None:
-    """One whole line on ``stream``, above the live line if one is shown. OSError/ValueError propagate
-    (the console's reader left)."""
+    """One whole line on ``stream``, above the live line if one is shown (OSError/ValueError propagate)."""
     with _LOCK:
         _clear()
         stream.write((text if is_terminal(stream) else plain(text)) + "\n")
@@ -71,8 +70,7 @@ def write_line(stream: TextIO, text: str) -> None:
 
 
 def show_live(stream: TextIO, text: str) -> None:
-    """Show ``text`` as the live line of a terminal ``stream`` (cut to its width: a wrapped line could not
-    be redrawn in place)."""
+    """Show ``text`` as the live line of a terminal ``stream``, cut to its width (to redraw it in place)."""
     width = shutil.get_terminal_size().columns
     line = plain(text)[: max(1, width - 1)]
     with _LOCK:

@@ -60,8 +60,7 @@ def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
 
 
 def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]) -> str:
-    """The shell command run on a remote host: read the token from standard input, start the launcher, and
-    SIGTERM it when standard input ends (this side's ssh connection went away)."""
+    """The shell command run on a remote host: the token from stdin, the launcher, SIGTERM when stdin ends."""
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
     launch = " ".join(shlex.quote(a) for a in [python, "-m", "tfdist", "launch", *args])
     return (
@@ -72,8 +71,7 @@ def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]
 
 
 def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, list[str]]]:
-    """(host, argv) of the process that starts each host's launcher, with its own run directory under the
-    job's, and what travels to another host (ssh's environment is bare)."""
+    """(host, argv) of what starts each host's launcher, its run directory under the job's."""
     assert config.run_dir, "the job's run directory is decided before the hosts start"
     env = {**forwarded_env(os.environ), **config.extra_env}
     out = []

@@ -10,13 +10,13 @@ than the bound, and two or more still run or the one left waits inside a step. T
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.launcher.records import read_records
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.errors import library_dirs
 
@@ -55,27 +55,15 @@ class Hang:
 def read_steps(directory: str) -> dict[str, Steps]:
     """Every worker's progress record in an attempt directory, by rank."""
     found: dict[str, Steps] = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return found
-    for name in names:
-        rank = AttemptFiles.record_owner(name, "progress")
-        if rank is None:
-            continue
-        try:
-            with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                r = json.load(fh)
+    for rank, r in read_records(directory, "progress").items():
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):  # not ours
             found[rank] = Steps(rank, int(r["steps"]), bool(r["inside"]), float(r["last"]),
                                 float(r["longest"]), bool(r["done"]), r.get("resize"))  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being replaced, or not ours
     return found
 
 
 def bound(limit: float | None, steps: dict[str, Steps]) -> float | None:
-    """Seconds without a step that count as a hang: ``limit`` when given (0: never), else derived from
-    the steps; None before any worker made a step (loading data or building a model is not a hang)."""
+    """Seconds without a step that count as a hang (0: never); None before any worker's first step."""
     if limit is not None:
         return limit or None
     if not steps:
@@ -101,8 +89,7 @@ def verdict(steps: dict[str, Steps], now: float, limit: float) -> Hang | None:
 
 
 def stuck(steps: dict[str, Steps]) -> tuple[str, bool]:
-    """The rank the others wait for: one outside any step while others wait inside one (the fewest
-    steps, then the oldest), else the one with the fewest steps; and whether it was outside."""
+    """The rank the others wait for (one outside any step while others wait inside), and whether outside."""
     live = [s for s in steps.values() if not s.done] or list(steps.values())
     outside = [s for s in live if not s.inside]
     chosen = min(outside or live, key=lambda s: (s.steps, s.last))

@@ -65,8 +65,7 @@ class LogSink:
         self._progress_at = 0.0  # when a progress state last went to the log (and to a pipe)
 
     def mute(self, at_traceback: bool = False) -> None:
-        """Keep the rest of this process's output off the console (a stopped peer's lines would bury the
-        cause); ``at_traceback``: from its next traceback or TensorFlow error log on."""
+        """Keep the rest of this output off the console (``at_traceback``: from its next traceback on)."""
         if at_traceback:
             self._mute_at_traceback = True
         elif self.muted is None:

@@ -158,8 +158,7 @@ def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Members
 def scheduler_nodes(
     environ: Mapping[str, str], ray: bool, hosts: object, node_rank: int, nnodes: int
 ) -> ClusterEnvironment | None:
-    """The scheduler's job when it started one launcher per node (refusing flags that name the nodes
-    again), or ``None`` (no such job, or Ray)."""
+    """The scheduler's job when it started one launcher per node, or ``None`` (none, or Ray)."""
     scheduler = scheduler_environment(environ) if not ray else None
     if scheduler is not None and (hosts or node_rank or nnodes != 1):
         raise ConfigError(

@@ -73,8 +73,7 @@ def user_error(failure: FailureInfo | None) -> bool:
 
 
 def deterministic(failure: FailureInfo | None) -> bool:
-    """A failure a restart gives again: a user error (:func:`user_error`), or an exception of the program's
-    own logic (:data:`_PROGRAM_ERRORS`) in the worker that failed first."""
+    """A failure a restart gives again: a user error, or an exception of the program's own logic."""
     return user_error(failure) or (
         failure is not None and (failure.error or {}).get("type") in _PROGRAM_ERRORS
     )
@@ -83,8 +82,7 @@ def deterministic(failure: FailureInfo | None) -> bool:
 def record_end(
     run_dir: str, attempt: int, outcome: Outcome, failure: FailureInfo | None, detected_at: float | None
 ) -> None:
-    """``attempt-K/ended.json``: how, why and when (wall clock) the attempt ended on this node, and when
-    this launcher learnt of its failure."""
+    """``attempt-K/ended.json``: how, why and when the attempt ended here, and when it was learnt."""
     record = {
         "outcome": outcome.value,
         "detected_at": detected_at,

@@ -129,8 +129,7 @@ class MPIPlacement(_HereGroup):
 
 
 def open_placement(config: LaunchConfig, machine: Machine, devices: Devices) -> Placement:
-    """The placement the launch asks for: Ray's bundles (reserved now: call it before installing signal
-    handlers, which ``ray.init`` replaces), the MPI launcher of a process backend, else this node's."""
+    """The placement the launch asks for (Ray's: before the signal handlers, which ``ray.init`` replaces)."""
     if config.ray is not None:
         from tfdist.launcher.ray.placement import RayPlacement
 

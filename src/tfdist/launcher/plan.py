@@ -102,8 +102,7 @@ def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[
 
 
 def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[str, str]:
-    """An equal share of the cores per CPU worker (oversubscribed thread pools thrash); ``min_inter_op``:
-    a parameter-server job deadlocks with fewer than ``workers + 1`` inter-op threads."""
+    """An equal share of the cores per CPU worker; a parameter-server job needs ``min_inter_op`` threads."""
     share = max(1, cores // max(1, local_training))
     return {
         "TF_NUM_INTRAOP_THREADS": str(share),

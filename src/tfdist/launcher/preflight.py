@@ -107,8 +107,7 @@ def fixed_ports(config: LaunchConfig) -> tuple[int, ...]:
 
 
 def check_ports_free(ports: tuple[int, ...], base_port: int | None) -> None:
-    """This node can listen on its fixed ports: a port another program holds is named now, not as a
-    worker's gRPC error later."""
+    """This node can listen on its fixed ports (named now, not as a worker's gRPC error later)."""
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             # As gRPC binds: a port left in TIME_WAIT is usable, one another program listens on is not.

@@ -1,8 +1,9 @@
-"""What the workers leave for the launcher's failure report: each one's uncaught exception (recorded by
-:mod:`tfdist.worker.errors`) and a lost-peer line in its log (:mod:`tfdist.diagnose.peers`)."""
+"""What the workers leave for the launcher: their records in the attempt directory, each one's uncaught
+exception (recorded by :mod:`tfdist.worker.errors`) and a lost-peer line in its log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -10,6 +11,21 @@ from typing import Any
 
 from tfdist import variables
 from tfdist.worker.contract import AttemptFiles
+
+
+def read_records(directory: str, kind: str) -> dict[str, Any]:
+    """Every complete record of ``kind`` in an attempt directory, by owner (rank); others are left out."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    found: dict[str, Any] = {}
+    for name in names:
+        owner = AttemptFiles.record_owner(name, kind)
+        if owner is not None:
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(directory, name), "rb") as fh:
+                found[owner] = json.load(fh)
+    return found
 
 
 def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -43,8 +59,7 @@ def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
 
 
 def error_record_time(env: Mapping[str, str]) -> float | None:
-    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception (the record's mtime), or
-    None: no record, or the MPI launcher's (which starts every rank)."""
+    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception, or None."""
     directory, rank = variables.raw("TFDIST_ATTEMPT_DIR", env), variables.raw("TFDIST_RANK", env)
     if not directory or rank is None:
         return None

@@ -134,8 +134,7 @@ class WorkerGroup:
             self.workers.append(Worker(spec, popen, sink))
 
     def wait(self, deadline: float | None) -> tuple[Worker, int | None] | None:
-        """Until every process exited 0 (None), one exited otherwise (it and its code) or the deadline passed
-        (the first still running, code None)."""
+        """Until every process exited 0 (None), one exited otherwise, or the deadline passed (code None)."""
         while True:
             exited = self.poll()
             failed = next(((w, code) for w, code in exited if code != 0), None)
@@ -188,8 +187,7 @@ class WorkerGroup:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every process group (including ones whose leader already exited) and every descendant
-        of a live worker, and reap."""
+        """SIGKILL every process group and every descendant of a live worker, and reap."""
         # An MPI launcher's ranks run in process groups of their own (Hydra's proxy makes them).
         strays = [pid for worker in self.running() for pid in _descendants(worker.popen.pid)]
         for worker in self.workers:

@@ -85,8 +85,7 @@ def agree(table: np.ndarray) -> Schedule:
 
 
 def check_resumed(table: np.ndarray, directory: str | None) -> None:
-    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not
-    (a worker that cannot read the chief's checkpoints would start afresh while the others resume)."""
+    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not."""
     if np.all(table == table[0]):
         return
     told = ", ".join(

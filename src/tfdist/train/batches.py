@@ -17,8 +17,7 @@ from tfdist.train.uneven import OwnData
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Batch sizes and steps for one epoch (``steps_per_epoch`` 0: not known before the first epoch ends,
-    :mod:`tfdist.train.uneven`)."""
+    """Batch sizes and steps for one epoch (``steps_per_epoch`` 0: not known yet)."""
 
     global_batch: int
     per_replica: int

@@ -94,8 +94,7 @@ class Checkpointer:
         return self.directory
 
     def _save_whole(self, step: int, history: dict[str, list[float]] | None) -> str:
-        """A sharded optimizer's checkpoint, in the unsharded format: every rank sends its slots to the
-        chief, which writes them with the rest."""
+        """A sharded optimizer's checkpoint, unsharded: every rank's slots gathered to the chief."""
         import tensorflow as tf
 
         assert self.shard is not None

@@ -91,8 +91,7 @@ class DistributedData:
             )
 
     def _array_batches(self, epochs: Any) -> Any:
-        """Index batches for the given epochs, epoch e's permutation seeded by (seed, e) (the same on every
-        worker and after a restart)."""
+        """Index batches for the given epochs, epoch e's order seeded by (seed, e): the same everywhere."""
         import tensorflow as tf
 
         assert self.arrays is not None
@@ -160,8 +159,7 @@ class DistributedData:
         return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), pad(w), pad(s)
 
     def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
-        """One iterator (not one per epoch) over the distributed batches of ``first_epoch..epochs-1``, after
-        ``skip`` batches."""
+        """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches."""
         import tensorflow as tf
 
         if self.dataset_fn is not None:

@@ -69,8 +69,7 @@ def fit(
 
 
 def configure_wire(options: FitOptions) -> None:
-    """Hand ``compression`` / ``bucket_mb`` (else the environment's) to the MPI backend; ConfigError when
-    they are asked of another backend."""
+    """Hand ``compression`` / ``bucket_mb`` to the MPI backend (ConfigError for another backend)."""
     from tfdist import context
     from tfdist.sync import process_sync
     from tfdist.sync.wire import WireOptions
@@ -108,8 +107,7 @@ def with_backup(options: dict[str, Any], backup: Backup) -> dict[str, Any]:
 
 
 def remove_backup(directory: str) -> None:
-    """``BackupAndRestore(delete_checkpoint=True)``: a run that finished leaves no backup (chief only,
-    after every worker returned from the final barrier)."""
+    """``BackupAndRestore(delete_checkpoint=True)``: a finished run leaves no backup (chief only)."""
     from tfdist import context
 
     if context.current().environment.is_chief:

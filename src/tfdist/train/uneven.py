@@ -79,8 +79,7 @@ def own_data(
     table: Callable[[np.ndarray], np.ndarray] | None,
     per_worker: bool | None,
 ) -> OwnData | None:
-    """:class:`OwnData` for NumPy arrays when each worker's are its own (``per_worker`` None: when the
-    workers' arrays differ); None: they are the job's."""
+    """:class:`OwnData` for NumPy arrays when each worker's are its own (None: they are the job's)."""
     if per_worker is False or table is None:
         return None
     rows = table(np.array([len(arrays[0]), *digest(arrays)], np.float64))

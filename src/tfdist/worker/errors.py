@@ -118,8 +118,7 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
 
 
 def record_exit(exc: SystemExit, environ: Mapping[str, str] = os.environ) -> None:
-    """Record a non-zero ``sys.exit`` as the rank's error record, for a rank the MPI launcher started (its
-    report names the failed rank from it). Never raises."""
+    """Record a non-zero ``sys.exit`` of a rank the MPI launcher started (never raises)."""
     code = exc.code
     directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory or code in (None, 0):

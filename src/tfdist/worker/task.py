@@ -103,8 +103,7 @@ def run_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -
 
 
 def first_failure_record(environ: Mapping[str, str]) -> str | None:
-    """Where this Slurm step's first failure is recorded (the shared run directory, one file per step and
-    requeue); ``None`` outside such a step."""
+    """Where this Slurm step's first failure is recorded; ``None`` outside such a step."""
     run_dir = variables.raw("TFDIST_RUN_DIR", environ)
     job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
     if not run_dir or not job or step is None:

@@ -34,8 +34,7 @@ def check_address(address: str) -> str:
 
 
 def answers(address: str, timeout: float) -> OSError | None:
-    """``None`` when a ``HOST:PORT`` (or ``ray://HOST:PORT``) address accepts a TCP connection now, else the
-    error (Ray's own connect retries for a long while before it says anything)."""
+    """``None`` when a ``[ray://]HOST:PORT`` address accepts a TCP connection now, else the error."""
     host, port = split_address(address.removeprefix("ray://"))
     if not host or not port.isdigit():
         return OSError(f"{address!r} is not HOST:PORT")
@@ -47,8 +46,7 @@ def answers(address: str, timeout: float) -> OSError | None:
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """``--ray HOST:PORT``: the address accepts TCP connections, else one line (``auto`` and ``ray://``
-    addresses are left to Ray, which resolves them itself)."""
+    """``--ray HOST:PORT`` accepts TCP connections, else one line (``auto``, ``ray://``: left to Ray)."""
     if address == "auto" or address.startswith("ray://"):
         return
     exc = answers(address, timeout)

@@ -56,8 +56,7 @@ class RemoteProcess:
 
 
 def mirror_record(directory: str, name: str, text: str) -> None:
-    """Write a worker's record into the launcher's attempt directory, atomically, unless it is there (a
-    shared filesystem); a progress record, which changes, is replaced."""
+    """Copy a worker's record into the launcher's attempt directory, atomically, unless it is there."""
     path = os.path.join(directory, name)
     if os.path.exists(path) and AttemptFiles.record_owner(name, "progress") is None:
         return

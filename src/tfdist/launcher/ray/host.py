@@ -75,8 +75,7 @@ class WorkerHost:
     def start(
         self, argv: list[str], planned: dict[str, str], cwd: str, launcher_python: str, launcher_boot: str
     ) -> int:
-        """Start the worker (the previous one must have ended) in ``cwd``, the launcher's directory, under
-        this node's interpreter; its pid."""
+        """Start the worker (the previous one ended) in ``cwd`` under this node's interpreter; its pid."""
         env = node_env(planned, os.environ, launcher_boot)
         if argv and argv[0] == launcher_python:
             argv = [sys.executable, *argv[1:]]
@@ -124,8 +123,7 @@ class WorkerHost:
             self._lock.notify_all()
 
     def read(self, wait_s: float) -> dict[str, Any]:
-        """New output lines (waiting up to ``wait_s`` for some), and the process's state (``code`` once its
-        output ended too, or :data:`DRAIN_S` passed)."""
+        """New output lines (waiting up to ``wait_s`` for some), and the process's state."""
         deadline = time.monotonic() + wait_s
         with self._lock:
             while not self._lines and not self._finished() and time.monotonic() < deadline:

@@ -94,8 +94,7 @@ def serves(host: str) -> bool:
 
 
 def _token(spec: RendezvousSpec, serving: bool, deadline: float) -> str:
-    """The job's secret: --rdzv-token, TFDIST_RDZV_TOKEN, or the token file (the serving node writes a fresh
-    one when missing; the others wait for it)."""
+    """The job's secret: --rdzv-token, TFDIST_RDZV_TOKEN, or the token file (the server writes it)."""
     if spec.token:
         return spec.token
     from_env = variables.raw("TFDIST_RDZV_TOKEN")

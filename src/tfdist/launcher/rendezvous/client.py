@@ -1,5 +1,4 @@
-"""A node's side of the rendezvous: connect (retrying while the server is not up yet), authenticate,
-wait for the assignment."""
+"""A node's side of the rendezvous: connect (retrying), authenticate, wait for the assignment."""
 
 from __future__ import annotations
 

@@ -28,8 +28,7 @@ def keepalive(sock: socket.socket) -> None:
 
 
 def open_files_for(nnodes: int) -> int:
-    """Raise this process's soft limit of open files towards what a job of ``nnodes`` needs (a round
-    running and the next one meeting, strangers, the launcher's own); returns the limit now in force."""
+    """Raise the soft limit of open files towards what a job of ``nnodes`` needs; the limit in force."""
     need = 2 * nnodes + MAX_PENDING + 256
     try:
         import resource
@@ -46,8 +45,7 @@ def open_files_for(nnodes: int) -> int:
 
 @dataclass(eq=False)
 class Connection:
-    """One peer of the server: a stranger until its join is verified, then a node; and what it is still
-    to be sent (the pieces of a line)."""
+    """One peer of the server (a stranger until its join is verified), and what it is still to be sent."""
 
     sock: socket.socket
     fd: int

@@ -76,8 +76,7 @@ class RendezvousServer(Transport):
         return self
 
     def stop(self, farewell: protocol.Notice | None = None) -> None:
-        """Close every connection and the listener, telling the members ``farewell`` (this node ends the job)
-        or else ``{"bye": true}``."""
+        """Close every connection and the listener, telling the members ``farewell`` or ``{"bye": true}``."""
         self._farewell = {"notice": farewell.to_dict()} if farewell is not None else {"bye": True}
         self._stop.set()
         if self.thread.is_alive():

@@ -74,8 +74,7 @@ class Transport:
                 self._close(self.conns[fd])
 
     def _out_of_files(self, now: float) -> None:
-        """No descriptor for another connection: drop the oldest unauthenticated one, or stop accepting for
-        a moment (a readable listener would spin this thread)."""
+        """No descriptor left: drop the oldest stranger, or stop accepting for a moment (no spinning)."""
         oldest = self.admission.oldest()
         if oldest is not None:
             self.rejected += 1
@@ -86,8 +85,7 @@ class Transport:
         self._accepting_from = now + 0.5
 
     def _expire_connections(self, now: float) -> None:
-        """Accept again after running out of files; close strangers past their handshake and peers that do
-        not read what they were sent."""
+        """Accept again after running out of files; close strangers past their handshake and slow readers."""
         if self._accepting_from and now >= self._accepting_from:
             self._accepting_from = 0.0
             self.selector.register(self.listener, selectors.EVENT_READ)
