@@ -1,8 +1,7 @@
 """File-writing Keras callbacks under a multi-worker ``model.fit``: the chief writes, the others do not race.
 
-Every worker must run the same callbacks (a save may need every worker), so, as Keras 2 did, non-chief
-workers write to a private temporary directory removed at exit; ``BackupAndRestore`` reads the chief's
-backup on every worker (all resume from the same epoch) and never deletes the chief's directory.
+Every worker runs the same callbacks (a save may need every worker): non-chief workers write to a private
+temporary directory, as Keras 2 did; ``BackupAndRestore`` reads the chief's backup on every worker.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ WRITTEN: dict[str, str] = {}
 
 
 def readable(path: Any) -> Any:
-    """What to read for ``path`` in this worker: its own copy when tfdist redirected the write there and no
-    file is at ``path``; else ``path`` itself."""
+    """What to read for ``path`` in this worker: its own redirected copy when no file is at ``path``."""
     if not isinstance(path, (str, os.PathLike)):
         return path
     mine = WRITTEN.get(os.path.abspath(os.fspath(path)))
@@ -72,8 +70,7 @@ def readable(path: Any) -> Any:
 
 
 def _remember_writes(callback: Any, asked: str) -> None:
-    """Note each save's pair of paths (the named one and this worker's), so that reading the named one back
-    in this worker (``load_weights``, ``load_model``) finds the file."""
+    """Note each save's pair of paths, so that reading the named one back in this worker finds the file."""
     private, get_path = callback.filepath, callback._get_file_path
 
     def _get_file_path(epoch: Any, batch: Any, logs: Any) -> Any:

@@ -58,8 +58,7 @@ def gate() -> bool:
 
 
 def refusal(strategy: Any) -> None:
-    """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy (every
-    worker raises it; only the chief prints the line)."""
+    """Raise the one-line ConfigError for a Keras outside the table (only the chief prints it)."""
     if strategy is None or not is_multi_worker(strategy):
         return
     import sys
@@ -143,8 +142,7 @@ ENTRY_POINTS = ("fit", "evaluate", "predict")
 
 
 def patch_trainer(trainer: Any) -> None:
-    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once); outside the
-    adapter table install only the refusal, with the fix off nothing."""
+    """Replace the two multi-worker behaviours of Keras' trainer (once; outside the table: the refusal)."""
     adapter = current_adapter()
     cls = _trainer_class(trainer, adapter)
     if cls is None or not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):

@@ -24,8 +24,7 @@ def unseeded() -> bool:
 
 @contextlib.contextmanager
 def agreed_shuffles() -> Iterator[bool]:
-    """Unseeded ``tf.random.shuffle`` calls become the agreed shuffle inside; yields whether they did (no
-    global seed set), and the caller then calls :func:`agree_seed`."""
+    """Unseeded ``tf.random.shuffle`` calls become the agreed shuffle inside; yields whether they did."""
     import tensorflow as tf
 
     if not unseeded():

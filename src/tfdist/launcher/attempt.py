@@ -243,8 +243,7 @@ class Attempt:
         return outcome, FailureInfo(f"node {notice.by}", notice.code, notice.line(), "", ())
 
     def _peer_gone(self) -> tuple[Outcome, FailureInfo] | None:
-        """After a local worker failed: a node that vanished at the same moment (the cause, not the symptom),
-        if the rendezvous says so within :data:`PEER_GONE_WINDOW_S`."""
+        """After a local worker failed: a node that vanished at the same moment, if the rendezvous says so."""
         if self.told is None:
             return None
         deadline = time.monotonic() + PEER_GONE_WINDOW_S

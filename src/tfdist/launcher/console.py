@@ -1,8 +1,5 @@
-"""The launcher's console: workers' lines, the launcher's own messages, and one live progress line.
-
-A progress bar redraws one line in place: the chief's current state is one live line at the bottom of a
-terminal (a plain line every :data:`PIPE_EVERY_S` seconds elsewhere). Every line is written whole, under
-one lock, so the workers' lines and the launcher's never interleave.
+"""The launcher's console: workers' lines, the launcher's own messages, and one live progress line (the
+chief's, at the bottom of a terminal). Every line is written whole, under one lock: lines never interleave.
 """
 
 from __future__ import annotations

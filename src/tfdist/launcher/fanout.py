@@ -1,7 +1,6 @@
 """``tfdist launch -H n1:4,n2:4 ...``: one command starts the job on every host, as ``horovodrun -H`` does.
 
-It starts the same ``tfdist launch --nnodes N --rdzv FIRST:PORT -n SLOTS ...`` on every host (over ssh for
-the others: what a cluster without a scheduler has); the token travels on ssh's standard input, and a remote
+It starts ``tfdist launch --nnodes N --rdzv FIRST:PORT -n SLOTS ...`` on every host (over ssh); a remote
 launcher stops when its ssh connection ends, so ending this command ends the job everywhere.
 """
 
@@ -87,8 +86,7 @@ def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, l
 
 
 def launch_on_hosts(config: LaunchConfig, *, check: bool = False) -> RunResult:
-    """``-H``: the same launch on every host, met at a rendezvous on the first. ``check``: a failure raises
-    :class:`~tfdist.errors.WorkerFailedError` naming the host whose launcher failed first."""
+    """``-H``: the same launch on every host; ``check``: a failure raises WorkerFailedError."""
     from tfdist.launcher.preflight import check_hosts_resolve, preflight
 
     hosts = tuple(h for h in config.host_slots if isinstance(h, HostSlots))
@@ -117,8 +115,7 @@ STOP_MARGIN_S = 20.0
 
 
 def run(started: Sequence[tuple[str, list[str]]], run_dir: str, grace: float = 10.0) -> tuple[int, str]:
-    """Start every host's launcher, relay its output (``[HOST]``-prefixed but this host's), and return the
-    job's exit code and the host that failed first (``""``: none); the first failure ends the others."""
+    """Start every host's launcher, relay its output; the job's exit code and the host that failed first."""
     token = secrets.token_hex(16).encode() + b"\n"
     specs = [
         ProcessSpec(

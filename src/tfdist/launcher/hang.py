@@ -1,10 +1,6 @@
-"""The hang check: when a job's workers stop making progress, which one the others wait for, and where it
-was (its Python stack, taken before anything is stopped).
-
-A job is hung when no running worker started or ended a step (:mod:`tfdist.worker.progress`) for longer
-than the bound, and two or more still run or the one left waits inside a step. The bound is
-``--watchdog-timeout``, else :data:`AUTO_FACTOR` times the longest gap between two steps, within
-[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`].
+"""The hang check: when a job's workers stop making progress (no step started or ended for longer than the
+bound: ``--watchdog-timeout``, else :data:`AUTO_FACTOR` times the longest gap between steps, within
+[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`]), which one the others wait for, and where it was (its stack).
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist import files
 from tfdist.launcher.records import read_records
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.errors import library_dirs
@@ -100,8 +97,7 @@ def collect_stacks(directory: str, ranks: list[str], wait_s: float = STACKS_WAIT
     """Ask every worker of the attempt for its stacks and wait up to ``wait_s`` for ``ranks``' answers."""
     attempt = AttemptFiles(directory)
     try:
-        with open(attempt.stacks_request, "w"):
-            pass
+        files.write_text(attempt.stacks_request, "")
     except OSError:
         return {}
     answers: dict[str, str] = {}

@@ -8,8 +8,7 @@ from typing import Any
 
 from tfdist.launcher.records import read_records
 
-#: How long to wait for the other workers' records once one worker reported a strategy that does not
-#: span the job (they build theirs at about the same time).
+#: How long to wait for the other workers' records once one reported a strategy that does not span the job.
 SETTLE_S = 3.0
 
 

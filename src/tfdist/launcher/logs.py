@@ -98,8 +98,7 @@ class LogSink:
                 self._show(f"{self.prefix}{shown}")
 
     def progress(self, raw: bytes) -> None:
-        """The current state of a line a progress bar redraws: the chief's is a terminal's live line; the log
-        (and another console) gets a plain line every :data:`PIPE_EVERY_S`."""
+        """The current state of a redrawn progress line (the chief's live line; plain now and then)."""
         text = plain(raw.decode("utf-8", errors="replace"))
         now = time.monotonic()
         self.last_line_at = now

@@ -1,10 +1,6 @@
-"""WHO ARE MY PEERS, as the launcher asks it: one small interface, several sources of the same answer.
-
-A :class:`Membership` answers the nodes at the start and before every restart (:meth:`~Membership.meet`),
-what another node said meanwhile (:meth:`~Membership.notice`) and hears how the job ended here
-(:meth:`~Membership.close`): the roles of torch elastic's ``RendezvousHandler``. Sources: the rendezvous
-(``--rdzv``), :class:`Fixed` answers (``--hosts``, or a scheduler's one launcher per node); Ray's placement
-is its own answer. :func:`open_membership` is the one factory; ``-H`` starts ``--rdzv`` on every host.
+"""WHO ARE MY PEERS, as the launcher asks it: one small interface (the roles of torch elastic's
+``RendezvousHandler``), several sources of the same answer: the rendezvous (``--rdzv``) and :class:`Fixed`
+answers (``--hosts``, a scheduler's one launcher per node). :func:`open_membership` is the one factory.
 """
 
 from __future__ import annotations
@@ -123,8 +119,7 @@ def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: i
 
 
 def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | None:
-    """The scheduler's description of this process when it started several tasks (a Slurm step, a tfdist
-    pod) that ``tfdist launch`` treats as one per node; else ``None``."""
+    """The scheduler's job when it started several tasks that ``tfdist launch`` treats as nodes, else None."""
     from tfdist.env.kubernetes import KubernetesEnvironment
     from tfdist.env.slurm import SlurmEnvironment
 
@@ -138,8 +133,7 @@ def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | No
 
 
 def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Membership | None:
-    """Where this node learns its peers (``None``: this machine alone, or Ray); the flags a source answers
-    itself are refused here, with one line, before anything starts."""
+    """Where this node learns its peers (None: this machine alone, or Ray); clashing flags refused here."""
     if config.rdzv is not None:
         if config.hosts or config.node_rank or config.base_port is not None:
             raise ConfigError(

@@ -29,8 +29,7 @@ def read_records(directory: str, kind: str) -> dict[str, Any]:
 
 
 def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None; for
-    the MPI launcher, which starts every rank, the earliest record of any rank."""
+    """The uncaught exception a failed process recorded, or None (the MPI launcher: its ranks' first)."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
     if not directory or not os.path.isdir(directory):
         return None

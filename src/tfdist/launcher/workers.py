@@ -27,8 +27,7 @@ WAIT_POLL_S = 0.1
 
 
 def _child_setup(cpus: tuple[int, ...]) -> None:
-    """Runs in the child before exec: die with the launcher (even SIGKILLed), and bind to ``cpus`` when
-    planned (every thread TensorFlow later starts inherits the set)."""
+    """Runs in the child before exec: die with the launcher, and bind to ``cpus`` (inherited by threads)."""
     with contextlib.suppress(
         OSError, AttributeError
     ):  # not Linux: the launcher's shutdown path still applies
@@ -71,8 +70,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def ensure_file_limit(processes: int) -> None:
-    """Raise this process's soft limit on open files, up to its hard limit, when ``processes`` need more (a
-    hard limit too low is a SetupError before anything starts, not "Too many open files" halfway)."""
+    """Raise the soft limit on open files for ``processes``, or a SetupError before anything starts."""
     import resource
 
     needed = FILES_PER_PROCESS * processes + FILES_BESIDES

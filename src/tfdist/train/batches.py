@@ -102,8 +102,7 @@ def check_arrays(source: Any) -> tuple[np.ndarray, ...]:
 
 
 def static_batch(dataset: Any) -> int:
-    """The global batch size of a batched dataset: declared statically, else read from its first element
-    (``.batch(32)`` declares ``None``: the last batch may be partial)."""
+    """The global batch size of a batched dataset: declared statically, else read from its first batch."""
     import tensorflow as tf
 
     spec = tf.nest.flatten(dataset.element_spec)[0]

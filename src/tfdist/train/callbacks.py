@@ -25,8 +25,7 @@ def overrides(callback: Any, hooks: Sequence[str]) -> bool:
 
 
 def needs_every_step(callback: Any) -> bool:
-    """Whether ``callback`` acts on training batches (Keras' savers and loggers at their default frequency
-    override the batch hooks but act only at epoch ends)."""
+    """Whether ``callback`` acts on training batches (not Keras' savers at their default frequency)."""
     name = type(callback).__name__
     if name == "ModelCheckpoint" and getattr(callback, "save_freq", "epoch") == "epoch":
         return False
@@ -47,8 +46,7 @@ class Backup:
 
 
 def split_backup(callbacks: Sequence[Any]) -> tuple[list[Any], Backup | None]:
-    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one): tfdist's
-    checkpoints resume at the exact step, with the optimizer's slots and the data position."""
+    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one)."""
     kept: list[Any] = []
     backups: list[Any] = []
     for cb in callbacks:

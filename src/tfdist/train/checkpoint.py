@@ -78,8 +78,7 @@ class Checkpointer:
             ) from None
 
     def save(self, step: int, history: dict[str, list[float]] | None = None) -> str:
-        """Save on every worker; only the chief's copy lands in ``directory``. ``history`` (epoch ends): the
-        per-epoch logs so far, written first (:meth:`history` cuts back what runs ahead)."""
+        """Save on every worker (only the chief's copy kept), with ``history`` first at an epoch's end."""
         if self.shard is not None:
             return self._save_whole(step, history)
         if self.is_chief:

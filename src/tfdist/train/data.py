@@ -114,8 +114,7 @@ class DistributedData:
         return epochs.flat_map(one_epoch)
 
     def _shares(self, index: Any) -> Any:
-        """A global batch of indices -> (indices, each row's share of the batch's loss); a worker's own rows
-        have share 1, divided by the global batch's real rows inside the step."""
+        """A global batch of indices -> (indices, each row's share of the batch's loss)."""
         import tensorflow as tf
 
         real = tf.cast(index >= 0, tf.float32)

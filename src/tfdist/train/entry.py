@@ -55,8 +55,7 @@ def fit(
     configure_wire(fit_options)
     if fit_options.validation_split and validation_data is None:
         train_data, validation_data = split_for_validation(train_data, fit_options.validation_split)
-    # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
-    # with run-time shapes read, once.
+    # One sample for everything that needs the data's structure (a dataset_fn is called once).
     sample = sample_inputs(train_data)
     ensure_built(model, sample[0])
     trainer = ParameterServerTrainer if is_parameter_server(strategy_of(model)) else SyncTrainer

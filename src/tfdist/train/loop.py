@@ -1,5 +1,4 @@
-"""The synchronous training loop behind ``tfdist.fit``: epochs of one replica step (:mod:`tfdist.sync.step`)
-plus a Synchroniser, whatever the backend."""
+"""The synchronous training loop behind ``tfdist.fit``: epochs of one replica step and a Synchroniser."""
 
 from __future__ import annotations
 
@@ -196,8 +195,7 @@ class SyncTrainer(Trainer):
         return stop
 
     def _check_finite(self, values: np.ndarray, block: list[Any], step: int, epoch: int) -> None:
-        """Stop every worker at the same sync point (the same reduced sums) when the loss is no longer finite,
-        before any checkpoint of the non-finite steps."""
+        """Stop every worker at one sync point when the loss is no longer finite (no checkpoint after)."""
         count = values[-2]
         if np.isfinite(values[0]):
             if count > 0:

@@ -139,8 +139,7 @@ class MarkedSync:
         return getattr(self._sync, name)
 
     def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
-        """The wrapped exchange, between two stamps that wait for its inputs and its outputs (a synchroniser
-        that overlaps makes the stamps itself through ``marker``)."""
+        """The wrapped exchange, between two stamps that wait for its inputs and its outputs."""
         if getattr(self._sync, "overlaps", False):
             # Not a stamp here: TensorFlow runs a function's stateful ops in program order, so a stamp
             # made before the buckets' sends would hold them until the backward pass is over.

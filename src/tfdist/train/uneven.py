@@ -1,9 +1,6 @@
-"""Each worker's own data, in unequal amounts: one job with the result of one process on all of it.
-
-Global batch k is worker 0's k-th batch, then worker 1's, ...; a worker whose data ran out contributes
-zero-weight rows until the longest is done (with ``steps_per_epoch``, it starts again). Every worker decides
-from every worker's row (``Synchroniser.table``), so all decide the same: what cannot be exact is one line
-at set-up, not a hang at the last step.
+"""Each worker's own data, in unequal amounts: one job with the result of one process on all of it. Global
+batch k is worker 0's k-th batch, then worker 1's, ...; a worker whose data ran out contributes zero-weight
+rows. Every worker decides from every worker's row (``Synchroniser.table``), so all decide the same.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""RUNS INSIDE EVERY LAUNCHED PROCESS, before the user's code.
-
-Launchers put :func:`boot_dir` first on ``PYTHONPATH``; Python's ``site`` then imports the
-``sitecustomize`` there, which chains the user's own ``sitecustomize`` and calls
-:func:`tfdist.worker.bootstrap.start`. That is how a plain ``tf.distribute`` script that never imports
-tfdist still gets the Keras fix.
+"""RUNS INSIDE EVERY LAUNCHED PROCESS, before the user's code: launchers put :func:`boot_dir` first on
+``PYTHONPATH``, whose ``sitecustomize`` calls :func:`tfdist.worker.bootstrap.start`, so a plain
+``tf.distribute`` script that never imports tfdist still gets the Keras fix.
 """
 
 from __future__ import annotations

@@ -86,8 +86,7 @@ def user_error_exit(exc: BaseException) -> None:
 
 
 def install(environ: Mapping[str, str] = os.environ) -> None:
-    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook); a
-    tfdist ConfigError ends the process with its one line and exit code 2 (:func:`user_error_exit`)."""
+    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR``; a ConfigError ends the process with exit 2."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory:
         return

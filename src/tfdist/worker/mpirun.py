@@ -1,8 +1,7 @@
 """``python -m tfdist.worker.mpirun script.py …``: a rank under the MPI launcher, as ``python -m mpi4py``.
 
 An uncaught exception or a non-zero exit of any rank becomes ``MPI_Abort`` (no rank waits forever for a
-peer that left); a non-zero ``sys.exit`` is recorded in the rank's error record first (the launcher's own
-abort line naming the rank can be lost as it tears the job down).
+peer that left), a non-zero ``sys.exit`` recorded first (the launcher's own abort line can be lost).
 """
 
 from __future__ import annotations

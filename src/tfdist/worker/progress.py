@@ -1,9 +1,6 @@
-"""A launched process's progress and, when asked, its stacks: what lets the launcher end a hung job by
-itself and say where each worker was.
-
-Every training front end runs its steps as ``tf.function`` calls, so each call is counted (how many,
-whether one runs now, the longest gap). A daemon thread writes that to the attempt directory once a second,
-every thread's stack when the launcher asks, and passes on a resize request (:mod:`tfdist.resize`).
+"""A launched process's progress (its ``tf.function`` calls: every front end's steps) and, when asked, its
+stacks, written by a daemon thread once a second: what lets the launcher end a hung job and say where
+each worker was. It also passes on a resize request (:mod:`tfdist.resize`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE
-job, then exec ``CMD`` (no TensorFlow import: no time added to the first step).
-
-In a Slurm step of a job ``tfdist slurm submit`` wrote (``TFDIST_RUN_DIR`` set), the wrapper stays as the
-command's parent instead, so the job ends with the exit code of the task that failed FIRST (srun reports
-the highest code of all, which would be the stopped tasks' 143).
+"""``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE job,
+then exec ``CMD``. In a Slurm step of a job ``tfdist slurm submit`` wrote, the wrapper stays as the parent,
+so the job ends with the exit code of the task that failed FIRST (srun reports the highest: the stop's 143).
 """
 
 from __future__ import annotations
@@ -79,8 +76,7 @@ def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) ->
 
 
 def run_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
-    """Run ``command`` as a worker of the job: exec it (never returns), or, in a Slurm step with a run
-    directory, as a child whose exit code is reported as the step's first failure (see the module)."""
+    """Run ``command`` as a worker of the job: exec it, or (see the module) run it as a child."""
     from tfdist.env import detect_environment
 
     if not command:

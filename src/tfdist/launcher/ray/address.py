@@ -59,8 +59,7 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def find_cluster(environ: Mapping[str, str], timeout: float = 1.0) -> dict[str, Any] | None:
-    """The Ray cluster ``ray.init(address="auto")`` would join from here (``RAY_ADDRESS``, else the address
-    ``ray start`` wrote on this machine, as Ray looks it up), and whether its port answers now; ``None``."""
+    """The Ray cluster ``ray.init(address="auto")`` would join from here, and whether it answers; or None."""
     address, where = environ.get("RAY_ADDRESS", "").strip(), "RAY_ADDRESS"
     if not address:
         root = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"

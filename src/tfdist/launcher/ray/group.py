@@ -1,9 +1,5 @@
-"""The launcher's side of workers that run on Ray nodes: the same WorkerGroup, read through the actors.
-
-Each worker's process is a :class:`RemoteProcess` whose state arrives with its output: one thread per
-worker long-polls its actor, feeds the lines to a :class:`LogPump` and copies the worker's records into the
-launcher's attempt directory.
-"""
+"""The launcher's side of workers that run on Ray nodes: the same WorkerGroup, read through the actors (a
+thread per worker long-polls its actor for output, exit code and records)."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ READ_SLACK_S = 60.0
 
 
 class RemoteProcess:
-    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()``, ``returncode`` and
-    ``stdin`` (always ``None``: the launcher writes nothing to a worker on another node)."""
+    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()``, ``returncode``."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

@@ -1,9 +1,5 @@
-"""Which connections that have not authenticated yet the rendezvous keeps. Pure (no sockets).
-
-Strangers are bounded in all and per source address; when a bound is reached the oldest (of that address,
-else of all) makes room: a node's handshake takes one round trip, so a flood drops its own connections
-first. A verified join leaves this table, so a job of any size forms whatever strangers do.
-"""
+"""Which connections that have not authenticated yet the rendezvous keeps, bounded in all and per address:
+the oldest makes room (a node's handshake takes one round trip, so a flood drops its own first). Pure."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from tfdist.launcher.rendezvous.admission import MAX_PENDING
 from tfdist.launcher.rendezvous.protocol import JoinRequest
 
-#: TCP keep-alive on a member's connection: a node whose link is cut is found gone after about
-#: ``idle + interval * probes`` seconds, without a heartbeat in the protocol.
+#: TCP keep-alive on a member's connection: a cut node is found gone after ``idle + interval * probes`` s.
 KEEPALIVE = (2, 1, 3)
 
 

@@ -1,10 +1,6 @@
 """The rendezvous server: rounds of authenticated nodes, each handed the same table, and notices to the
-running round when a member fails or leaves.
-
-Written here rather than taken from etcd or torch's TCPStore: the job needs only "wait for N authenticated
-nodes, hand each the same table", none of those is a TensorFlow user's dependency, and a small server can
-be bounded exactly (:mod:`~.transport`).
-"""
+running round when a member fails or leaves (not etcd or torch's TCPStore: neither is a TensorFlow user's
+dependency, and a small server can be bounded exactly)."""
 
 from __future__ import annotations
 
@@ -104,12 +100,10 @@ class RendezvousServer(Transport):
         for conn in list(self.members.values()):
             self._send(conn, self._farewell)  # what the members' launchers make of the closing
         notice = self._farewell.get("notice")
+        why = protocol.Notice.from_dict(notice).line() if isinstance(notice, dict) else None
+        why = why or f"the job at {self.endpoint} ended before a restart could take this node"
         for conn in list(self.joined.values()):  # nodes waiting for the next round: it will not form
-            why = protocol.Notice.from_dict(notice).line() if isinstance(notice, dict) else None
-            self._send(
-                conn,
-                {"error": why or f"the job at {self.endpoint} ended before a restart could take this node"},
-            )
+            self._send(conn, {"error": why})
         self._shut(until=time.monotonic() + 2.0)
 
     def _read(self, conn: Connection) -> None:
@@ -174,8 +168,7 @@ class RendezvousServer(Transport):
                 self._forget(conn)
 
     def _maybe_grow(self) -> None:
-        """Tell the running round that nodes wait to join (once a round, when ``grow_after`` allows): its
-        workers stop at the next step boundary and meet again with them, spending no restart."""
+        """Tell the running round, once, that nodes wait to join (they stop at a step boundary and meet)."""
         live = len(self.members)
         if self.grow_after is None or self.grow_told or self.noticed or not live or self._stop.is_set():
             return
