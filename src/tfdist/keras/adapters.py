@@ -1,9 +1,7 @@
 """What differs between the Keras 3 releases the fix serves: ONE table, keyed by Keras version range.
 
-Every version-dependent choice of :mod:`tfdist.keras.fix` is a field of :class:`KerasAdapter`, read from
-:data:`ADAPTERS`; nothing else in tfdist compares Keras versions. Pure: no TensorFlow or Keras import.
-Adding a release: read its ``keras/src/backend/tensorflow/trainer.py`` and
-``keras/src/callbacks/backup_and_restore.py``, add or widen a row, and run ``./dev compat``.
+Every version-dependent choice of :mod:`tfdist.keras.fix` is a field of :class:`KerasAdapter`; nothing else
+compares Keras versions. Pure. Adding a release: add or widen a row, and run ``./dev compat``.
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ def _text(version: Version) -> str:
 
 
 def keras_version() -> str:
-    """The Keras this Python imports (``keras``, ``keras-nightly`` or a build of its own), read without
-    importing it (Keras may be half-imported here); ``"0"`` without one."""
+    """The Keras this Python imports, read without importing it; ``"0"`` without one."""
     return find("keras").version or "0"
 
 
@@ -112,8 +109,7 @@ def supported_spec() -> str:
 
 
 def install_hint(tf_version: str | None) -> str:
-    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts
-    (``pip install 'keras>=3.12,<3.16'`` beside TensorFlow 2.21)."""
+    """The Keras to install beside ``tf_version``: the table's range, raised to what that TF accepts."""
     low, high = supported_range()
     floor = TF_KERAS_FLOOR.get(version_tuple(tf_version or "0"), low)
     return f"pip install 'keras>={_text(max(low, floor))},<{_text(high)}'"

@@ -1,8 +1,7 @@
 """File-writing Keras callbacks under a multi-worker ``model.fit``: the chief writes, the others do not race.
 
-Every worker must run the same callbacks (a save may need every worker), so, as Keras 2 did, non-chief
-workers write to a private temporary directory removed at exit; ``BackupAndRestore`` reads the chief's
-backup on every worker (all resume from the same epoch) and never deletes the chief's directory.
+Every worker runs the same callbacks (a save may need every worker): non-chief workers write to a private
+temporary directory, as Keras 2 did; ``BackupAndRestore`` reads the chief's backup on every worker.
 """
 
 from __future__ import annotations
@@ -33,9 +32,7 @@ def moved_path(path: str, into: str) -> str:
     ``("out/{epoch}/m.keras", "/tmp/w1")`` -> ``"/tmp/w1/out/{epoch}/m.keras"``.
     """
     head, tail = os.path.split(path)
-    if "{" in head:
-        return os.path.join(into, path.lstrip(os.sep))
-    return os.path.join(into, tail)
+    return os.path.join(into, path.lstrip(os.sep) if "{" in head else tail)
 
 
 def redirect(callback: Any, task_id: int) -> bool:
@@ -65,8 +62,7 @@ WRITTEN: dict[str, str] = {}
 
 
 def readable(path: Any) -> Any:
-    """What to read for ``path`` in this worker: its own copy when tfdist redirected the write there and no
-    file is at ``path`` (the chief's own may be elsewhere, or not written yet); else ``path`` itself."""
+    """What to read for ``path`` in this worker: its own redirected copy when no file is at ``path``."""
     if not isinstance(path, (str, os.PathLike)):
         return path
     mine = WRITTEN.get(os.path.abspath(os.fspath(path)))
@@ -74,8 +70,7 @@ def readable(path: Any) -> Any:
 
 
 def _remember_writes(callback: Any, asked: str) -> None:
-    """Note each save's pair of paths (the named one, formatted as Keras formats it, and this worker's), so
-    that reading the named one back in this worker (``load_weights``, ``load_model``) finds the file."""
+    """Note each save's pair of paths, so that reading the named one back in this worker finds the file."""
     private, get_path = callback.filepath, callback._get_file_path
 
     def _get_file_path(epoch: Any, batch: Any, logs: Any) -> Any:
@@ -92,8 +87,7 @@ def _remember_writes(callback: Any, asked: str) -> None:
 
 
 def _read_back_through(mapped: Any) -> None:
-    """Keras' readers of a checkpoint (``keras.saving/models.load_model``, ``Model.load_weights``) read
-    ``mapped(path)`` (once per process)."""
+    """Keras' checkpoint readers (``load_model``, ``Model.load_weights``) read ``mapped(path)`` (once)."""
     import keras
 
     if getattr(keras.Model.load_weights, "_tfdist_read_back", False):
@@ -136,10 +130,8 @@ def _read_chief_write_private(callback: Any, into: str) -> None:
 
 
 def grow_at_epoch_end(callbacks: list[Any]) -> None:
-    """With a ``BackupAndRestore`` that saves each epoch, a job may grow at an epoch's end: after the
-    backup, the workers vote (one all-reduce of a scalar per epoch) and, when the launcher asked
-    (:mod:`tfdist.resize`), all exit; the job meets again with the new nodes and resumes at the next
-    epoch. Added last, so every other callback's epoch end ran first; only in a launched worker."""
+    """With a ``BackupAndRestore`` that saves each epoch, a launched job may grow at an epoch's end: after
+    the backup the workers vote and, when the launcher asked (:mod:`tfdist.resize`), all exit. Added last."""
     backups = [c for c in callbacks if type(c).__name__ == "BackupAndRestore"]
     if not variables.raw("TFDIST_ATTEMPT_DIR"):  # no launcher to ask (set alike on every worker)
         return

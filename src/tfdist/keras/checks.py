@@ -23,8 +23,7 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
     if steps > 1:
         raise ConfigError(
             f"model.compile(steps_per_execution={steps}) under MultiWorkerMirroredStrategy: Keras runs "
-            "several "
-            "steps in one call with per-step end-of-data checks that are not safe across workers. "
+            "several steps in one call with per-step end-of-data checks that are not safe across workers. "
             "Hint: compile with steps_per_execution=1 (the default)."
         )
     adapter = getattr(iterator, "data_adapter", None)
@@ -50,8 +49,7 @@ def check_fit_inputs(model: Any, iterator: Any, strategy: Any) -> None:
 
 
 def unseeded_shuffle(adapter: Any) -> bool:
-    """True when the user's own dataset shuffles with no seed, so two workers draw two different orders.
-    Keras' shuffle of arrays is agreed across workers by the fix (:mod:`tfdist.keras.shuffle`)."""
+    """True when the user's own dataset shuffles with no seed."""
     import tensorflow as tf
 
     dataset = getattr(adapter, "_dataset", None)

@@ -1,12 +1,10 @@
 """The Keras fix: Keras 3's own ``model.fit`` / ``evaluate`` / ``predict`` under MultiWorkerMirroredStrategy.
 
 Keras 3's TensorFlow trainer breaks when the strategy spans several workers (keras-team/keras#20585):
-``_maybe_symbolic_build`` (3.5 on) reduces the first batch with ``strategy.reduce("MEAN", (x, y))``, which a
-collective strategy cannot reduce, and ``reduce_per_replica`` reduces scalar logs with ``axis=0``. Only
-those behaviours are replaced, and only under a multi-worker collective strategy: the model is built from
-the first local replica's batch, and a step's scalar logs are reduced in one packed all-reduce.
-What differs between Keras releases is one table (:mod:`tfdist.keras.adapters`); under a Keras outside it,
-a multi-worker ``fit`` / ``evaluate`` / ``predict`` ends with one :class:`~tfdist.errors.ConfigError` line.
+``_maybe_symbolic_build`` reduces the first batch with ``strategy.reduce("MEAN", (x, y))`` and
+``reduce_per_replica`` reduces scalar logs with ``axis=0``. Only those are replaced, only under a
+multi-worker strategy. Releases differ in one table (:mod:`tfdist.keras.adapters`); outside it, a
+multi-worker ``fit`` / ``evaluate`` / ``predict`` ends with one :class:`~tfdist.errors.ConfigError` line.
 """
 
 from __future__ import annotations
@@ -60,10 +58,7 @@ def gate() -> bool:
 
 
 def refusal(strategy: Any) -> None:
-    """Raise the one-line ConfigError for a Keras outside the table under a multi-worker strategy.
-
-    Every worker raises it (the launcher's report records the first); only the chief prints the line.
-    """
+    """Raise the one-line ConfigError for a Keras outside the table (only the chief prints it)."""
     if strategy is None or not is_multi_worker(strategy):
         return
     import sys
@@ -93,8 +88,7 @@ class _WithoutLine:
 
 
 def install() -> bool:
-    """Apply the fix to Keras (idempotent); True when it is active. Used by ``tfdist.strategy()``; launched
-    workers' bootstrap applies the same patches as Keras loads the modules."""
+    """Apply the fix to Keras (idempotent); True when it is active."""
     if not enabled_by_env():
         return False
     import importlib
@@ -120,11 +114,8 @@ VARIABLES = "keras.src.backend.common.variables"
 
 
 def patch_variable_numbers(module: Any) -> None:
-    """``float(model.optimizer.learning_rate)`` under MultiWorkerMirroredStrategy (once).
-
-    Keras' ``Variable.__float__`` is ``float(self.value)``, and a MirroredVariable has no ``__float__``;
-    it has ``__array__`` (this replica's value), so the numbers are read through NumPy.
-    """
+    """``float(model.optimizer.learning_rate)`` under MultiWorkerMirroredStrategy (once): a MirroredVariable
+    has no ``__float__``, but its ``__array__`` is this replica's value."""
     import numpy as np
 
     adapter = current_adapter()
@@ -151,8 +142,7 @@ ENTRY_POINTS = ("fit", "evaluate", "predict")
 
 
 def patch_trainer(trainer: Any) -> None:
-    """Replace the two multi-worker behaviours of Keras' TensorFlow trainer module (once); outside the
-    adapter table install only the refusal, with the fix off nothing."""
+    """Replace the two multi-worker behaviours of Keras' trainer (once; outside the table: the refusal)."""
     adapter = current_adapter()
     cls = _trainer_class(trainer, adapter)
     if cls is None or not enabled_by_env() or _STATE.get("patched") or getattr(cls, "_tfdist_patched", False):
@@ -227,8 +217,7 @@ def _check_on_entry(model: Any, method: str) -> None:
 
 
 def patch_gradients() -> None:
-    """The optimizer part of the fix, where the row needs it (at the first multi-worker fit, once Keras is
-    fully imported)."""
+    """The optimizer part of the fix, where the row needs it (at the first multi-worker fit)."""
     import importlib
 
     adapter = current_adapter()

@@ -1,9 +1,6 @@
 """Keras releases before 3.8 apply the wrong gradient on several replicas: the optimizer part of the fix.
-
-Keras 3.8 scales each replica's loss by 1/replicas and sums the gradients. Before
-(``keras/src/backend/tensorflow/optimizer.py``): 3.3-3.4 ("none") reduce nothing (the reduction runs in the
-merge call, outside any replica context), so workers drift apart; 3.5-3.7 ("sum") sum unscaled gradients,
-a step ``replicas`` times too large. Acts only under a multi-worker collective strategy.
+3.3-3.4 ("none") reduce nothing, so workers drift apart; 3.5-3.7 ("sum") sum unscaled gradients, a step
+``replicas`` times too large. Acts only under a multi-worker collective strategy.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ def _multi_worker(optimizer: Any) -> bool:
 
 
 def patch_optimizer(module: Any, gradients: str) -> None:
-    """Make ``TFOptimizer`` apply the mean gradient across all replicas of all workers (once);
-    ``gradients`` is the adapter row's field."""
+    """Make ``TFOptimizer`` apply the mean gradient of all replicas of all workers (once)."""
     cls = module.TFOptimizer
     if gradients == "scaled" or getattr(cls, "_tfdist_gradients", False):
         return

@@ -1,10 +1,6 @@
-"""Metric state read across workers, for the Keras releases that keep it per worker (before 3.10).
-
-Keras 3.10 creates a metric's variables ``synchronization="on_read"`` (keras-team/keras#21072): under a
-multi-worker strategy, reading one in Python (the epoch's logs, ``evaluate()``'s result) sums it over every
-replica of every worker. Before 3.10 each worker reads its own, so each prints and returns the metrics of
-its own shard, and none of them equals one process. Here the same variables are created on-read, as 3.10
-does, while a metric creates them under a multi-worker strategy.
+"""Metric state read across workers, for the Keras releases that keep it per worker (before 3.10): the
+variables are created ``synchronization="on_read"`` under a multi-worker strategy, as Keras 3.10 does
+(keras-team/keras#21072), so reading one sums it over every replica of every worker.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``model.fit(x, y)``'s default shuffle, agreed across workers.
-
-Keras shuffles arrays with an unseeded ``tf.random.shuffle`` each epoch; under MultiWorkerMirroredStrategy
-with DATA auto-sharding, workers drawing different orders skip some examples and repeat others. While Keras
-builds a multi-worker epoch iterator without a global seed, that shuffle becomes a stateless one seeded by
-(the job's seed, this shuffle's number, the epoch): the same permutation on every worker, a new one each
-epoch. The chief draws the job's seed and sends it in one all-reduce. A seed the user set is left alone.
-"""
+"""``model.fit(x, y)``'s default shuffle, agreed across workers: Keras' unseeded ``tf.random.shuffle``
+(workers drawing different orders skip and repeat examples) becomes a stateless one seeded by (the chief's
+seed, this shuffle's number, the epoch) while no global seed is set."""
 
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ def unseeded() -> bool:
 
 @contextlib.contextmanager
 def agreed_shuffles() -> Iterator[bool]:
-    """Unseeded ``tf.random.shuffle`` calls become the agreed shuffle inside; yields whether they did (no
-    global seed set), and the caller then calls :func:`agree_seed`."""
+    """Unseeded ``tf.random.shuffle`` calls become the agreed shuffle inside; yields whether they did."""
     import tensorflow as tf
 
     if not unseeded():
@@ -51,8 +45,7 @@ def agreed_shuffles() -> Iterator[bool]:
 
 
 def _epoch_shuffle(value: Any, number: int, name: Any) -> Any:
-    """A stateless shuffle seeded by (job seed + ``number``, epoch), the epoch counted in Python each time
-    the pipeline draws the permutation."""
+    """A stateless shuffle seeded by (job seed + ``number``, the epoch counted in Python)."""
     import tensorflow as tf
 
     epochs = itertools.count()

@@ -44,15 +44,9 @@ def launch(
     Returns a RunResult whose ``exit_code`` is 0 on success, the first failure's code (128+signal for a
     signal, 124 for a hang or timeout) otherwise. With ``check=True`` a job that ends with a worker's
     failure raises :class:`tfdist.errors.WorkerFailedError` instead (like ``subprocess.run(check=True)``).
-    ``rejoin(attempt)``: before each restart, the nodes of the job as they meet again (a rendezvous
-    round): its node count, this node's rank, the hosts and their ports replace ``config``'s.
-    ``told()``: polled while workers run; a notice that another node of the job failed or left ends
-    this node's attempt at once (then a restart, or the end of the job when that node ended it).
-
-    Without ``rejoin``, the nodes come from ``config`` as on the command line (one factory,
-    :func:`tfdist.launcher.membership.open_membership`): ``rdzv`` meets at a rendezvous, a scheduler's step
-    of one task per node gives its nodes, ``hosts`` are fixed; ``host_slots`` (``-H``) starts this launch
-    on every host first.
+    ``rejoin(attempt)``: before each restart, the nodes of the job as they meet again (else they come
+    from ``config`` as on the command line: :func:`tfdist.launcher.membership.open_membership`).
+    ``told()``: polled while workers run; a notice that another node failed or left ends this attempt.
     """
     if command is not None:
         config = replace(config, command=tuple(command))
@@ -69,9 +63,7 @@ def launch(
         return _supervise(config, check, rejoin, told)
     result: RunResult | None = None
     try:
-        # Every restart meets again: the nodes still there (and any new ones, up to the most) form the job.
-        # A notice that another node failed ends this node's attempt at once (no collective timeout).
-        # A rendezvous checked this node before meeting (nobody waits for a node that cannot start).
+        # Every restart meets again; a rendezvous checked this node before meeting (preflight).
         first = _meet(member, config, check=not member.ports_agreed)
         result = _supervise(
             first, check, lambda _attempt: _meet(member, config), member.notice, member.decline
@@ -82,9 +74,7 @@ def launch(
 
 
 def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> LaunchConfig:
-    """``config`` with the nodes, this node's rank and its ports as the membership answers now; ``check``:
-    run this node's checks on the answer first, so that a mistake (a host that does not resolve, a port
-    taken here) is the one line printed, before the job summary."""
+    """``config`` as the membership answers now; ``check``: this node's checks first (one line printed)."""
     assignment = member.meet()
     met = placed(config, member, assignment)
     if check:
@@ -95,8 +85,7 @@ def _meet(member: Membership, config: LaunchConfig, *, check: bool = False) -> L
 
 
 def _leave(member: Membership, result: RunResult | None) -> None:
-    """Leave the job's membership, telling the other nodes whether the job ended well here or for good
-    (then they end too, with this node's exit code and line, instead of meeting again without it)."""
+    """Leave the job's membership, telling the other nodes whether the job ended well here or for good."""
     if result is not None and result.exit_code == 0:
         member.close()
         return
@@ -163,13 +152,10 @@ def _supervise(
             if isinstance(decision, Stop) and failure is not None and user_error(failure):
                 console_print(f"tfdist launch: error: {failure_line(failure)}")  # the user's one line, last
             if isinstance(decision, Stop):
-                elapsed = time.monotonic() - started
-                result = RunResult(
-                    decision.exit_code, attempt + 1, run_dir, elapsed, failure, tuple(failures)
-                )
                 if check and failure is not None and decision.exit_code != 0:
                     raise WorkerFailedError(failure.name, failure.code, failure.log_path, failure.how)
-                return result
+                elapsed = time.monotonic() - started
+                return RunResult(decision.exit_code, attempt + 1, run_dir, elapsed, failure, tuple(failures))
             budget = decision.budget
             attempt += 1
     finally:
@@ -190,9 +176,7 @@ def _regroup(config: LaunchConfig, met: LaunchConfig) -> LaunchConfig:
 
 
 def _console_names(config: LaunchConfig) -> set[str] | None:
-    if not config.quiet_workers:
-        return None
-    return {"chief"} if config.uses_chief else {"w0"}
+    return ({"chief"} if config.uses_chief else {"w0"}) if config.quiet_workers else None
 
 
 def _port_conflict(failure: FailureInfo) -> bool:

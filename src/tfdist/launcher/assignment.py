@@ -67,9 +67,8 @@ class Assignment:
 class Notice:
     """What the other nodes of a running round are told when one node's workers failed or it left.
 
-    ``stop``: that node ended the job for good (an error a restart gives again, or a signal), with exit code
-    ``code``; otherwise the job meets again (a restart). ``grow``: nothing failed; node ``by`` waits to
-    join and the job would have ``grow`` nodes: the workers stop at a step boundary and the job meets again.
+    ``stop``: that node ended the job for good (exit ``code``), else the job meets again; ``grow``: nothing
+    failed, node ``by`` waits to join and the job would have ``grow`` nodes.
     """
 
     by: str  # the node's host name
@@ -80,8 +79,7 @@ class Notice:
 
     @property
     def unannounced(self) -> bool:
-        """The node went away without a word (its connection closed or timed out, or the endpoint's
-        launcher vanished): its host or link is gone, not just its workers."""
+        """The node went away without a word: its host or link is gone, not just its workers."""
         return self.why in (SILENT, CLOSED, ENDPOINT_GONE)
 
     def line(self) -> str:

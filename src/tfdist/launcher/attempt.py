@@ -1,10 +1,5 @@
-"""One attempt of a launch, supervised: the workers run until they all finish, one fails, another node
-of the job fails (the rendezvous says so), a worker hangs, the run times out, a signal arrives, or the
-workers stop at a step boundary for nodes that wait to join (the job grows).
-
-The actor loop (:func:`tfdist.launcher.api.launch`) plans each attempt, hands it to :class:`Attempt`, and
-asks the restart policy what the outcome means.
-"""
+"""One attempt of a launch, supervised until the workers all finish, one fails, another node fails, a worker
+hangs, the run times out, a signal arrives, or the workers stop at a step boundary for the job to grow."""
 
 from __future__ import annotations
 
@@ -28,11 +23,9 @@ from tfdist.launcher.records import error_record_time, read_error_record
 from tfdist.launcher.workers import Worker, WorkerGroup
 from tfdist.worker.contract import AttemptFiles
 
-#: Seconds between polls of the workers (exit codes, heartbeats, the rendezvous): the slowest a failure is
-#: noticed, at a cost no one measures on an idle launcher.
+#: Seconds between polls of the workers (exit codes, heartbeats, the rendezvous).
 POLL_S = 0.05
-#: How long a local worker's failure waits for the rendezvous to say a node vanished at the same moment
-#: (both come from one lost host within milliseconds; a failure with no such notice waits this long once).
+#: How long a local worker's failure waits for the rendezvous to say a node vanished at the same moment.
 PEER_GONE_WINDOW_S = 0.5
 #: Longest wait between SIGTERM and SIGKILL for workers the watchdog found hung.
 HUNG_GRACE_S = 4.0
@@ -94,19 +87,13 @@ def _failure(worker: Worker, code: int, how: str) -> FailureInfo:
 
 
 def _first_failed(exited: list[tuple[Worker, int]]) -> tuple[Worker, int] | None:
-    failed = [(w, c) for w, c in exited if c != 0]
     # Within one poll tick, a process killed by a signal is the cause; peers exiting with errors follow it.
-    failed.sort(key=lambda wc: 0 if wc[1] < 0 else 1)
-    return failed[0] if failed else None
+    return min(((w, c) for w, c in exited if c != 0), key=lambda wc: wc[1] > 0, default=None)
 
 
 def _cause(first: Worker, code: int, workers: list[Worker]) -> Worker:
     """The worker whose exception started the failure: ``first`` (the first seen to exit), unless another
-    recorded its exception earlier than ``first`` did. Why: a worker whose own code raised (a callback, a
-    bad batch) records it before it exits, and only its exit closes the connections its peers' collectives
-    then fail on; a peer may still exit first (a process's teardown takes its time), and the report must
-    name the exception, not the peer's ``UnavailableError``. A worker killed by a signal, or one that
-    recorded nothing, stays the cause: nothing says another came first."""
+    recorded its exception earlier (a peer's ``UnavailableError`` may exit before the raiser's teardown)."""
     first_at = error_record_time(first.spec.env) if code > 0 else None
     if first_at is None:
         return first
@@ -211,8 +198,7 @@ class Attempt:
             self._ask_resize()
         hung = self._hung(now)
         if hung is not None:
-            # A hung worker never reaches the step boundary its SIGTERM handler waits for: a long grace
-            # would only delay the end. The job ends within --watchdog-timeout + HUNG_GRACE_S (+ a poll).
+            # A hung worker never reaches the step boundary its SIGTERM handler waits for.
             self.group.close(min(self.config.grace, HUNG_GRACE_S))
             return Outcome.FAILED, hung
         if self.deadline is not None and now > self.deadline:
@@ -222,8 +208,7 @@ class Attempt:
 
     def _ask_resize(self) -> None:
         """Nodes wait to join: once every local worker trains, ask them to stop at the next step boundary
-        (they agree on the step, save and exit with :data:`tfdist.resize.EXIT_CODE`), or say in one line
-        why the job keeps its size (the newcomers are told the same)."""
+        (exiting with :data:`tfdist.resize.EXIT_CODE`), or say in one line why the job keeps its size."""
         notice = self.growing
         assert notice is not None
         directory = str(variables.raw("TFDIST_ATTEMPT_DIR", self.group.workers[0].spec.env) or "")
@@ -251,18 +236,14 @@ class Attempt:
         console_print(f"tfdist launch: {notice.line()} at the next step boundary.")
 
     def _peer_failed(self, notice: Notice) -> tuple[Outcome, FailureInfo]:
-        # Another node's workers are gone: no collective with them can complete, and a SIGTERM'd
-        # tfdist.fit would wait for one (its save at the step boundary). Checkpoints are never left
-        # half-written, so this node's workers are ended at once.
+        # Another node's workers are gone: a SIGTERM'd tfdist.fit would wait for a collective that never
+        # completes, and checkpoints are never left half-written, so this node's workers end at once.
         self.group.kill()
         outcome = Outcome.PEER_STOPPED if notice.stop else Outcome.PEER_FAILED
         return outcome, FailureInfo(f"node {notice.by}", notice.code, notice.line(), "", ())
 
     def _peer_gone(self) -> tuple[Outcome, FailureInfo] | None:
-        """After a local worker failed: a node that vanished at the same moment, if the rendezvous says so
-        within :data:`PEER_GONE_WINDOW_S`. A lost host can reach this node first as its own worker's
-        failure (MPICH's mpiexec exits 255 when a proxy's connection closes), and the report should name
-        the cause, not the symptom; a node whose workers merely failed in turn is not the cause."""
+        """After a local worker failed: a node that vanished at the same moment, if the rendezvous says so."""
         if self.told is None:
             return None
         deadline = time.monotonic() + PEER_GONE_WINDOW_S

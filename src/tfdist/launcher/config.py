@@ -60,14 +60,12 @@ class LaunchConfig:
     ray_strategy: str = "spread"
     ray_cpus: float = 1.0
     ray_gpus: float = 0.0
-    #: The nodes meet at a rendezvous (``--rdzv HOST:PORT``, or a RendezvousSpec with its timeout and
-    #: token): the same launch runs on every node; ranks, hosts and ports are known once they have met, and
-    #: after a failure they meet again and restart together. ``nnodes`` is the fewest nodes of a round.
+    #: The nodes meet at a rendezvous (``--rdzv HOST:PORT``, or a RendezvousSpec), again after a failure;
+    #: ``nnodes`` is then the fewest nodes of a round.
     rdzv: RendezvousSpec | str | None = None
     #: With ``rdzv``: the most nodes a round takes (``--nnodes MIN:MAX``); None: ``nnodes``.
     max_nnodes: int | None = None
-    #: ``-H n1:4,n2:4`` (or HostSlots): this launch starts the job on every host -- here directly, over
-    #: ``ssh`` elsewhere -- and the hosts meet at a rendezvous on the first one.
+    #: ``-H n1:4,n2:4`` (or HostSlots): this launch starts the job on every host (``ssh``).
     host_slots: tuple[HostSlots, ...] | str = ()
     ssh: str = "ssh"
     #: ``run_dir`` under the keyword the Python API first documented.
@@ -118,8 +116,7 @@ class LaunchConfig:
                 f"--backend {self.backend} cannot run parameter servers or a chief: every MPI rank is a "
                 "worker."
             )
-        # One MPI job spans the nodes (Hydra's proxies): it can only restart on every node at once, which
-        # the rendezvous gives (every launcher meets again before its restart); fixed hosts would not.
+        # One MPI job spans the nodes: it can only restart on every node at once, as the rendezvous does.
         if self.backend != "tf" and self.nnodes > 1 and self.max_restarts and not self.rendezvous:
             raise ConfigError(
                 f"--max-restarts with --backend {self.backend} on several nodes needs --rdzv HOST:PORT: "
@@ -177,11 +174,12 @@ class LaunchConfig:
             check_ports(self.base_port, self.tasks_per_node, f"--base-port={self.base_port}")
 
     def _check_times(self) -> None:
-        for flag, value in (
+        times = (
             ("--grace", self.grace),
             ("--watchdog-timeout", self.watchdog_timeout),
             ("--timeout", self.timeout),
-        ):
+        )
+        for flag, value in times:
             if value is not None and not math.isfinite(value):
                 raise ConfigError(f"{flag}={value} is not a finite number of seconds.")
         if self.grace < 0:

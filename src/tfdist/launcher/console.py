@@ -1,11 +1,5 @@
-"""The launcher's console: workers' lines, the launcher's own messages, and one live progress line.
-
-Progress bars (Keras' ``verbose=1``, tqdm) redraw one line in place with carriage returns. Through the
-launcher's pipe that would be one line per worker and epoch, tens of thousands of characters long, shown
-only when the epoch ends. Instead the chief's current state is shown as one live line at the bottom of a
-terminal (redrawn in place, every other line printed above it), and, when the console is not a terminal,
-as a plain line every :data:`PIPE_EVERY_S` seconds. Every line is written whole, under one lock, so the
-workers' lines and the launcher's never interleave.
+"""The launcher's console: workers' lines, the launcher's own messages, and one live progress line (the
+chief's, at the bottom of a terminal). Every line is written whole, under one lock: lines never interleave.
 """
 
 from __future__ import annotations
@@ -64,8 +58,7 @@ def _redraw() -> None:
 
 
 def write_line(stream: TextIO, text: str) -> None:
-    """One whole line on ``stream``, above the live line if one is shown. OSError/ValueError propagate
-    (the console's reader left)."""
+    """One whole line on ``stream``, above the live line if one is shown (OSError/ValueError propagate)."""
     with _LOCK:
         _clear()
         stream.write((text if is_terminal(stream) else plain(text)) + "\n")
@@ -74,8 +67,7 @@ def write_line(stream: TextIO, text: str) -> None:
 
 
 def show_live(stream: TextIO, text: str) -> None:
-    """Show ``text`` as the live line of a terminal ``stream`` (cut to its width: a wrapped line could not
-    be redrawn in place)."""
+    """Show ``text`` as the live line of a terminal ``stream``, cut to its width (to redraw it in place)."""
     width = shutil.get_terminal_size().columns
     line = plain(text)[: max(1, width - 1)]
     with _LOCK:

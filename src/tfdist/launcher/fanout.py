@@ -1,13 +1,7 @@
-"""``tfdist launch -H n1:4,n2:4 ...``: one command on one node starts the job on every host, as
-``horovodrun -H`` does.
+"""``tfdist launch -H n1:4,n2:4 ...``: one command starts the job on every host, as ``horovodrun -H`` does.
 
-It starts the same ``tfdist launch --nnodes N --rdzv FIRST:PORT -n SLOTS ...`` on every host — here for
-this machine, over ssh for the others — so the hosts meet at a rendezvous exactly as when a user types the
-command on each. Why ssh: it is what a cluster without a scheduler has (horovodrun and MPI's own launchers
-use it); the hosts need the same Python environment and working directory (a shared filesystem), as for
-horovodrun. The rendezvous token is made here and sent on ssh's standard input, never in a command line;
-a remote launcher stops when its ssh connection ends (the remote shell waits on that input), so ending
-this command ends the job everywhere.
+It starts ``tfdist launch --nnodes N --rdzv FIRST:PORT -n SLOTS ...`` on every host (over ssh); a remote
+launcher stops when its ssh connection ends, so ending this command ends the job everywhere.
 """
 
 from __future__ import annotations
@@ -34,10 +28,8 @@ DEFAULT_RDZV_PORT = 29400
 
 
 def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
-    """The ``tfdist launch`` arguments every host runs for a ``-H`` launch: the job's ``--nnodes`` and
-    ``--rdzv``, the workers per host, then every option of ``config`` that is not its default (the inverse
-    of the CLI's parser: tests/unit/test_fanout.py parses it back), then the script and its arguments.
-    ``--run-dir`` names the job's directory: :func:`commands` gives each host its own under it."""
+    """The ``tfdist launch`` arguments every host runs for a ``-H`` launch: ``--nnodes``, ``--rdzv``, ``-n``,
+    every option of ``config`` that is not its default (the CLI parser's inverse), the script and its args."""
     defaults = LaunchConfig()
     args = ["--nnodes", str(len(config.host_slots)), "--rdzv", endpoint, "-n", str(config.nproc_per_node)]
     flags: list[tuple[str, object, object]] = [
@@ -67,8 +59,7 @@ def launch_argv(config: LaunchConfig, endpoint: str) -> list[str]:
 
 
 def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]) -> str:
-    """The shell command run on a remote host: read the token from standard input, start the launcher, and
-    stop it (SIGTERM) when standard input ends, i.e. when this side's ssh connection goes away."""
+    """The shell command run on a remote host: the token from stdin, the launcher, SIGTERM when stdin ends."""
     exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
     launch = " ".join(shlex.quote(a) for a in [python, "-m", "tfdist", "launch", *args])
     return (
@@ -79,9 +70,7 @@ def remote_shell(python: str, cwd: str, env: dict[str, str], args: Sequence[str]
 
 
 def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, list[str]]]:
-    """(host, argv) of the process that starts each host's launcher, each writing its own run directory
-    under the job's (``config.run_dir``, set); ssh starts remote commands with a bare environment, so each
-    gets what travels to another host (:func:`forwarded_env`) and the launch's own ``extra_env``."""
+    """(host, argv) of what starts each host's launcher, its run directory under the job's."""
     assert config.run_dir, "the job's run directory is decided before the hosts start"
     env = {**forwarded_env(os.environ), **config.extra_env}
     out = []
@@ -97,9 +86,7 @@ def commands(config: LaunchConfig, endpoint: str, cwd: str) -> list[tuple[str, l
 
 
 def launch_on_hosts(config: LaunchConfig, *, check: bool = False) -> RunResult:
-    """``-H``: the same launch on every host (this one directly, the others over ssh), met at a rendezvous
-    on the first; every host's run directory under one job directory. ``check``: a failure raises
-    :class:`~tfdist.errors.WorkerFailedError` naming the host whose launcher failed first."""
+    """``-H``: the same launch on every host; ``check``: a failure raises WorkerFailedError."""
     from tfdist.launcher.preflight import check_hosts_resolve, preflight
 
     hosts = tuple(h for h in config.host_slots if isinstance(h, HostSlots))
@@ -128,9 +115,7 @@ STOP_MARGIN_S = 20.0
 
 
 def run(started: Sequence[tuple[str, list[str]]], run_dir: str, grace: float = 10.0) -> tuple[int, str]:
-    """Start every host's launcher (each logged to ``run_dir/HOST/launcher.log``), relay its output (the
-    other hosts' prefixed with ``[HOST]``), and return the job's exit code and the host that failed first
-    (``""`` when none): the first non-zero exit ends the others."""
+    """Start every host's launcher, relay its output; the job's exit code and the host that failed first."""
     token = secrets.token_hex(16).encode() + b"\n"
     specs = [
         ProcessSpec(
@@ -157,7 +142,6 @@ def run(started: Sequence[tuple[str, list[str]]], run_dir: str, grace: float = 1
     except KeyboardInterrupt:
         code = 130
     finally:
-        # Closing a launcher's input stops it (the remote shell's watcher); SIGTERM reaches the local one
-        # and ends the ssh connection of a remote one, whose watcher then stops that launcher.
+        # Closing a launcher's input stops it (the remote shell's watcher); SIGTERM reaches the local one.
         group.close(grace + STOP_MARGIN_S)
     return code, host

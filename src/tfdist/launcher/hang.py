@@ -1,25 +1,19 @@
-"""The hang check: when a job's workers stop making progress, which one the others wait for, and where it
-was (its Python stack, taken before anything is stopped).
-
-Every worker counts its steps (``tf.function`` calls, :mod:`tfdist.worker.progress`). A job is hung when
-no running worker has started or ended a step for longer than the bound, and either two or more still
-run or the one left waits inside a step (one worker busy alone outside any step, saving or evaluating
-after its peers finished, waits for no one). The others wait for the one with the fewest steps, outside
-any step where some wait inside one. The bound is ``--watchdog-timeout`` when given, else derived from
-the job's own steps: :data:`AUTO_FACTOR` times the longest gap between two steps, within
-[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`]; PyTorch's NCCL watchdog bounds a stuck collective at 10
-minutes by default too.
+"""The hang check: when a job's workers stop making progress (no step started or ended for longer than the
+bound: ``--watchdog-timeout``, else :data:`AUTO_FACTOR` times the longest gap between steps, within
+[:data:`AUTO_MIN_S`, :data:`AUTO_MAX_S`]), which one the others wait for, and where it was (its stack).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist import files
+from tfdist.launcher.records import read_records
 from tfdist.worker.contract import AttemptFiles
 from tfdist.worker.errors import library_dirs
 
@@ -58,27 +52,15 @@ class Hang:
 def read_steps(directory: str) -> dict[str, Steps]:
     """Every worker's progress record in an attempt directory, by rank."""
     found: dict[str, Steps] = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return found
-    for name in names:
-        rank = AttemptFiles.record_owner(name, "progress")
-        if rank is None:
-            continue
-        try:
-            with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                r = json.load(fh)
+    for rank, r in read_records(directory, "progress").items():
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):  # not ours
             found[rank] = Steps(rank, int(r["steps"]), bool(r["inside"]), float(r["last"]),
                                 float(r["longest"]), bool(r["done"]), r.get("resize"))  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being replaced, or not ours
     return found
 
 
 def bound(limit: float | None, steps: dict[str, Steps]) -> float | None:
-    """Seconds without a step that count as a hang: ``limit`` when given (0: never), else derived from
-    the steps; None before any worker made a step (loading data or building a model is not a hang)."""
+    """Seconds without a step that count as a hang (0: never); None before any worker's first step."""
     if limit is not None:
         return limit or None
     if not steps:
@@ -104,8 +86,7 @@ def verdict(steps: dict[str, Steps], now: float, limit: float) -> Hang | None:
 
 
 def stuck(steps: dict[str, Steps]) -> tuple[str, bool]:
-    """The rank the others wait for: one outside any step while others wait inside one (the fewest
-    steps, then the oldest), else the one with the fewest steps; and whether it was outside."""
+    """The rank the others wait for (one outside any step while others wait inside), and whether outside."""
     live = [s for s in steps.values() if not s.done] or list(steps.values())
     outside = [s for s in live if not s.inside]
     chosen = min(outside or live, key=lambda s: (s.steps, s.last))
@@ -116,8 +97,7 @@ def collect_stacks(directory: str, ranks: list[str], wait_s: float = STACKS_WAIT
     """Ask every worker of the attempt for its stacks and wait up to ``wait_s`` for ``ranks``' answers."""
     attempt = AttemptFiles(directory)
     try:
-        with open(attempt.stacks_request, "w"):
-            pass
+        files.write_text(attempt.stacks_request, "")
     except OSError:
         return {}
     answers: dict[str, str] = {}
@@ -125,11 +105,8 @@ def collect_stacks(directory: str, ranks: list[str], wait_s: float = STACKS_WAIT
     while True:
         for rank in ranks:
             if rank not in answers:
-                try:
-                    with open(attempt.stacks(rank), encoding="utf-8") as fh:
-                        answers[rank] = fh.read()
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError), open(attempt.stacks(rank), encoding="utf-8") as fh:
+                    answers[rank] = fh.read()
         if len(answers) == len(ranks) or time.monotonic() > deadline:
             return answers
         time.sleep(0.1)
@@ -140,13 +117,9 @@ _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func
 
 def main_thread_frames(stacks: str) -> list[str]:
     """The main thread's frames as one line each (``file:line in function: code``), innermost last; runs
-    of library frames (Python's, installed packages', tfdist's) folded into one line, the last
-    :data:`SHOWN_FRAMES` kept."""
+    of library frames folded into one line, the last :data:`SHOWN_FRAMES` kept."""
     lines = stacks.split("\n")
-    try:
-        end = next(i for i, line in enumerate(lines[1:], 1) if line.startswith("Thread "))
-    except StopIteration:
-        end = len(lines)
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.startswith("Thread ")), len(lines))
     body = lines[1:end]
     frames = [
         (match, body[i + 1].strip() if i + 1 < len(body) and not _FRAME.match(body[i + 1]) else "")

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.worker.contract import AttemptFiles
+from tfdist.launcher.records import read_records
 
-#: How long to wait for the other workers' records once one worker reported a strategy that does not
-#: span the job (they build theirs at about the same time).
+#: How long to wait for the other workers' records once one reported a strategy that does not span the job.
 SETTLE_S = 3.0
 
 
@@ -67,18 +64,5 @@ class JoinCheck:
         return join_verdict(records, self.world, settled=True) if records else None
 
     def _records(self) -> dict[int, dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = {}
-        try:
-            names = os.listdir(self.attempt_dir)
-        except OSError:
-            return out
-        for name in names:  # rank<R>.strategy.json (tfdist.worker.join)
-            rank = AttemptFiles.record_owner(name, "strategy")
-            if rank is None:
-                continue
-            try:
-                with open(os.path.join(self.attempt_dir, name), encoding="utf-8") as fh:
-                    out[int(rank)] = json.load(fh)
-            except (OSError, ValueError):
-                continue
-        return out
+        records = read_records(self.attempt_dir, "strategy")  # rank<R>.strategy.json (tfdist.worker.join)
+        return {int(rank): record for rank, record in records.items() if rank.isdigit()}

@@ -1,9 +1,7 @@
 """Per-process output: a file per process and attempt, and prefixed lines on the launcher's console.
 
-Local processes' pipes are all read by one thread (:class:`PipePump`, a selector), so a launch of many
-workers holds one pumping thread rather than one per worker; a stream that only offers ``readline`` (a Ray
-worker's, read through its actor) gets a thread of its own (:class:`LogPump`). Either way each process's
-lines go through one :class:`LogSink`.
+Local pipes are all read by one thread (:class:`PipePump`); a stream that only offers ``readline`` (a Ray
+worker's) gets a thread of its own (:class:`LogPump`). Each process's lines go through one :class:`LogSink`.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ from tfdist.worker.contract import AttemptFiles
 
 #: Lines kept in memory per process for the failure report.
 TAIL_LINES = 20
-#: A line longer than this without a newline is written out in pieces of this size: a process printing
-#: without newlines must not grow the launcher's memory without bound.
+#: A line longer than this without a newline is written out in pieces (the launcher's memory stays bounded).
 MAX_LINE_BYTES = 1 << 20
 #: Rank files the MPI launcher's pump keeps open at once (:class:`RankFiles`).
 MAX_OPEN_RANK_FILES = 64
@@ -43,17 +40,11 @@ READ_BYTES = 1 << 16
 
 
 class LogSink:
-    """Where one process's merged stdout/stderr goes: its log file, the console (optionally, prefixed),
-    the last lines kept for the failure report, and the time of the last line, which the watchdog reads as
-    a sign of progress. Fed line by line by whatever reads the process's output."""
+    """Where one process's merged output goes: its log file, the console (prefixed), the last lines for the
+    failure report, and the time of the last line (the watchdog's sign of progress)."""
 
     def __init__(
-        self,
-        name: str,
-        log_path: str,
-        console: TextIO | None,
-        prefix: bool,
-        console_rank: str | None = None,
+        self, name: str, log_path: str, console: TextIO | None, prefix: bool, console_rank: str | None = None
     ) -> None:
         #: For the MPI launcher's pipe: show only this rank's lines (untagged) on the console.
         self.console_rank = console_rank
@@ -74,11 +65,7 @@ class LogSink:
         self._progress_at = 0.0  # when a progress state last went to the log (and to a pipe)
 
     def mute(self, at_traceback: bool = False) -> None:
-        """Keep the rest of this process's output off the console (its log file still gets it): once the
-        launcher stops the job, a peer's lines are the consequence (a lost collective, an interrupt),
-        and they would bury the cause. ``at_traceback``: from its next traceback or TensorFlow error log
-        on (what a signal's ``KeyboardInterrupt`` prints), so what it says before (a checkpoint written)
-        still shows."""
+        """Keep the rest of this output off the console (``at_traceback``: from its next traceback on)."""
         if at_traceback:
             self._mute_at_traceback = True
         elif self.muted is None:
@@ -91,13 +78,8 @@ class LogSink:
             self._ranks = RankFiles(AttemptFiles(os.path.dirname(self.log_path)))
 
     def line(self, raw: bytes) -> None:
-        """One line of the process's output (with or without its newline); of a line a progress bar
-        redrew in place (carriage returns), its final state.
-
-        A file that cannot be written (a full disk) or a console that went away is reported once and then
-        left out: the output is still read, since a worker blocked on a full pipe would stop every other
-        worker at their next collective.
-        """
+        """One line of the process's output (of a line redrawn in place, its final state). A file that cannot
+        be written is reported once, then left out: the pipe is still read, or the worker would block."""
         line = final_state(raw.decode("utf-8", errors="replace").rstrip("\n"))
         self.last_line_at = time.monotonic()
         self._write_log(plain(line) if "\x1b" in line or "\x08" in line else line)
@@ -116,9 +98,7 @@ class LogSink:
                 self._show(f"{self.prefix}{shown}")
 
     def progress(self, raw: bytes) -> None:
-        """The current state of a line a progress bar redraws in place: the chief's is the live line of a
-        terminal (a line every :data:`PIPE_EVERY_S` on another console); in the log every
-        :data:`PIPE_EVERY_S` too, as a plain line. Either way it counts as output for the watchdog."""
+        """The current state of a redrawn progress line (the chief's live line; plain now and then)."""
         text = plain(raw.decode("utf-8", errors="replace"))
         now = time.monotonic()
         self.last_line_at = now
@@ -167,13 +147,10 @@ class LogSink:
 
     def _close_files(self) -> None:
         ranks, log, self._ranks, self._log = self._ranks, self._log, None, None
-        # A file that could not be written was reported already; closing it may fail the same way.
-        with contextlib.suppress(OSError):
-            if ranks is not None:
-                ranks.close()
-        with contextlib.suppress(OSError):
-            if log is not None:
-                log.close()
+        for handle in (ranks, log):  # one that could not be written was reported; closing may fail alike
+            with contextlib.suppress(OSError):
+                if handle is not None:
+                    handle.close()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the process's output ended and every line was written (or ``timeout`` seconds)."""
@@ -181,8 +158,7 @@ class LogSink:
 
 
 class LogPump(LogSink):
-    """A sink fed by a thread of its own that reads ``stream.readline`` until it returns ``b""``: for a
-    stream no selector can watch (a Ray worker's output, read through its actor)."""
+    """A sink fed by a thread of its own reading ``stream.readline``: for a stream no selector can watch."""
 
     def __init__(
         self,
@@ -213,13 +189,8 @@ class LogPump(LogSink):
 
 
 class PipePump:
-    """Every local process's output pipe, read by ONE thread through a selector.
-
-    A thread per pipe would cost a launch of N workers N threads (and their stacks) that mostly sleep;
-    the launcher's console and its GIL serialise the writing anyway. The thread starts with the first pipe
-    and ends once every pipe it was given has reached its end; a pipe added while it waits in the
-    selector wakes it through a pipe of its own.
-    """
+    """Every local process's output pipe, read by ONE thread through a selector: it starts with the first
+    pipe, ends when every pipe has; a pipe added while it waits wakes it through a pipe of its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -280,9 +251,8 @@ class PipePump:
 
 
 def _feed(sink: LogSink, buffer: bytearray, final: bool) -> None:
-    """Hand ``sink`` the complete lines at the start of ``buffer`` (and what is left at the end). A line
-    still open that a progress bar redraws (carriage returns) goes as its latest state; earlier states
-    are dropped, so such a line never grows long."""
+    """Hand ``sink`` the complete lines at the start of ``buffer`` (and the rest at the ``final`` end); an
+    open line a progress bar redraws goes as its latest state."""
     start = 0
     while (end := buffer.find(b"\n", start)) >= 0:
         sink.line(bytes(buffer[start : end + 1]))
@@ -311,15 +281,9 @@ def final_state(line: str) -> str:
 
 
 class RankFiles:
-    """Per-rank log files (``rank<R>.log``) from the MPI launcher's rank-tagged lines (``[R] text``).
-
-    Every rank shares the launcher's one pipe; its tags (``-prepend-rank``, ``--tag-output``) tell
-    the lines apart. Untagged lines (the launcher's own) stay in ``mpi.log`` only.
-
-    The first node's launcher carries every rank of the job (1,024 nodes x 8 is 8,192 ranks), more files
-    than a process may hold open (1,024 by default): at most ``max_open`` stay open, the least recently
-    written closed first and opened again to append.
-    """
+    """Per-rank log files (``rank<R>.log``) from the MPI launcher's rank-tagged lines (``[R] text``);
+    untagged lines stay in ``mpi.log`` only. At most ``max_open`` stay open (least recently written closed
+    first, reopened to append): one launcher may carry more ranks than a process may hold files."""
 
     _TAG = re.compile(r"^\[(\d+)\] ?|^\[\d+,(\d+)\]<\w+>: ?")  # MPICH "[1] ", Open MPI "[1,1]<stdout>: "
 

@@ -1,28 +1,6 @@
-"""WHO ARE MY PEERS, as the launcher asks it: one small interface, several sources of the same answer.
-
-The launcher (:func:`tfdist.launcher.launch` with ``rejoin`` and ``told``) asks a :class:`Membership` for the
-job's nodes at the start and again before every restart (:meth:`~Membership.meet`), polls it while its
-workers run (:meth:`~Membership.notice`: another node failed or left) and tells it how the job ended on
-this node (:meth:`~Membership.close`) -- the roles of torch elastic's ``RendezvousHandler``
-(``next_rendezvous``, ``shutdown``; ``notice`` stands for its agent's health checks of the other nodes).
-The answer is an :class:`Assignment`: this node's rank and every node's name, address and ports, in rank
-order.
-
-Sources:
-
-- :class:`tfdist.launcher.rendezvous.Rendezvous` (``--rdzv HOST:PORT``): the nodes meet at an endpoint and
-  each brings ports it found free; they meet again after every failure (elastic ``--nnodes MIN:MAX``).
-- :class:`Fixed`, an answer known before the job starts that never changes: ``--hosts/--node-rank``
-  (:func:`from_hosts`), or a scheduler that started one ``tfdist launch`` per node (:func:`from_scheduler`):
-  a Slurm step with one task per node (``srun --ntasks-per-node=1 tfdist launch -n 4 train.py``) or the
-  pods of a tfdist Kubernetes manifest. The scheduler's :class:`~tfdist.env.base.ClusterEnvironment`
-  (the same one ``tfdist run`` turns into TF_CONFIG) is read as the nodes of the job.
-- Ray: one launcher places every worker through a placement group (:mod:`tfdist.launcher.ray.placement`);
-  there is one launcher, not one per node, so nothing is met -- the placement is the answer.
-
-:func:`open_membership` picks the source from a :class:`LaunchConfig` and the environment: the one factory
-behind ``tfdist launch`` and :func:`tfdist.launch` alike. ``-H`` (one command starting every host) is not
-a source of its own: it starts this same launch with ``--rdzv`` on every host (:mod:`tfdist.launcher.fanout`).
+"""WHO ARE MY PEERS, as the launcher asks it: one small interface (the roles of torch elastic's
+``RendezvousHandler``), several sources of the same answer: the rendezvous (``--rdzv``) and :class:`Fixed`
+answers (``--hosts``, a scheduler's one launcher per node). :func:`open_membership` is the one factory.
 """
 
 from __future__ import annotations
@@ -46,8 +24,7 @@ class Membership(Protocol):
 
     @property
     def ports_agreed(self) -> bool:
-        """Each node found its own ports free (a rendezvous); otherwise they are derived from one base
-        port and this node checks its own before starting (see tfdist.launcher.preflight)."""
+        """Each node found its own ports free (a rendezvous); else they come from one base port."""
         ...
 
     def meet(self) -> Assignment:
@@ -69,8 +46,7 @@ class Membership(Protocol):
 
 @dataclass(frozen=True)
 class Fixed:
-    """An answer that does not change while the job runs (a failed node is not replaced: the scheduler's
-    own requeue or the user restarts the job)."""
+    """An answer that does not change while the job runs (a failed node is not replaced)."""
 
     assignment: Assignment
     ports_agreed: bool = False
@@ -108,9 +84,8 @@ def from_hosts(config: LaunchConfig, source: str = "--hosts") -> Fixed:
 
 
 def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: int, tasks: int) -> Fixed:
-    """The nodes of a job whose scheduler started one ``tfdist launch`` per node: ``env`` is this
-    launcher's task as the scheduler describes it from ``environ`` (one task per node), ``nproc`` the
-    workers it starts and ``tasks`` the processes it runs (workers and any parameter servers).
+    """The nodes of a job whose scheduler started one ``tfdist launch`` per node (``env``: this launcher's
+    task); ``nproc`` workers and ``tasks`` processes (with parameter servers) per node.
 
     Input/Output: a Slurm step on n1,n2 with one task each, this one rank 1, base port 20400 ->
     ``Assignment(node_rank=1, names=("n1", "n2"), ports=((20400, 20401), (20400, 20401)), ...)`` for 2 tasks.
@@ -144,9 +119,7 @@ def from_scheduler(env: ClusterEnvironment, environ: Mapping[str, str], nproc: i
 
 
 def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | None:
-    """The scheduler's description of this process when it started a job of several tasks that
-    ``tfdist launch`` should treat as one task per node (a Slurm step, a tfdist Kubernetes pod); else
-    ``None`` (a plain machine, a batch script outside any step, a single task)."""
+    """The scheduler's job when it started several tasks that ``tfdist launch`` treats as nodes, else None."""
     from tfdist.env.kubernetes import KubernetesEnvironment
     from tfdist.env.slurm import SlurmEnvironment
 
@@ -156,16 +129,11 @@ def scheduler_environment(environ: Mapping[str, str]) -> ClusterEnvironment | No
         if slurm is not None and slurm.world_size > 1:
             return slurm
     pod = KubernetesEnvironment.detect(environ)
-    if pod is not None and pod.world_size > 1:
-        return pod
-    return None
+    return pod if pod is not None and pod.world_size > 1 else None
 
 
 def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Membership | None:
-    """Where this node learns its peers, from what the launch was asked: the rendezvous (``rdzv``), the
-    scheduler that started one launcher per node (a Slurm step, tfdist's pods), ``--hosts``; ``None`` for a
-    job of this machine alone or one placed by Ray. The flags a source answers itself are refused here,
-    with one line, before anything starts."""
+    """Where this node learns its peers (None: this machine alone, or Ray); clashing flags refused here."""
     if config.rdzv is not None:
         if config.hosts or config.node_rank or config.base_port is not None:
             raise ConfigError(
@@ -178,17 +146,13 @@ def open_membership(config: LaunchConfig, environ: Mapping[str, str]) -> Members
     )
     if scheduler is not None:
         return from_scheduler(scheduler, environ, config.nproc_per_node, config.tasks_per_node)
-    if config.nnodes > 1:
-        return from_hosts(config)
-    return None
+    return from_hosts(config) if config.nnodes > 1 else None
 
 
 def scheduler_nodes(
     environ: Mapping[str, str], ray: bool, hosts: object, node_rank: int, nnodes: int
 ) -> ClusterEnvironment | None:
-    """The scheduler's job when it started one launcher per node (its tasks are the nodes) -- checked
-    before the flags that would describe the nodes a second time -- or ``None`` (no such job, or a launch
-    through Ray, whose one launcher places every worker)."""
+    """The scheduler's job when it started one launcher per node, or ``None`` (none, or Ray)."""
     scheduler = scheduler_environment(environ) if not ray else None
     if scheduler is not None and (hosts or node_rank or nnodes != 1):
         raise ConfigError(
@@ -235,23 +199,15 @@ def _rendezvous(config: LaunchConfig) -> Membership:
 
 def placed(config: LaunchConfig, membership: Membership, assignment: Assignment) -> LaunchConfig:
     """``config`` with the nodes, this node's rank and its ports from ``assignment``."""
-    if membership.ports_agreed:
-        return replace(
-            config,
-            nnodes=assignment.nnodes,
-            node_rank=assignment.node_rank,
-            hosts=assignment.addresses,
-            node_ports=assignment.ports,
-        )
-    base = assignment.ports[assignment.node_rank][0]
+    agreed, base = membership.ports_agreed, assignment.ports[assignment.node_rank][0]
     return replace(
         config,
         nnodes=assignment.nnodes,
         node_rank=assignment.node_rank,
         hosts=assignment.addresses,
         # Left unset when it is the default anyway, so messages can say "the default --base-port".
-        base_port=config.base_port if (config.base_port or DEFAULT_BASE_PORT) == base else base,
-        node_ports=(),
+        base_port=config.base_port if agreed or (config.base_port or DEFAULT_BASE_PORT) == base else base,
+        node_ports=assignment.ports if agreed else (),
     )
 
 

@@ -3,6 +3,7 @@ console and the record in the run directory (``attempt-K/ended.json``); what a l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -57,27 +58,13 @@ def failure_line(failure: FailureInfo) -> str:
     return failure.how
 
 
-#: Exceptions of a program's own logic: a restart runs the same code on the same inputs and meets them
-#: again. What a restart can cure (OSError, TensorFlow's errors of a lost peer or device, MemoryError,
-#: RuntimeError) is not among them.
-_PROGRAM_ERRORS = frozenset(
-    {
-        "ValueError",
-        "TypeError",
-        "AttributeError",
-        "NameError",
-        "UnboundLocalError",
-        "KeyError",
-        "IndexError",
-        "ZeroDivisionError",
-        "AssertionError",
-        "NotImplementedError",
-        "SyntaxError",
-        "IndentationError",
-        "ImportError",
-        "ModuleNotFoundError",
-    }
-)
+#: Exceptions of a program's own logic, which a restart meets again (not OSError, TensorFlow's errors of a
+#: lost peer or device, MemoryError or RuntimeError, which a restart can cure).
+_PROGRAM_ERRORS = frozenset({
+    "ValueError", "TypeError", "AttributeError", "NameError", "UnboundLocalError", "KeyError", "IndexError",
+    "ZeroDivisionError", "AssertionError", "NotImplementedError", "SyntaxError", "IndentationError",
+    "ImportError", "ModuleNotFoundError",
+})  # fmt: skip
 
 
 def user_error(failure: FailureInfo | None) -> bool:
@@ -86,8 +73,7 @@ def user_error(failure: FailureInfo | None) -> bool:
 
 
 def deterministic(failure: FailureInfo | None) -> bool:
-    """A failure a restart gives again: a user error (:func:`user_error`), or an exception of the program's
-    own logic (:data:`_PROGRAM_ERRORS`) in the worker that failed first."""
+    """A failure a restart gives again: a user error, or an exception of the program's own logic."""
     return user_error(failure) or (
         failure is not None and (failure.error or {}).get("type") in _PROGRAM_ERRORS
     )
@@ -96,8 +82,7 @@ def deterministic(failure: FailureInfo | None) -> bool:
 def record_end(
     run_dir: str, attempt: int, outcome: Outcome, failure: FailureInfo | None, detected_at: float | None
 ) -> None:
-    """``attempt-K/ended.json``: how and when (wall clock) the attempt ended on this node, when this
-    launcher learnt of its failure (its workers' end, or another node's notice), and why."""
+    """``attempt-K/ended.json``: how, why and when the attempt ended here, and when it was learnt."""
     record = {
         "outcome": outcome.value,
         "detected_at": detected_at,
@@ -105,11 +90,9 @@ def record_end(
         "failure": None if failure is None else {"name": failure.name, "line": failure_line(failure)},
     }
     attempt_files = RunFiles(run_dir).attempt(attempt)
-    try:
+    with contextlib.suppress(OSError):  # the record helps a reader; a full disk must not end the launch
         os.makedirs(attempt_files.directory, exist_ok=True)
         files.write_json(attempt_files.ended, record)
-    except OSError:  # the record helps a reader; a full or read-only disk must not end the launch
-        pass
 
 
 def report(failure: FailureInfo, final: bool) -> None:
@@ -124,12 +107,9 @@ def report(failure: FailureInfo, final: bool) -> None:
         *error_lines(failure.error, failure.how),
         *([f"  {lost}"] if lost else []),
         f"  log: {failure.log_path}",
-        *(
-            [f"  the others' output since the stop is in their logs: {failure.muted}"]
-            if failure.muted
-            else []
-        ),
     ]
+    if failure.muted:
+        lines.append(f"  the others' output since the stop is in their logs: {failure.muted}")
     lines.extend(f"  {line}" for line in failure.stack)
     # A recorded exception is named above with its frame: its traceback is in the log (and was shown).
     if final and not failure.stack and failure.tail and not (failure.error and failure.error.get("type")):

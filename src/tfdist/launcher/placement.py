@@ -1,13 +1,6 @@
-"""WHERE AN ATTEMPT'S PROCESSES RUN: one interface, three implementations.
-
-The attempt loop (:func:`tfdist.launcher.api.launch`) asks its placement for the processes of each attempt
-(:meth:`Placement.plan`: ``ProcessSpec`` s, their environments from :func:`tfdist.worker.contract.task_env`)
-and for the group that starts and supervises them (:meth:`Placement.group`), and closes it at the end:
-
-- :class:`LocalPlacement`: one process per task on this node (:func:`tfdist.launcher.plan.plan_workers`);
-- :class:`MPIPlacement`: one MPI launcher for every rank of this node (:func:`tfdist.launcher.plan.plan_mpi`,
-  MPICH's Hydra proxy across nodes);
-- :class:`tfdist.launcher.ray.placement.RayPlacement`: one Ray bundle per worker, on the cluster's nodes.
+"""WHERE AN ATTEMPT'S PROCESSES RUN: one interface (:meth:`Placement.plan` the processes of an attempt,
+:meth:`Placement.group` to run them), three implementations: :class:`LocalPlacement` (one process per task),
+:class:`MPIPlacement` (one MPI launcher per node) and :class:`tfdist.launcher.ray.placement.RayPlacement`.
 """
 
 from __future__ import annotations
@@ -136,9 +129,7 @@ class MPIPlacement(_HereGroup):
 
 
 def open_placement(config: LaunchConfig, machine: Machine, devices: Devices) -> Placement:
-    """The placement the launch asks for: Ray's bundles (``--ray``: connects and reserves them now, so call
-    it before installing signal handlers: ``ray.init`` would replace them), the MPI launcher of a process
-    backend, else processes of this node."""
+    """The placement the launch asks for (Ray's: before the signal handlers, which ``ray.init`` replaces)."""
     if config.ray is not None:
         from tfdist.launcher.ray.placement import RayPlacement
 

@@ -41,12 +41,9 @@ class ProcessSpec:
     env: dict[str, str]
     log_path: str
     cpus: tuple[int, ...] = ()  # CPU ids the process is bound to; empty: not bound
-    #: Another name than the slot's (a host's launcher, a measured run): for reports and log prefixes.
-    label: str = ""
-    #: Sent on the process's standard input, which then stays open until the group stops it (None: no input).
-    stdin: bytes | None = None
-    #: The console prefix of its lines when not ``[name]: `` (e.g. none for this host's own launcher).
-    console_prefix: str | None = None
+    label: str = ""  # another name than the slot's, for reports and log prefixes
+    stdin: bytes | None = None  # sent on its standard input, which stays open until the group stops it
+    console_prefix: str | None = None  # the prefix of its console lines when not ``[name]: ``
 
     @property
     def name(self) -> str:
@@ -55,23 +52,15 @@ class ProcessSpec:
 
 
 def plan_slots(config: LaunchConfig) -> list[TaskSlot]:
-    """Every task of every node, in a fixed order all nodes agree on.
-
-    Per node: the chief (node 0 only), then ``nproc_per_node`` workers, then ``ps`` parameter servers.
-    Input/Output: nnodes=1, nproc_per_node=2, ps=1 -> chief, w0, w1, ps0.
+    """Every task of every node, in a fixed order all nodes agree on: per node the chief (node 0 only),
+    the workers, the parameter servers. Input/Output: nnodes=1, nproc_per_node=2, ps=1 -> chief, w0, w1, ps0.
     """
     slots: list[TaskSlot] = []
     for node in range(config.nnodes):
-        pos = 0
-        if node == 0 and config.uses_chief:
-            slots.append(TaskSlot("chief", 0, 0, 0))
-            pos = 1
-        for j in range(config.nproc_per_node):
-            slots.append(TaskSlot("worker", node * config.nproc_per_node + j, node, pos))
-            pos += 1
-        for j in range(config.ps):
-            slots.append(TaskSlot("ps", node * config.ps + j, node, pos))
-            pos += 1
+        roles = [("chief", 0)] if node == 0 and config.uses_chief else []
+        roles += [("worker", node * config.nproc_per_node + j) for j in range(config.nproc_per_node)]
+        roles += [("ps", node * config.ps + j) for j in range(config.ps)]
+        slots += [TaskSlot(role, index, node, position) for position, (role, index) in enumerate(roles)]
     return slots
 
 
@@ -109,15 +98,11 @@ def gpu_assignment(config: LaunchConfig, local_training: int, visible: Sequence[
             f"{local_training} workers on this node but only {len(visible)} GPU(s) visible "
             f"({','.join(visible)}). Hint: -n {len(visible)}, --gpus-per-worker all, or --cpu."
         )
-    return [visible[i] for i in range(local_training)]
+    return list(visible[:local_training])
 
 
 def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[str, str]:
-    """An equal share of the cores per CPU worker: oversubscribed thread pools thrash on small machines.
-
-    ``min_inter_op``: parameter-server tasks block one inter-op thread per remote worker while they wait,
-    so fewer than ``workers + 1`` inter-op threads deadlock the job.
-    """
+    """An equal share of the cores per CPU worker; a parameter-server job needs ``min_inter_op`` threads."""
     share = max(1, cores // max(1, local_training))
     return {
         "TF_NUM_INTRAOP_THREADS": str(share),
@@ -127,12 +112,10 @@ def thread_env(cores: int, local_training: int, min_inter_op: int = 1) -> dict[s
 
 
 def cpu_sets(bind: str, workers: int, cpu_ids: Sequence[int], cpu_training: bool) -> list[tuple[int, ...]]:
-    """Contiguous, disjoint CPU sets, one per training worker of this node; ``[]`` for no binding.
+    """Contiguous, disjoint CPU sets, one per training worker of this node; ``[]`` for no binding (``auto``
+    binds only CPU training whose workers fit the cores).
 
-    Why bind: with one worker per core and no spare core, a worker that the kernel migrates, or whose
-    side threads land on its neighbour's core, stretches every synchronous step (measured in the README's
-    benchmarks). ``auto`` binds only CPU training whose workers fit the cores; GPU workers keep all cores
-    for their host threads. Input/Output: ``("auto", 2, [0, 1, 2, 3], True)`` -> ``[(0, 1), (2, 3)]``.
+    Input/Output: ``("auto", 2, [0, 1, 2, 3], True)`` -> ``[(0, 1), (2, 3)]``.
     """
     if bind == "none" or workers < 1:
         return []
@@ -150,10 +133,7 @@ def cpu_sets(bind: str, workers: int, cpu_ids: Sequence[int], cpu_training: bool
 
 
 def with_thread_defaults(env: dict[str, str], user: Mapping[str, str], defaults: Mapping[str, str]) -> None:
-    """Add the planned thread counts to ``env`` unless the user set them: an explicit setting wins.
-
-    The inter-op minimum still holds (below it a parameter-server job deadlocks).
-    """
+    """Add the planned thread counts to ``env`` unless the user set them (the inter-op minimum holds)."""
     for key, value in defaults.items():
         if key not in user:
             env[key] = value
@@ -178,11 +158,8 @@ def launcher_env(
     defaults: Mapping[str, str] | None = None,
     collective_timeout: bool = True,
 ) -> dict[str, str]:
-    """What the launcher adds to ``base_env`` for every process it starts, before the worker contract
-    (:func:`tfdist.worker.contract.task_env`) places the process in the job: ``defaults`` and TensorFlow's
-    log level unless set, the user's ``--env``, unbuffered output (its pipe is the launcher's), the
-    collective timeout from the watchdog (``collective_timeout``: TensorFlow's collectives), and the planned
-    thread counts (``threads``) under the user's own.
+    """What the launcher adds to ``base_env`` for every process before :func:`task_env` places it: the
+    ``defaults`` and log level unless set, ``--env``, unbuffered output, the collective timeout, ``threads``.
 
     Input/Output: ``--cpu --watchdog-timeout 30``, base ``{}``, threads ``{"OMP_NUM_THREADS": "2"}`` ->
     ``{"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1", "TFDIST_COLLECTIVE_TIMEOUT": "30",
@@ -257,9 +234,7 @@ def worker_argv(config: LaunchConfig, slot: TaskSlot) -> tuple[str, ...]:
     if config.uses_chief and config.ps and slot.role in ("worker", "ps"):
         # Parameter-server jobs: only the chief runs the user's program; the others serve its variables.
         return (config.python, "-u", "-m", "tfdist.launcher.ps_server")
-    if config.no_python:
-        return config.command
-    return (config.python, "-u", *config.command)
+    return config.command if config.no_python else (config.python, "-u", *config.command)
 
 
 def plan_mpi(
@@ -275,11 +250,8 @@ def plan_mpi(
     visible_gpus: Sequence[str] = (),
     proxy: Sequence[str] = (),
 ) -> list[ProcessSpec]:
-    """One process, the MPI launcher, starting ``nproc_per_node`` ranks of the command (MPI backend).
-
-    On several nodes (:mod:`tfdist.mpi.hydra`): node 0 runs the launcher for every node's ranks, and
-    every node runs ``proxy``, the Hydra proxy that starts its own ranks.
-    """
+    """One process, the MPI launcher, starting the ranks of the command; on several nodes node 0 runs it
+    for every node's ranks and each node runs ``proxy``, the Hydra proxy that starts its own."""
     files = RunFiles(run_dir).attempt(attempt)
     threads = thread_env(cores, config.nproc_per_node) if config.cpu else None
     env = launcher_env(config, base_env, threads, defaults=stack.YIELD_ENV, collective_timeout=False)
@@ -293,8 +265,7 @@ def plan_mpi(
         gpus="" if config.cpu else None,
         backend=config.backend,
     )
-    # mpi4py's runner (tfdist.worker.mpirun: it also records which rank exited) turns an uncaught exception
-    # or a non-zero exit in any rank into MPI_Abort: the other ranks do not wait forever for a peer that left.
+    # The runner turns a rank's uncaught exception or non-zero exit into MPI_Abort (no rank waits forever).
     runner = (config.python, "-u", "-m", "tfdist.worker.mpirun")
     program = config.command if config.no_python else (*runner, *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
@@ -321,8 +292,5 @@ def plan_mpi(
 
 
 def mpi_control_port(config: LaunchConfig) -> int:
-    """The port node 0's MPI launcher serves the proxies on: the first port agreed at the rendezvous, else
-    ``--base-port`` (default 29400)."""
-    if config.node_ports:
-        return config.node_ports[0][0]
-    return config.base_port or DEFAULT_BASE_PORT
+    """The port node 0's MPI launcher serves the proxies on: the first agreed port, else ``--base-port``."""
+    return config.node_ports[0][0] if config.node_ports else config.base_port or DEFAULT_BASE_PORT

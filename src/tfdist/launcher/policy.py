@@ -1,8 +1,4 @@
-"""What the launcher does after an attempt ends: the restart policy, pure and table-tested.
-
-The actor (:func:`tfdist.launcher.api.launch`) runs an attempt, classifies how it ended as an
-:class:`Outcome`, and asks :func:`decide` whether to start another attempt or stop with which exit code.
-"""
+"""What the launcher does after an attempt ends (an :class:`Outcome`): the restart policy, pure."""
 
 from __future__ import annotations
 
@@ -68,10 +64,8 @@ def decide(
     signum: int = signal.SIGINT,
     deterministic: bool = False,
 ) -> Restart | Stop:
-    """The next step after an attempt ended with ``outcome``.
-
-    ``deterministic``: the failure is one a restart gives again (a worker's ConfigError: the same inputs,
-    the same error), so restarts left are not spent on it.
+    """The next step after an attempt ended with ``outcome``; ``deterministic``: a restart would give the
+    same failure (a worker's ConfigError), so none is spent on it.
 
     Input/Output: ``decide(Outcome.FAILED, Budget(), max_restarts=1, failure_code=137)`` ->
     ``Restart(Budget(restarts=1), "restarting all workers (restart 1/1).", report_failure=True)``.
@@ -84,9 +78,8 @@ def decide(
         return Stop(128 + signum, f"stopped by {signal.Signals(signum).name}; all workers ended.")
     if outcome is Outcome.TIMEOUT:
         return Stop(TIMEOUT_CODE, f"--timeout {timeout or 0:g} s reached; all workers stopped.")
-    if outcome is Outcome.REFUSED:  # a restart would build the same strategy again
-        return Stop(failure_code, report_failure=True, with_tail=False)
-    if outcome is Outcome.PEER_STOPPED:  # the other node already decided: it ends the job
+    # REFUSED: a restart would build the same strategy again; PEER_STOPPED: the other node ends the job.
+    if outcome in (Outcome.REFUSED, Outcome.PEER_STOPPED):
         return Stop(failure_code, report_failure=True, with_tail=False)
     if outcome is Outcome.FAILED and deterministic:
         message = "not restarted: the same error would come back." if max_restarts > budget.restarts else None

@@ -20,10 +20,8 @@ PYTHON_SUFFIXES = (".py", ".pyw", ".pyz")
 
 def check_not_in_multi_task_step(environ: Mapping[str, str], nnodes: int = 1, met: bool = False) -> None:
     """``srun -n 4 tfdist launch -n 2 train.py`` would start 4 launchers of 2 workers each, none aware of
-    the others: refuse with what to write instead. One task per node of a step is a job of launchers when
-    the launch took the step's nodes (``nnodes`` > 1, tfdist.launcher.membership.from_scheduler) or met at
-    a rendezvous (``met``); a launch of this node alone there (``tfdist train --workers 2`` under ``srun -N
-    2``) would be one separate job per node."""
+    the others: refuse with what to write instead. One task per node is a job of launchers only when the
+    launch took the step's nodes (``nnodes`` > 1) or met at a rendezvous (``met``)."""
     tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
     nodes = environ.get("SLURM_STEP_NUM_NODES", "1")
     if "SLURM_STEP_ID" not in environ or not tasks.isdigit() or not nodes.isdigit() or int(tasks) < 2:
@@ -109,8 +107,7 @@ def fixed_ports(config: LaunchConfig) -> tuple[int, ...]:
 
 
 def check_ports_free(ports: tuple[int, ...], base_port: int | None) -> None:
-    """This node can listen on its fixed ports: a port another program holds is named now, on this node,
-    not as a worker's gRPC error after the other nodes started."""
+    """This node can listen on its fixed ports (named now, not as a worker's gRPC error later)."""
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             # As gRPC binds: a port left in TIME_WAIT is usable, one another program listens on is not.

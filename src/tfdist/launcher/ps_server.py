@@ -23,14 +23,8 @@ def main() -> int:
     config = json.loads(os.environ["TF_CONFIG"])
     import tensorflow as tf
 
-    task = config["task"]
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(config["cluster"]),
-        job_name=task["type"],
-        task_index=task["index"],
-        protocol="grpc",
-        start=True,
-    )
+    task, cluster = config["task"], tf.train.ClusterSpec(config["cluster"])
+    server = tf.distribute.Server(cluster, job_name=task["type"], task_index=task["index"], protocol="grpc")
     print(f"serving {task['type']}:{task['index']} at {server.target}", flush=True)
     server.join()
     return 0

@@ -1,8 +1,9 @@
-"""What the workers leave for the launcher's failure report: each one's uncaught exception (recorded by
-:mod:`tfdist.worker.errors`) and a lost-peer line in its log (:mod:`tfdist.diagnose.peers`)."""
+"""What the workers leave for the launcher: their records in the attempt directory, each one's uncaught
+exception (recorded by :mod:`tfdist.worker.errors`) and a lost-peer line in its log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -12,12 +13,23 @@ from tfdist import variables
 from tfdist.worker.contract import AttemptFiles
 
 
-def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The uncaught exception a failed process recorded (see :mod:`tfdist.worker.errors`), or None.
+def read_records(directory: str, kind: str) -> dict[str, Any]:
+    """Every complete record of ``kind`` in an attempt directory, by owner (rank); others are left out."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    found: dict[str, Any] = {}
+    for name in names:
+        owner = AttemptFiles.record_owner(name, kind)
+        if owner is not None:
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(directory, name), "rb") as fh:
+                found[owner] = json.load(fh)
+    return found
 
-    A worker's own record is ``rank<R>.error.json`` in its attempt directory; for the MPI launcher, which
-    starts every rank, the earliest record of any rank (the first to fail).
-    """
+
+def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The uncaught exception a failed process recorded, or None (the MPI launcher: its ranks' first)."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", env)
     if not directory or not os.path.isdir(directory):
         return None
@@ -46,8 +58,7 @@ def read_error_record(env: Mapping[str, str]) -> dict[str, Any] | None:
 
 
 def error_record_time(env: Mapping[str, str]) -> float | None:
-    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception (the record's mtime), or
-    None: no record, or the MPI launcher's (which starts every rank)."""
+    """When a worker (``TFDIST_RANK`` in ``env``) recorded its uncaught exception, or None."""
     directory, rank = variables.raw("TFDIST_ATTEMPT_DIR", env), variables.raw("TFDIST_RANK", env)
     if not directory or rank is None:
         return None
@@ -80,10 +91,7 @@ LOST_CONTACT = "lost contact with "
 
 
 def lost_contact(log_path: str) -> str | None:
-    """The last lost-peer report in a worker's log (which peer stopped answering, at which step), or None.
-
-    It comes before the exception's traceback, so the log's tail alone may not show it.
-    """
+    """The last lost-peer report in a worker's log (before the traceback, so maybe not in the tail)."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(0, os.SEEK_END)

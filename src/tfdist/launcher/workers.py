@@ -1,10 +1,5 @@
-"""WorkerGroup: start a set of processes, watch them, and stop them all (no orphans).
-
-The one supervisor of processes tfdist starts side by side: a launch's workers (watched further by
-:class:`tfdist.launcher.attempt.Attempt`), every host's launcher of a ``-H`` launch
-(:mod:`tfdist.launcher.fanout`), and the per-node processes of a measured ``tfdist bench`` run
-(:mod:`tfdist.bench.runner`).
-"""
+"""WorkerGroup: start a set of processes, watch them, and stop them all (no orphans): the one supervisor of
+processes tfdist starts side by side (a launch's workers, a ``-H`` launch's hosts, a bench run's nodes)."""
 
 from __future__ import annotations
 
@@ -24,30 +19,19 @@ from tfdist.launcher.logs import LogSink, PipePump
 from tfdist.launcher.plan import ProcessSpec
 
 _PR_SET_PDEATHSIG = 1
-#: Files the launcher holds for each process it starts: the read end of its output pipe, its log file, and
-#: for a process given input, that pipe's write end.
+#: Files the launcher holds per process (output pipe, log file, input pipe), and besides.
 FILES_PER_PROCESS = 3
-#: Files the launcher holds besides (its standard streams, the pump's selector and wake-up pipe, the pipes
-#: of a process being started, a rendezvous connection, Python's own).
 FILES_BESIDES = 64
 #: Seconds between polls in :meth:`WorkerGroup.wait`.
 WAIT_POLL_S = 0.1
 
 
-def _die_with_launcher() -> None:
-    """Runs in the child before exec: if the launcher is SIGKILLed, the kernel kills the worker too."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the launcher's own shutdown path still applies
-        pass
-
-
 def _child_setup(cpus: tuple[int, ...]) -> None:
-    """Runs in the child before exec: die with the launcher, and bind to ``cpus`` when planned.
-
-    Binding before exec means every thread TensorFlow later starts inherits the set.
-    """
-    _die_with_launcher()
+    """Runs in the child before exec: die with the launcher, and bind to ``cpus`` (inherited by threads)."""
+    with contextlib.suppress(
+        OSError, AttributeError
+    ):  # not Linux: the launcher's shutdown path still applies
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if cpus:
         os.sched_setaffinity(0, cpus)
 
@@ -70,11 +54,8 @@ class Worker:
         latest = self.pump.last_line_at
         heartbeat = variables.raw("TFDIST_HEARTBEAT_FILE", self.spec.env)
         if heartbeat:
-            try:
-                age = time.time() - os.stat(heartbeat).st_mtime
-                latest = max(latest, time.monotonic() - age)
-            except FileNotFoundError:
-                pass
+            with contextlib.suppress(FileNotFoundError):
+                latest = max(latest, time.monotonic() - (time.time() - os.stat(heartbeat).st_mtime))
         return latest
 
 
@@ -89,9 +70,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def ensure_file_limit(processes: int) -> None:
-    """Raise this process's soft limit on open files, up to its hard limit, when ``processes`` started side
-    by side need more: Linux's default soft limit, 1,024, is passed by ``-H`` with about 320 hosts. A hard
-    limit too low is a SetupError before anything starts, rather than "Too many open files" halfway."""
+    """Raise the soft limit on open files for ``processes``, or a SetupError before anything starts."""
     import resource
 
     needed = FILES_PER_PROCESS * processes + FILES_BESIDES
@@ -118,22 +97,15 @@ class WorkerGroup:
         self.pumps = PipePump()
 
     def start(self) -> None:
-        """Start every process; their output is pumped to files and the console, every pipe by one thread
-        (:class:`PipePump`): a group of N processes holds one pumping thread and, per process, its pipe
-        and its log file."""
+        """Start every process; their output is pumped to files and the console (:class:`PipePump`)."""
         ensure_file_limit(len(self.specs))
         for spec in self.specs:
             os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
             shown = self.console_names is None or spec.name in self.console_names
             # Quiet workers under an MPI launcher: its one pipe carries every rank; rank 0 is shown.
             quiet_mpi = self.console_names is not None and spec.name == "mpi"
-            sink = LogSink(
-                spec.name,
-                spec.log_path,
-                sys.stdout if shown or quiet_mpi else None,
-                self.prefix,
-                console_rank="0" if quiet_mpi else None,
-            )
+            console = sys.stdout if shown or quiet_mpi else None
+            sink = LogSink(spec.name, spec.log_path, console, self.prefix, "0" if quiet_mpi else None)
             if spec.console_prefix is not None:
                 sink.prefix = spec.console_prefix
             sink.open()  # before the process: a log that cannot be written starts nothing
@@ -160,8 +132,7 @@ class WorkerGroup:
             self.workers.append(Worker(spec, popen, sink))
 
     def wait(self, deadline: float | None) -> tuple[Worker, int | None] | None:
-        """Until every process exited 0 (None), one exited otherwise (it and its code: the first failure,
-        whose peers the caller stops) or the deadline passed (the first still running, code None)."""
+        """Until every process exited 0 (None), one exited otherwise, or the deadline passed (code None)."""
         while True:
             exited = self.poll()
             failed = next(((w, code) for w, code in exited if code != 0), None)
@@ -202,8 +173,7 @@ class WorkerGroup:
                 os.killpg(worker.popen.pid, signum)
 
     def close(self, grace: float) -> None:
-        """Close every process's standard input, SIGTERM every process group, wait up to ``grace``
-        seconds, then SIGKILL what is left."""
+        """Close every standard input, SIGTERM every process group, SIGKILL what is left after ``grace`` s."""
         for worker in self.workers:
             if worker.popen.stdin is not None and not worker.popen.stdin.closed:
                 with contextlib.suppress(OSError):
@@ -215,10 +185,8 @@ class WorkerGroup:
         self.kill()
 
     def kill(self) -> None:
-        """SIGKILL every process group (including ones whose leader already exited) and every descendant
-        of a live worker, and reap."""
-        # An MPI launcher's ranks run in process groups of their own (Hydra's proxy makes them): SIGKILL
-        # to the launcher's group alone would leave them running, orphaned. Their pids are taken first.
+        """SIGKILL every process group and every descendant of a live worker, and reap."""
+        # An MPI launcher's ranks run in process groups of their own (Hydra's proxy makes them).
         strays = [pid for worker in self.running() for pid in _descendants(worker.popen.pid)]
         for worker in self.workers:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -227,8 +195,6 @@ class WorkerGroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         for worker in self.workers:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # the kernel reaps SIGKILLed processes
                 worker.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - the kernel reaps SIGKILLed processes
-                pass
             worker.pump.join(timeout=5)

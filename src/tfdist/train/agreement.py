@@ -1,9 +1,6 @@
-"""One schedule for every worker, decided at set-up from what each worker brought.
-
-Workers may run different callbacks (Horovod's examples give ``TensorBoard`` to rank 0 only), but must run
-the same collective program: read results, checkpoint and stop at the same steps. Each worker describes
-what it was given as one row (:func:`setup_row`), the rows are gathered once, and every worker derives the
-same :class:`Schedule` (:func:`agree`, pure), or one line naming the workers that disagree.
+"""One schedule for every worker, decided at set-up from what each worker brought: workers may run different
+callbacks, but must read results, checkpoint and stop at the same steps. Each worker's row
+(:func:`setup_row`) is gathered once, and every worker derives the same :class:`Schedule` (:func:`agree`).
 """
 
 from __future__ import annotations
@@ -60,10 +57,8 @@ def setup_row(
 
 
 def _path(row: np.ndarray) -> str | None:
-    if not row[_HEAD - 1]:
-        return None
     raw = row[_HEAD:].astype(np.uint8).tobytes().rstrip(b"\0")
-    return raw.decode(errors="replace")
+    return raw.decode(errors="replace") if row[_HEAD - 1] else None
 
 
 def agree(table: np.ndarray) -> Schedule:
@@ -86,17 +81,11 @@ def agree(table: np.ndarray) -> Schedule:
             "Hint: give it on every worker, or on the chief."
         )
     every = int(chief[_HEAD - 2]) or None
-    return Schedule(
-        every_step=bool(table[:, 0].any()),
-        test_hooks=bool(table[:, 1].any()),
-        checkpoint_dir=_path(chief),
-        checkpoint_every=every,
-    )
+    return Schedule(bool(table[:, 0].any()), bool(table[:, 1].any()), _path(chief), every)
 
 
 def check_resumed(table: np.ndarray, directory: str | None) -> None:
-    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not
-    (a worker that cannot read the chief's checkpoints would start afresh while the others resume)."""
+    """Every worker resumed from the same step (rows: [resumed, step]); ConfigError naming them if not."""
     if np.all(table == table[0]):
         return
     told = ", ".join(

@@ -1,10 +1,6 @@
-"""What a batch is: the epoch's plan (global and per-replica batch, steps), the ``(x, y, w, s)`` form every
-batch reaches the step in, and what the user's data say of their batches.
-
-``w`` holds the sample weights (``class_weight`` folded in, 0 on padding) and ``s`` each row's share of its
-GLOBAL batch's loss: ``1 / rows`` of the real rows of that global batch, 0 on padding. The step's loss
-``sum(loss * w * s)`` is then Keras' per-batch mean, for a full and a partial last batch alike, whatever
-replica holds which rows.
+"""What a batch is: the epoch's plan, the ``(x, y, w, s)`` form every batch reaches the step in, and what the
+user's data say of their batches. ``w``: the sample weights (0 on padding); ``s``: each row's share of its
+GLOBAL batch's loss (``1 / real rows``), so ``sum(loss * w * s)`` is Keras' per-batch mean on any replica.
 """
 
 from __future__ import annotations
@@ -21,8 +17,7 @@ from tfdist.train.uneven import OwnData
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Batch sizes and steps for one epoch (``steps_per_epoch`` 0: not known before the first epoch ends,
-    :mod:`tfdist.train.uneven`)."""
+    """Batch sizes and steps for one epoch (``steps_per_epoch`` 0: not known yet)."""
 
     global_batch: int
     per_replica: int
@@ -60,12 +55,8 @@ def plan_batches(
 
 
 def weighted(rows: int | None = None, class_weights: Any = None) -> Callable[..., Any]:
-    """Map function for batched dataset elements -> ``(x, y, w, s)`` (see the module docstring).
-
-    ``(x, y)`` gains unit sample weights; ``rows``: the global batch a row's loss is shared by (None: the
-    rows of this element, which is then a whole global batch). ``class_weights``: the table of
-    :func:`tfdist.train.weights.class_weight_table`, multiplied into the weights.
-    """
+    """Map function for batched dataset elements -> ``(x, y, w, s)``; ``rows``: the global batch a row's
+    loss is shared by (None: this element's rows); ``class_weights`` multiplied into the weights."""
     import tensorflow as tf
 
     def apply(*parts: Any) -> tuple[Any, Any, Any, Any]:
@@ -89,8 +80,7 @@ def weighted(rows: int | None = None, class_weights: Any = None) -> Callable[...
 
 
 def own_plan(own: OwnData, replicas: int) -> BatchPlan:
-    """The epoch's plan for the workers' own data (batch sizes checked against the replicas;
-    ``steps_per_epoch`` 0 while the first epoch has not told it)."""
+    """The epoch's plan for the workers' own data (``steps_per_epoch`` 0 until the first epoch tells it)."""
     import dataclasses
 
     plan = plan_batches(own.global_batch, replicas, None, own.steps or 1)
@@ -112,11 +102,7 @@ def check_arrays(source: Any) -> tuple[np.ndarray, ...]:
 
 
 def static_batch(dataset: Any) -> int:
-    """The global batch size of a batched dataset: declared statically, else read from its first element.
-
-    ``from_tensor_slices(...).batch(32)`` declares ``None`` (the last batch may be partial); its first
-    batch tells the size.
-    """
+    """The global batch size of a batched dataset: declared statically, else read from its first batch."""
     import tensorflow as tf
 
     spec = tf.nest.flatten(dataset.element_spec)[0]
@@ -134,10 +120,8 @@ def static_batch(dataset: Any) -> int:
 
 
 def full_batches(dataset: Any) -> int:
-    """Batches of a batched dataset that are full (a partial last batch is not trained on); -1 if unknown.
+    """Batches of a batched dataset that are full (read from the pipeline's batching step); -1 if unknown.
 
-    ``.batch(N)`` declares a dynamic batch dimension because its last batch may be partial: look through
-    the pipeline for the batching step and the size of what it batches to know whether it is.
     Input/Output: ``range(384).batch(48)`` -> 8; ``range(100).batch(48)`` -> 2.
     """
     import tensorflow as tf
@@ -161,11 +145,8 @@ def full_batches(dataset: Any) -> int:
 
 
 def sample_inputs(source: Any) -> tuple[Any, Any]:
-    """A tiny (x, y) batch with the data's structure, shapes and dtypes: builds unbuilt models and metrics.
-
-    Zeros from the element spec for datasets (nothing is read) unless a shape is known only at run time
-    (then the first batch is read); the first two rows for NumPy arrays.
-    """
+    """A tiny (x, y) batch with the data's structure, shapes and dtypes, to build models and metrics: zeros
+    from a dataset's element spec (its first batch when a shape is known only at run time), or two rows."""
     import tensorflow as tf
 
     def zeros(spec: Any) -> Any:
@@ -202,5 +183,4 @@ def sample_inputs(source: Any) -> tuple[Any, Any]:
             first_rows = [tf.nest.map_structure(lambda t: t[:2], element[i]) for i in (0, 1)]
             return first_rows[0], first_rows[1]
         raise ConfigError("the dataset is empty: it yields no batch to train on.")
-    x, y = tf.nest.map_structure(zeros, spec[0]), tf.nest.map_structure(zeros, spec[1])
-    return x, y
+    return tf.nest.map_structure(zeros, spec[0]), tf.nest.map_structure(zeros, spec[1])

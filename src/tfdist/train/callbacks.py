@@ -1,9 +1,5 @@
 """The user's Keras callbacks under ``tfdist.fit``: which run where, which need every step, and
 ``BackupAndRestore`` mapped onto tfdist's step-exact checkpoints.
-
-As under ``model.fit``, batch hooks see results every ``log_every`` steps, or every step once a callback
-overrides one: decided from the whole list, before chief-only callbacks are dropped on the other workers,
-so every worker reads at the same steps.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ def overrides(callback: Any, hooks: Sequence[str]) -> bool:
 
 
 def needs_every_step(callback: Any) -> bool:
-    """Whether ``callback`` acts on training batches. Keras' own savers and loggers override the batch
-    hooks but act only at epoch ends with their default frequency: those do not cost a read per step."""
+    """Whether ``callback`` acts on training batches (not Keras' savers at their default frequency)."""
     name = type(callback).__name__
     if name == "ModelCheckpoint" and getattr(callback, "save_freq", "epoch") == "epoch":
         return False
@@ -51,9 +46,7 @@ class Backup:
 
 
 def split_backup(callbacks: Sequence[Any]) -> tuple[list[Any], Backup | None]:
-    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one). Keras' own
-    would save weights on every worker into one directory and resume without the optimizer's slots or the
-    data position; tfdist's checkpoints resume at the exact step with both."""
+    """The callbacks without ``BackupAndRestore``, and what it asked for (None without one)."""
     kept: list[Any] = []
     backups: list[Any] = []
     for cb in callbacks:
@@ -66,8 +59,7 @@ def split_backup(callbacks: Sequence[Any]) -> tuple[list[Any], Backup | None]:
     freq = getattr(cb, "save_freq", "epoch")
     if isinstance(freq, bool) or not (freq == "epoch" or (isinstance(freq, int) and freq > 0)):
         raise ConfigError(f"BackupAndRestore(save_freq={freq!r}) must be 'epoch' or a positive step count.")
-    # double_checkpoint needs nothing: tfdist keeps `keep_checkpoints` checkpoints and never leaves a
-    # half-written one as the latest.
+    # double_checkpoint needs nothing: tfdist never leaves a half-written checkpoint as the latest.
     every = None if freq == "epoch" else int(freq)
     return kept, Backup(str(cb.backup_dir), every, bool(getattr(cb, "delete_checkpoint", True)))
 

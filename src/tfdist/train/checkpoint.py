@@ -1,8 +1,6 @@
 """Chief-aware, step-exact checkpoints. Every worker takes part in a save (TensorFlow may run collectives
 while saving distributed variables); only the chief writes the shared directory, the others a private one
-deleted at once. TensorFlow renames its files into place and updates the index atomically, so a crash never
-leaves a half-written checkpoint as the latest.
-"""
+deleted at once."""
 
 from __future__ import annotations
 
@@ -35,10 +33,9 @@ class Checkpointer:
         extra: dict[str, Any] | None = None,
         shard: Any = None,
     ) -> None:
-        """``extra``: more state that decides the next step (the epoch's partial sums); the random states of
-        the model's Keras seed generators (dropout, augmentation) are added here: Keras does not track
-        them for TensorFlow checkpoints. ``shard``: a :class:`tfdist.sync.shard.ShardedOptimizer`, whose
-        slots are saved whole (gathered to the chief) and restored as this rank's slice."""
+        """``extra``: more state that decides the next step (the epoch's partial sums; the Keras seed
+        generators' states are added here); ``shard``: a :class:`tfdist.sync.shard.ShardedOptimizer`, whose
+        slots are saved whole and restored as this rank's slice."""
         import tensorflow as tf
 
         self.directory = os.path.abspath(directory)
@@ -64,8 +61,8 @@ class Checkpointer:
             with self.shard.whole(gather=False) as optimizer:
                 self._restore(tf.train.Checkpoint(optimizer=optimizer, **self.parts), latest)
                 self.shard.keep_slice(optimizer)
-            return str(latest)
-        self._restore(self.checkpoint, latest)
+        else:
+            self._restore(self.checkpoint, latest)
         return str(latest)
 
     def _restore(self, checkpoint: Any, latest: str) -> None:
@@ -81,9 +78,7 @@ class Checkpointer:
             ) from None
 
     def save(self, step: int, history: dict[str, list[float]] | None = None) -> str:
-        """Save on every worker; only the chief's copy lands in ``directory``. ``history`` (epoch ends):
-        the per-epoch logs so far, written first (a crash in between leaves it one epoch ahead, which
-        :meth:`history` cuts back)."""
+        """Save on every worker (only the chief's copy kept), with ``history`` first at an epoch's end."""
         if self.shard is not None:
             return self._save_whole(step, history)
         if self.is_chief:
@@ -98,9 +93,7 @@ class Checkpointer:
         return self.directory
 
     def _save_whole(self, step: int, history: dict[str, list[float]] | None) -> str:
-        """A sharded optimizer's checkpoint, in the unsharded format: every rank sends its slots to the
-        chief, which writes them with the rest (no TensorFlow collective runs in a save on the MPI backend,
-        so the other ranks write nothing)."""
+        """A sharded optimizer's checkpoint, unsharded: every rank's slots gathered to the chief."""
         import tensorflow as tf
 
         assert self.shard is not None

@@ -1,10 +1,6 @@
-"""Input pipelines with exact global-batch semantics.
-
-Every worker builds the same global batches (same seed, same order) and keeps its own contiguous slice,
-so N workers see exactly the examples one process would see with the same global batch. A partial last
-batch is padded with zero-weight rows (every replica gets a share, every example counts exactly once), in
-training as in evaluation. Batches reach the step as ``(x, y, w, s)`` (:mod:`tfdist.train.batches`).
-"""
+"""Input pipelines with exact global-batch semantics: every worker builds the same global batches (same seed,
+same order) and keeps its own slice; a partial last batch is padded with zero-weight rows. Batches reach the
+step as ``(x, y, w, s)`` (:mod:`tfdist.train.batches`)."""
 
 from __future__ import annotations
 
@@ -35,16 +31,13 @@ class DistributedData:
         table: Callable[[np.ndarray], np.ndarray] | None = None,
         per_worker: bool | None = False,
     ) -> None:
-        """``class_weights``: a table from :func:`tfdist.train.weights.class_weight_table`, or None.
-        ``table``: the synchroniser's :meth:`~tfdist.sync.base.Synchroniser.table` (every worker's row);
-        ``per_worker``: whether each worker's data is its own (see :mod:`tfdist.train.uneven`), None to
-        decide it from the data (then ``table`` is needed)."""
+        """``table``: the synchroniser's :meth:`~tfdist.sync.base.Synchroniser.table`; ``per_worker``: whether
+        each worker's data is its own (:mod:`tfdist.train.uneven`), None to decide it with ``table``."""
         import tensorflow as tf
 
         self.strategy = strategy
         self.own: OwnData | None = None  # set when each worker's data is its own
-        # (index, count) of processes that each run their own strategy (the MPI backend): the global batch
-        # is split over count x the strategy's replicas, and this process takes its own share.
+        # (index, count) of processes that each run their own strategy (the MPI backend).
         self.process, self.processes = processes
         self.replicas = strategy.num_replicas_in_sync * self.processes
         self.shuffle, self.seed, self.class_weights = shuffle, seed, class_weights
@@ -81,12 +74,8 @@ class DistributedData:
             else:
                 global_batch = batch_size or static_batch(source)
                 cardinality = int(source.cardinality().numpy())  # batches, a partial last one included
-                self.plan = plan_batches(
-                    global_batch,
-                    self.replicas,
-                    cardinality * global_batch if cardinality >= 0 else None,
-                    steps_per_epoch,
-                )
+                known = cardinality * global_batch if cardinality >= 0 else None
+                self.plan = plan_batches(global_batch, self.replicas, known, steps_per_epoch)
         elif callable(source):
             if steps_per_epoch is None or batch_size is None:
                 raise ConfigError(
@@ -102,15 +91,11 @@ class DistributedData:
             )
 
     def _array_batches(self, epochs: Any) -> Any:
-        """Index batches for the given epochs: the permutation of epoch e is seeded by (seed, e), so it is
-        identical on every worker and after a restart, without copying the arrays each epoch."""
+        """Index batches for the given epochs, epoch e's order seeded by (seed, e): the same everywhere."""
         import tensorflow as tf
 
         assert self.arrays is not None
-        n, plan = len(self.arrays[0]), self.plan
-        seed, shuffle = self.seed, self.shuffle
-
-        own = self.own
+        n, plan, seed, shuffle, own = len(self.arrays[0]), self.plan, self.seed, self.shuffle, self.own
         size = own.batch if own else plan.global_batch  # the rows this worker's data gives each step
 
         def one_epoch(epoch: Any) -> Any:
@@ -119,8 +104,7 @@ class DistributedData:
                 order = tf.random.experimental.stateless_shuffle(
                     order, seed=tf.stack([tf.constant(seed, tf.int64), epoch])
                 )
-            # -1 marks a zero-weight padding row: a partial last batch still gives every replica a share,
-            # and a worker whose own data ran out takes part in the job's last steps with padding only.
+            # -1 marks a zero-weight padding row (a worker whose own data ran out steps on padding only).
             pad = own.padding(n) if own else -n % plan.global_batch
             order = tf.concat([order, -tf.ones([pad], tf.int64)], 0)
             batches = tf.data.Dataset.from_tensor_slices(order).batch(size, drop_remainder=True)
@@ -130,11 +114,7 @@ class DistributedData:
         return epochs.flat_map(one_epoch)
 
     def _shares(self, index: Any) -> Any:
-        """A global batch of indices -> (indices, each row's share of the batch's loss).
-
-        A worker's own data holds only its part of each global batch: its rows' shares are 1 (0 on
-        padding), divided by the global batch's real rows inside the step (:mod:`tfdist.sync.step`).
-        """
+        """A global batch of indices -> (indices, each row's share of the batch's loss)."""
         import tensorflow as tf
 
         real = tf.cast(index >= 0, tf.float32)
@@ -166,8 +146,7 @@ class DistributedData:
         return batches.map(self._pad_batch).take(self.plan.steps_per_epoch)
 
     def _pad_batch(self, x: Any, y: Any, w: Any, s: Any) -> Any:
-        """A partial global batch (or worker's batch) gets zero-weight, zero-share rows: every replica
-        has a share."""
+        """A partial batch gets zero-weight, zero-share rows: every replica has a share."""
         import tensorflow as tf
 
         rows = self.own.batch if self.own else self.plan.global_batch
@@ -179,10 +158,7 @@ class DistributedData:
         return tf.nest.map_structure(pad, x), tf.nest.map_structure(pad, y), pad(w), pad(s)
 
     def iterate(self, first_epoch: int, epochs: int, skip: int = 0) -> Iterator[Any]:
-        """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches.
-
-        A single iterator for the whole run avoids rebuilding the distributed pipeline at every epoch.
-        """
+        """One iterator over the distributed batches of ``first_epoch..epochs-1``, after ``skip`` batches."""
         import tensorflow as tf
 
         if self.dataset_fn is not None:
@@ -220,10 +196,8 @@ class DistributedData:
                 ds = ds.map(lambda *t: tuple(tf.nest.map_structure(lambda v: v[start : start + local], t)))
             if local != plan.per_replica:
                 ds = ds.unbatch().batch(plan.per_replica, drop_remainder=True)
-            # The loop takes exactly the planned steps, so the pipeline may be endless; and it must look
-            # endless: with a finite or unknown length, every get_next of a multi-worker strategy runs an
-            # extra all-reduce across workers to agree on whether data remains (measured with mnist-cnn on
-            # 2 workers: 90 ms per step with it, see the README's benchmarks for without).
+            # Endless, as it must look: with a finite length every get_next of a multi-worker strategy runs
+            # an extra all-reduce to agree on whether data remains. The loop takes the planned steps.
             return ds.repeat().prefetch(tf.data.AUTOTUNE)
 
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
@@ -251,12 +225,8 @@ class DistributedData:
     def stream(
         self, iterator: Iterator[Any], agree: Callable[[bool], bool], skip: int = 0
     ) -> Iterator[tuple[Any, bool]]:
-        """One epoch's ``(batch, last)`` pairs from ``iterator``, after ``skip`` batches.
-
-        A known length: the planned steps. Otherwise (:attr:`dynamic`) one batch ahead: after each batch
-        every worker says whether its next one holds rows (``agree``, the same answer everywhere), and the
-        epoch ends after the last batch any worker had rows for.
-        """
+        """One epoch's ``(batch, last)`` pairs from ``iterator`` after ``skip``: the planned steps, or
+        (:attr:`dynamic`) until no worker's next batch holds rows (``agree``: the same answer everywhere)."""
         if not self.dynamic:
             steps = self.plan.steps_per_epoch
             for done in range(skip, steps):

@@ -35,14 +35,10 @@ def fit(
 
     ``train_data``: a tf.data.Dataset batched by the GLOBAL batch, a ``dataset_fn(input_context)``
     returning per-replica batches (with ``steps_per_epoch`` and ``batch_size``), or NumPy ``(x, y)`` with
-    ``batch_size`` (global). Keyword options are those of :class:`tfdist.train.options.FitOptions`:
-    ``batch_size``, ``steps_per_epoch``, ``validation_batch_size``, ``verbose``, ``checkpoint_dir``,
-    ``checkpoint_every``, ``keep_checkpoints``, ``lr_scaling`` (linear/sqrt/none), ``warmup_epochs``,
-    ``shuffle``, ``seed``, ``run_dir``, ``tensorboard_dir``, ``jit_compile``, ``log_every`` (steps between
-    reads of the results: progress, stop requests, batch hooks; 1 whenever a callback overrides a training
-    batch hook), and ``model.fit``'s ``class_weight``, ``validation_split``, ``initial_epoch``,
-    ``validation_freq``, ``validation_steps`` with Keras' meaning. ``keras.callbacks.BackupAndRestore``
-    becomes ``checkpoint_dir`` (its ``save_freq`` steps: ``checkpoint_every``).
+    ``batch_size`` (global). Keyword options are the fields of :class:`tfdist.train.options.FitOptions`
+    (``model.fit``'s own with Keras' meaning; ``log_every``: steps between reads of the results, 1 whenever a
+    callback overrides a training batch hook). ``keras.callbacks.BackupAndRestore`` becomes
+    ``checkpoint_dir`` (its ``save_freq`` steps: ``checkpoint_every``).
 
     Losses are averaged over the global batch; metrics are summed over every replica and worker, so all
     workers return the same history. With ``checkpoint_dir`` the run saves every ``checkpoint_every``
@@ -59,8 +55,7 @@ def fit(
     configure_wire(fit_options)
     if fit_options.validation_split and validation_data is None:
         train_data, validation_data = split_for_validation(train_data, fit_options.validation_split)
-    # One sample for everything that needs the data's structure: a dataset_fn is called, and a pipeline
-    # with run-time shapes read, once.
+    # One sample for everything that needs the data's structure (a dataset_fn is called once).
     sample = sample_inputs(train_data)
     ensure_built(model, sample[0])
     trainer = ParameterServerTrainer if is_parameter_server(strategy_of(model)) else SyncTrainer
@@ -73,8 +68,7 @@ def fit(
 
 
 def configure_wire(options: FitOptions) -> None:
-    """Hand ``compression`` / ``bucket_mb`` (else the environment's) to the MPI backend; ConfigError when
-    they are asked of another backend."""
+    """Hand ``compression`` / ``bucket_mb`` to the MPI backend (ConfigError for another backend)."""
     from tfdist import context
     from tfdist.sync import process_sync
     from tfdist.sync.wire import WireOptions
@@ -112,8 +106,7 @@ def with_backup(options: dict[str, Any], backup: Backup) -> dict[str, Any]:
 
 
 def remove_backup(directory: str) -> None:
-    """``BackupAndRestore(delete_checkpoint=True)``: a run that finished leaves no backup (chief only,
-    after every worker returned from the final barrier)."""
+    """``BackupAndRestore(delete_checkpoint=True)``: a finished run leaves no backup (chief only)."""
     from tfdist import context
 
     if context.current().environment.is_chief:

@@ -16,8 +16,7 @@ from tfdist.train.scaling import lr_at
 
 @dataclass
 class StopRequest:
-    """Set by SIGTERM / SIGUSR2, or by the launcher's request to stop for nodes that wait to join
-    (:mod:`tfdist.resize`); honoured at the next step boundary on every worker."""
+    """Set by SIGTERM / SIGUSR2 or a resize request; honoured at the next step boundary everywhere."""
 
     signum: int = 0
     old: dict[int, Any] = field(default_factory=dict)

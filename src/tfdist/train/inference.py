@@ -24,8 +24,7 @@ from tfdist.train.trainer import ensure_built, strategy_of
 def _distributed(
     model: Any, data: Any, batch_size: int | None, steps: int | None, per_worker: bool | None = None
 ) -> tuple[Any, Any, Any, tuple[Any, Any]]:
-    """(strategy, synchroniser, padded distributed batches, a sample batch) for ``data`` (the job's, or each
-    worker's own: :mod:`tfdist.train.uneven`)."""
+    """(strategy, synchroniser, padded distributed batches, a sample batch) for ``data``."""
     sample = sample_inputs(data)
     ensure_built(model, sample[0])
     strategy = strategy_of(model)
@@ -131,8 +130,7 @@ def predict(
 
 
 def _callback_list(model: Any, callbacks: Sequence[Any], steps: int) -> Any:
-    """Keras' CallbackList over the user's callbacks (the chief-only ones on the chief only; ``steps`` 0:
-    not known before the data ran out)."""
+    """Keras' CallbackList over the user's callbacks (the chief-only ones on the chief only)."""
     from keras.callbacks import CallbackList
 
     kept = chief_filtered(callbacks, context.current().environment.is_chief)

@@ -1,9 +1,4 @@
-"""The synchronous training loop behind ``tfdist.fit``: epochs of one replica step plus a Synchroniser.
-
-Keras 3's own ``model.fit`` fails under MultiWorkerMirroredStrategy and ParameterServerStrategy on
-TensorFlow 2.21; this loop runs ``strategy.run`` itself with global-batch loss averaging
-(:mod:`tfdist.sync.step`), whatever the backend.
-"""
+"""The synchronous training loop behind ``tfdist.fit``: epochs of one replica step and a Synchroniser."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ class SyncTrainer(Trainer):
             resize.offer("tfdist.fit", self.plan.global_batch, max(1, self.replicas // self.env.world_size))
         try:
             self.callbacks.on_train_begin()
-            # The epoch counter, not step // steps: a checkpoint taken at an epoch's last step before its
-            # end (validation, history, callbacks) resumes with that end, after zero more steps.
+            # The epoch counter, not step // steps: a checkpoint at an epoch's last step resumes with its end.
             first_epoch = int(self.epoch_var.numpy())
             if self.restored and first_epoch:  # a resumed run returns the whole run's history
                 self.history.history = self.checkpointer.history(first_epoch)
@@ -92,8 +86,7 @@ class SyncTrainer(Trainer):
         return self._finish(time.monotonic() - started, examples)
 
     def _barrier(self) -> None:
-        """No worker returns before every worker, the chief included, finished its last save: a script
-        that reads the chief's checkpoint or files right after ``fit`` finds them on every worker."""
+        """No worker returns before every worker finished its last save (the chief's files exist then)."""
         self.sync.barrier()
 
     def _epoch(self, epoch: int) -> int:
@@ -194,8 +187,7 @@ class SyncTrainer(Trainer):
         self.callbacks.params["steps"] = steps
 
     def _batch_stop(self) -> bool:
-        """Whether a batch hook set ``model.stop_training``, agreed by every worker: one worker's callback
-        (a timer, a file it watched) stops all of them at this same step, or none."""
+        """Whether a batch hook set ``model.stop_training`` on any worker: all of them stop at this step."""
         if not self.every_step:
             return False
         stop = self.sync.agree(bool(self.model.stop_training))
@@ -203,11 +195,7 @@ class SyncTrainer(Trainer):
         return stop
 
     def _check_finite(self, values: np.ndarray, block: list[Any], step: int, epoch: int) -> None:
-        """Stop every worker at the same sync point when the job's loss is no longer finite.
-
-        Every worker reads the same reduced sums, so all of them stop here; no checkpoint is written
-        after the non-finite steps (the last one saved holds finite weights).
-        """
+        """Stop every worker at one sync point when the loss is no longer finite (no checkpoint after)."""
         count = values[-2]
         if np.isfinite(values[0]):
             if count > 0:
@@ -233,11 +221,8 @@ class SyncTrainer(Trainer):
         )
 
     def _sync_point(self, step: int, done: int) -> bool:
-        """Steps at which every worker reads its results: the same step numbers everywhere.
-
-        Results (loss sums, stop votes) are read every ``log_every`` steps, not every step: reading blocks
-        the host until the step ran, which would stop it from queueing the next one meanwhile.
-        """
+        """Steps at which every worker reads its results (every ``log_every``: a read blocks the host until
+        the step ran, so it could not queue the next one meanwhile)."""
         every = 1 if self.every_step else self.options.log_every
         return done == self.plan.steps_per_epoch or step % every == 0 or self._checkpoint_due(step)
 
@@ -288,8 +273,7 @@ class SyncTrainer(Trainer):
         raise SystemExit(128 + signum)
 
     def _resize(self, step: int) -> None:
-        """Nodes wait to join (the launcher asked): save at this step, then every worker exits with
-        :data:`tfdist.resize.EXIT_CODE` and the job meets again with them."""
+        """Nodes wait to join: save at this step, then exit with :data:`tfdist.resize.EXIT_CODE`."""
         assert self.checkpointer is not None
         self.checkpointer.save(step)
         self.reporter.message(f"the job grows: checkpoint written at step {step}; it resumes there.")

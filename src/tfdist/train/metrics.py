@@ -1,11 +1,6 @@
-"""Any Keras metric with its exact global value, through the metric's own state variables.
-
-Each replica step asks the compiled metrics what their additive state would become for this batch from
-zeros (``stateless_update_state``). These contributions ride in the loss sums' packed vector, are summed
-over steps, replicas and workers by the one all-reduce of each sync point, and the logged value is
-``stateless_result`` of the sum: what one process would compute. (Reading the metric objects under a
-multi-worker strategy would cost a collective per variable.)
-"""
+"""Any Keras metric with its exact global value, through the metric's own state variables: each step's
+additive state (``stateless_update_state`` from zeros) rides in the loss sums' vector, summed by the one
+all-reduce of each sync point; the logged value is ``stateless_result`` of the sum."""
 
 from __future__ import annotations
 
@@ -31,8 +26,7 @@ class MetricSet:
             if str(getattr(v, "aggregation", "sum")) != "sum":
                 raise ConfigError(
                     f"metric variable {v.path!r} aggregates by {v.aggregation!r}; tfdist.fit sums metric "
-                    "state "
-                    "over replicas and workers, so it needs additive (aggregation='sum') metric state. "
+                    "state over replicas and workers, so it needs additive (aggregation='sum') metric state. "
                     "Hint: drop that metric from compile(), or compute it after training."
                 )
         self.shapes = [tuple(int(d) for d in v.shape) for v in variables]
@@ -42,11 +36,8 @@ class MetricSet:
         self.names = list(self._result(np.zeros(self.size)).keys())
 
     def sums(self, y: Any, pred: Any, w: Any, keep: Any) -> Any:
-        """This replica's contribution to the metric state for one batch, as a float32 vector.
-
-        ``keep``: the real rows; padding (of a partial last batch) is left out, also from the unweighted
-        metrics, while examples a user weighted 0 count as they do in Keras.
-        """
+        """This replica's contribution to the metric state for one batch, as a float32 vector; ``keep``: the
+        real rows (padding is left out, while rows a user weighted 0 count as they do in Keras)."""
         import tensorflow as tf
 
         if not self.size or self.compiled is None:
@@ -73,11 +64,8 @@ class MetricSet:
     def logs(self, totals: np.ndarray, prefix: str = "") -> dict[str, float]:
         """``{loss, metric…}`` from a totals vector ``[loss sum, state…, examples]``."""
         count = max(float(totals[-1]), 1.0)
-        out = {f"{prefix}loss": float(totals[0] / count)}
-        out.update(
-            {f"{prefix}{k}": v for k, v in self._result(np.asarray(totals[1 : 1 + self.size])).items()}
-        )
-        return out
+        metrics = self._result(np.asarray(totals[1 : 1 + self.size]))
+        return {f"{prefix}loss": float(totals[0] / count), **{f"{prefix}{k}": v for k, v in metrics.items()}}
 
     @property
     def width(self) -> int:

@@ -85,10 +85,8 @@ class ParameterServerTrainer(SyncTrainer):
                     f"the training dataset holds no full batch of {batch} examples. Hint: lower the batch "
                     "size."
                 )
-            # The dataset object itself, not a function closing over it: the coordinator serialises its
-            # graph and rebuilds it on each worker (a dataset captured by a function cannot be sent there:
-            # "Unable to parse tensor proto").
-            # Asynchronous steps: each is one worker's full batch (a partial last one is not trained here).
+            # The dataset itself, not a function closing over it ("Unable to parse tensor proto" on the
+            # workers); each asynchronous step is one worker's full batch (a partial last one is not trained).
             full_only = train_data.map(weighted()).filter(lambda x, y, w, s: tf.shape(w)[0] == batch)
             return batch, full * batch if full > 0 else None, full_only.repeat()
         if callable(train_data):

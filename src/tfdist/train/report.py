@@ -10,8 +10,7 @@ from typing import Any
 from tfdist import files
 from tfdist.errors import require
 
-#: What ``tfdist.fit`` writes in its ``run_dir`` (the chief): the history with the summary, and its plot.
-#: Named here, not by the worker contract's RunFiles: this room sits below it.
+#: What ``tfdist.fit`` writes in its ``run_dir`` (named here: the worker contract's room sits above).
 METRICS, CURVES = "metrics.json", "curves.png"
 
 

@@ -1,10 +1,6 @@
-"""``tfdist.fit(timeline=DIR)``: a Chrome trace per rank (``DIR/timeline-r<rank>.json``, for
-``chrome://tracing`` or ui.perfetto.dev) of every step, in wall-clock microseconds.
-
-Host spans around the loop's calls (``input``, ``step``, ``read results``), and inside the step two graph
-stamps around ``Synchroniser.exchange``: gradients ready, exchange done. With TensorFlow's collectives the
-exchange returns at once and the all-reduce runs in ``apply_gradients`` (``all-reduce + update``). Off,
-nothing is added to the graph.
+"""``tfdist.fit(timeline=DIR)``: a Chrome trace per rank (``DIR/timeline-r<rank>.json``) of every step: host
+spans around the loop's calls, and inside the step two graph stamps around ``Synchroniser.exchange``
+(gradients ready, exchange done). Off, nothing is added to the graph.
 """
 
 from __future__ import annotations
@@ -26,8 +22,6 @@ _OFF = contextlib.nullcontext()
 class NoTimeline:
     """The timeline when none was asked for: every span is one shared no-op context."""
 
-    enabled = False
-
     def span(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """Nothing to record."""
         return _OFF
@@ -43,8 +37,6 @@ class NoTimeline:
 class Timeline:
     """The spans of one rank's training, written as a Chrome trace by :meth:`write`."""
 
-    enabled = True
-
     def __init__(self, directory: str, rank: int, synchroniser: str = "") -> None:
         self.path = Path(directory) / f"timeline-r{rank}.json"
         self.rank, self.synchroniser = rank, synchroniser
@@ -55,9 +47,7 @@ class Timeline:
         self.crossed: dict[int, int] = {}
         self._reducer: Any = None
         self.nodes = 1  # the cross-node group's size (a sum moves 2 (nodes - 1) / nodes of its bytes)
-        #: The optimizer is sharded (tfdist.sync.shard): its steps are a reduce-scatter, then the update
-        #: of the rank's shard and an all-gather.
-        self.sharded = False
+        self.sharded = False  # the optimizer is sharded (tfdist.sync.shard): the trace names its parts
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
@@ -78,8 +68,7 @@ class Timeline:
             self.marks.append((name, time.time()))
 
     def wrap(self, sync: Any, markers: bool = True) -> Any:
-        """``sync`` with markers around its gradient exchange (not under XLA: ``markers=False``, where a
-        Python stamp cannot be compiled, keeps the host spans only)."""
+        """``sync`` with markers around its gradient exchange (none under XLA: host spans only)."""
         self.synchroniser = str(getattr(sync, "name", type(sync).__name__))
         reducer = getattr(sync, "reducer", None)
         if reducer is not None and hasattr(reducer, "crossed"):
@@ -132,8 +121,7 @@ SHARDED_SPANS = ("reduce-scatter", "update + all-gather")
 @dataclass(frozen=True)
 class ShardStamps:
     """A sharded step's stamps: ``before`` / ``after`` pass graph values on after a stamp that waits for
-    them (around a reduce-scatter after the backward pass); with buckets, ``ready`` (called from a graph op
-    placed after the sends) says the backward pass is over and ``mark`` names each bucket's send and sum."""
+    them; with buckets, ``ready`` says the backward pass is over and ``mark`` names each bucket's sums."""
 
     before: Callable[[Sequence[Any]], list[Any]]
     after: Callable[[Sequence[Any]], list[Any]]
@@ -142,8 +130,7 @@ class ShardStamps:
 
 
 class MarkedSync:
-    """A synchroniser whose ``exchange`` is stamped in the step's graph before and after; everything else
-    is the synchroniser's own."""
+    """A synchroniser whose ``exchange`` is stamped in the step's graph before and after."""
 
     def __init__(self, sync: Any, timeline: Timeline) -> None:
         self._sync, self._timeline = sync, timeline
@@ -152,12 +139,7 @@ class MarkedSync:
         return getattr(self._sync, name)
 
     def exchange(self, grads: list[Any], sums: Any) -> tuple[list[Any], Any]:
-        """The wrapped exchange, between two time stamps that wait for its inputs and its outputs.
-
-        A synchroniser that overlaps (gradient buckets summed during the backward pass) gets its inputs
-        as they come and makes the stamps itself through ``marker``: when each bucket was sent and summed,
-        and when the last gradient existed (after its sends: see below).
-        """
+        """The wrapped exchange, between two stamps that wait for its inputs and its outputs."""
         if getattr(self._sync, "overlaps", False):
             # Not a stamp here: TensorFlow runs a function's stateful ops in program order, so a stamp
             # made before the buckets' sends would hold them until the backward pass is over.
@@ -169,8 +151,7 @@ class MarkedSync:
         return list(reduced), summed
 
     def for_shard(self) -> ShardStamps:
-        """What a sharded optimizer (tfdist.sync.shard) stamps its step with, in place of ``exchange``;
-        the trace then names the step's parts as sharded."""
+        """What a sharded optimizer (tfdist.sync.shard) stamps its step with, in place of ``exchange``."""
         self._timeline.sharded = True
         mark = self._timeline.mark
         return ShardStamps(
@@ -218,7 +199,5 @@ def open_timeline(directory: str | None, rank: int) -> Timeline | NoTimeline:
 
 def merge(paths: Sequence[str | Path]) -> dict[str, Any]:
     """Every rank's trace in one (one process row per rank)."""
-    events: list[dict[str, Any]] = []
-    for path in paths:
-        events += json.loads(Path(path).read_text())["traceEvents"]
+    events = [event for path in paths for event in json.loads(Path(path).read_text())["traceEvents"]]
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -86,8 +86,7 @@ class Trainer:
         options: FitOptions,
         sample: tuple[Any, Any],
     ) -> None:
-        """``sample``: a tiny ``(x, y)`` batch of ``train_data`` (:func:`sample_inputs`), read once by
-        ``fit``."""
+        """``sample``: a tiny ``(x, y)`` batch of ``train_data`` (:func:`sample_inputs`)."""
         import tensorflow as tf
 
         self.model, self.options = model, options
@@ -134,8 +133,7 @@ class Trainer:
         from keras.callbacks import CallbackList, History
 
         self.history = History()
-        # Decided from every worker's whole list (before the chief-only callbacks leave the other workers):
-        # every worker must read results at the same steps, whatever callbacks it was given.
+        # Decided from every worker's whole list: every worker reads results at the same steps.
         self.every_step, self._test_hooks = self.agreed.every_step, self.agreed.test_hooks
         self.callbacks = CallbackList(
             [self.history, *chief_filtered(callbacks, self.env.is_chief)],
@@ -157,8 +155,7 @@ class Trainer:
         own_address = own[self.env.task_index] if 0 <= self.env.task_index < len(own) else None
         self.slow = SlowWatch(self.env.cluster_spec, own_address)  # one line when a link slows the steps
         self.iterator: Any = None  # one input iterator for the whole run, made at the first epoch
-        # (global step, wall time) at every sync point, and when the run's first step finished: what
-        # `tfdist bench` reads step times and time-to-first-step from.
+        # (global step, wall time) at every sync point, and the first step's end: for `tfdist bench`.
         self.timeline: list[tuple[int, float]] = []
         self.first_step_at: float | None = None
         self._votes = {False: tf.constant(0.0), True: tf.constant(1.0)}  # no new tensor per step
@@ -194,8 +191,7 @@ class Trainer:
             arrays = isinstance(validation_data, tuple | list)
             size = (o.validation_batch_size or self.plan.global_batch) if arrays else o.validation_batch_size
             self.val = make(validation_data, batch_size=size, steps_per_epoch=None, shuffle=False)
-        # Keras evaluates the first validation_steps batches at every validation (None: all of them, also
-        # when own data of unknown length tell their end only by running out).
+        # Keras evaluates the first validation_steps batches at every validation (None: all of them).
         known = self.val.plan.steps_per_epoch if self.val else 0
         self.val_steps: int | None = min(known, o.validation_steps or known) if known else o.validation_steps
 
@@ -206,8 +202,7 @@ class Trainer:
 
     @property
     def unknown_length(self) -> bool:
-        """Whether an epoch's length is not known yet: each worker's own data of unknown length, told by
-        the first epoch (:mod:`tfdist.train.uneven`)."""
+        """Whether an epoch's length is not known yet (own data, :mod:`tfdist.train.uneven`)."""
         return self.data.dynamic
 
     @property
@@ -220,8 +215,7 @@ class Trainer:
         raise NotImplementedError
 
     def _agree(self, callbacks: Sequence[Any]) -> Schedule:
-        """One schedule from every worker's callbacks and options (:mod:`tfdist.train.agreement`); the
-        chief's checkpoint directory and frequency become this worker's."""
+        """One schedule from every worker's callbacks and options; the chief's checkpoint settings win."""
         o = self.options
         row = setup_row(
             any(needs_every_step(cb) for cb in callbacks),
@@ -237,8 +231,7 @@ class Trainer:
         return agreed
 
     def _check_unknown_length(self) -> None:
-        """Settings counted in epochs need an epoch's length: own data of unknown length tell it only at the
-        end of the first epoch."""
+        """Settings counted in epochs need an epoch's length, which own data tell only after the first."""
         if not self.unknown_length:
             return
         o = self.options

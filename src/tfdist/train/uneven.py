@@ -1,13 +1,6 @@
-"""Each worker's own data, in unequal amounts (NumPy arrays that differ between workers, a dataset with
-auto-shard ``OFF`` or its own number of batches, or ``per_worker_data=True``): one job with the result of
-one process on all of it.
-
-Global batch k is worker 0's k-th batch, then worker 1's, ... A worker whose data ran out contributes
-zero-weight rows until the longest is done (with ``steps_per_epoch``, each starts again instead); the loss
-is averaged over the global batch's real rows (:mod:`tfdist.sync.step`); a length unknown to some worker
-is learnt in the first epoch, by one agreement per step. Every worker decides from every worker's row,
-gathered once (``Synchroniser.table``), so all decide the same; what cannot be exact is one line at
-set-up, not a hang at the last step.
+"""Each worker's own data, in unequal amounts: one job with the result of one process on all of it. Global
+batch k is worker 0's k-th batch, then worker 1's, ...; a worker whose data ran out contributes zero-weight
+rows. Every worker decides from every worker's row (``Synchroniser.table``), so all decide the same.
 """
 
 from __future__ import annotations
@@ -31,8 +24,7 @@ class OwnData:
 
     batch: int  # rows this worker contributes to each step (the global batch / workers)
     workers: int
-    # Steps per epoch: the longest worker's data, or steps_per_epoch; None: a worker's length is unknown,
-    # so the first epoch runs until every worker's data ran out and tells the others' (:meth:`learnt`).
+    # Steps per epoch: the longest worker's data, or steps_per_epoch; None: learnt in the first epoch.
     steps: int | None
     cycle: bool  # steps_per_epoch was given: each worker's data starts again when it runs out
     counts: tuple[int, ...]  # each worker's examples (NumPy) or batches (datasets), in rank order
@@ -84,10 +76,7 @@ def own_data(
     table: Callable[[np.ndarray], np.ndarray] | None,
     per_worker: bool | None,
 ) -> OwnData | None:
-    """:class:`OwnData` for NumPy arrays when each worker's are its own (None: they are the job's).
-
-    ``per_worker`` None: own when the workers' arrays differ (in length or content).
-    """
+    """:class:`OwnData` for NumPy arrays when each worker's are its own (None: they are the job's)."""
     if per_worker is False or table is None:
         return None
     rows = table(np.array([len(arrays[0]), *digest(arrays)], np.float64))
@@ -110,12 +99,8 @@ def own_dataset(
     per_worker: bool | None,
     batch_of: Callable[[Any], int],
 ) -> OwnData | None:
-    """:class:`OwnData` for a dataset when each worker's is its own (None: it is the job's).
-
-    ``per_worker`` None: own when a worker's dataset has the auto-shard policy ``OFF`` or the workers'
-    datasets hold different numbers of batches. ``batch_of``: the rows of the dataset's batches
-    (:func:`tfdist.train.batches.static_batch`).
-    """
+    """:class:`OwnData` for a dataset when each worker's is its own (``per_worker`` None: auto-shard ``OFF``
+    on some worker, or different numbers of batches); ``batch_of``: the rows of its batches."""
     if per_worker is False or table is None:
         return None
     import tensorflow as tf
@@ -169,8 +154,7 @@ def _agreed_batch(sizes: np.ndarray, batch_size: int | None, workers: int) -> in
 
 
 def _steps(cards: list[int], steps_per_epoch: int | None) -> int | None:
-    """Steps per epoch from every worker's number of batches (rank order); None when a worker's number is
-    unknown (learnt in the first epoch)."""
+    """Steps per epoch from every worker's number of batches; None when one is unknown (learnt later)."""
     if steps_per_epoch is not None:
         return steps_per_epoch
     infinite = [r for r, c in enumerate(cards) if c == INFINITE]

@@ -1,9 +1,6 @@
-"""RUNS INSIDE EVERY LAUNCHED PROCESS, before the user's code.
-
-Launchers put :func:`boot_dir` first on ``PYTHONPATH``; Python's ``site`` then imports the
-``sitecustomize`` there, which chains the user's own ``sitecustomize`` and calls
-:func:`tfdist.worker.bootstrap.start`. That is how a plain ``tf.distribute`` script that never imports
-tfdist still gets the Keras fix.
+"""RUNS INSIDE EVERY LAUNCHED PROCESS, before the user's code: launchers put :func:`boot_dir` first on
+``PYTHONPATH``, whose ``sitecustomize`` calls :func:`tfdist.worker.bootstrap.start`, so a plain
+``tf.distribute`` script that never imports tfdist still gets the Keras fix.
 """
 
 from __future__ import annotations
@@ -13,10 +10,8 @@ from collections.abc import Mapping
 
 #: Set in a process's environment when the tfdist bootstrap should run there.
 BOOT_MARK = "TFDIST_BOOTSTRAP"
-#: gRPC channel options for TensorFlow's servers (read by TensorFlow from this variable). A worker whose
-#: first connection reaches a peer that is still importing TensorFlow otherwise waits gRPC's default
-#: reconnect backoff (1 s, growing): measured on 2 CPU workers, MultiWorkerMirroredStrategy() took
-#: 0.9-1.3 s instead of 0.1-0.2 s beyond the workers' start-up skew in about one launch of three.
+#: gRPC channel options for TensorFlow's servers: a worker whose first connection reaches a peer still
+#: importing TensorFlow would otherwise wait gRPC's default reconnect backoff (1 s, growing).
 GRPC_OPTIONS = (
     "grpc.initial_reconnect_backoff_ms=50,grpc.min_reconnect_backoff_ms=50,grpc.max_reconnect_backoff_ms=1000"
 )

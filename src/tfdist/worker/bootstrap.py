@@ -2,45 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 from tfdist import variables
 from tfdist.worker.imports import after_import
 
 
-def _patch_trainer(module: ModuleType) -> None:
-    from tfdist.keras import fix
+def _gated(patch: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    """``patch`` for when its module loads, applied only under a Keras of the adapter table."""
 
-    fix.patch_trainer(module)
+    def hook(module: ModuleType) -> None:
+        from tfdist.keras import fix
 
+        if fix.gate():
+            patch(module)
 
-def _patch_variables(module: ModuleType) -> None:
-    from tfdist.keras import fix
-
-    if fix.gate():
-        fix.patch_variable_numbers(module)
-
-
-def _patch_metrics(module: ModuleType) -> None:
-    from tfdist.keras import fix
-
-    if fix.gate():
-        fix.patch_metrics(module)
-
-
-def _patch_callbacks(module: ModuleType) -> None:
-    from tfdist.keras import callbacks, fix
-
-    if fix.gate():
-        callbacks.patch_callback_list(module)
+    return hook
 
 
 def _whole_lines_under_mpi() -> None:
-    """Under an MPI launcher that tags lines with the rank (``-prepend-rank``), write whole lines.
-
-    An unbuffered stream writes a print's text and its newline separately, and the launcher tags each
-    piece: ``[1] line[1]``. Line buffering keeps one write per line and still flushes every line.
-    """
+    """Under an MPI launcher that tags lines with the rank, write whole lines (an unbuffered stream writes
+    a print's text and its newline apart, and each piece gets a tag: ``[1] line[1]``)."""
     import os
     import sys
 
@@ -71,7 +54,7 @@ def start() -> None:
         shim.install()  # `import horovod` gets tfdist's Horovod API (the launcher said so once)
     if not fix.enabled_by_env():
         return
-    after_import(fix.TARGET, _patch_trainer)
-    after_import(callbacks.TARGET, _patch_callbacks)
-    after_import(fix.VARIABLES, _patch_variables)
-    after_import(metrics.TARGET, _patch_metrics)
+    after_import(fix.TARGET, fix.patch_trainer)
+    after_import(callbacks.TARGET, _gated(callbacks.patch_callback_list))
+    after_import(fix.VARIABLES, _gated(fix.patch_variable_numbers))
+    after_import(metrics.TARGET, _gated(fix.patch_metrics))

@@ -1,9 +1,6 @@
-"""The worker contract, pure (no TensorFlow, file system or ``os.environ``): every source of workers (the
-launcher, its MPI launcher, Ray, ``tfdist run`` under srun or in a pod) describes a task as a
-:class:`TaskSpec` and gets its environment from ONE function, :func:`task_env`; :class:`RunFiles` and
-:class:`AttemptFiles` name the run directory's files for those who write and read them;
-:func:`forwarded_env` decides what travels to another host (``-H`` over ssh, ``--ray``).
-"""
+"""The worker contract, pure: every source of workers describes a task as a :class:`TaskSpec` and gets its
+environment from ONE function, :func:`task_env`; :class:`RunFiles` and :class:`AttemptFiles` name the run
+directory's files; :func:`forwarded_env` decides what travels to another host (``-H``, ``--ray``)."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ from dataclasses import dataclass
 
 from tfdist.worker import BOOT_MARK, with_bootstrap
 
-#: The variables that place one task in its job (and its launcher's run): they describe this task only,
-#: so they are written for each task and never travel to another host.
+#: The variables that place one task in its job: written for each task, never sent to another host.
 TASK_KEYS = (
     "TF_CONFIG",
     "TFDIST_RANK",
@@ -32,27 +28,13 @@ TASK_KEYS = (
 
 @dataclass(frozen=True)
 class AttemptFiles:
-    """The files of one attempt's directory (``<run>/attempt-K/``), named once.
-
-    - ``<role><index>.log`` / ``.heartbeat``: a launched process's output and the training loop's
-      heartbeat (``worker1.log``, ``chief0.log``, ``ps0.log``, ``proxy1.log``; the MPI launcher, one per
-      job, is ``mpi.log``);
-    - ``rank<R>.log``: rank R's lines split out of the MPI launcher's output;
-    - ``rank<R>.strategy.json``: the strategy a worker built (the join check);
-    - ``rank<R>.error.json``: a worker's uncaught exception (the failure report);
-    - ``rank<R>.progress.json``: a worker's steps (the hang check); ``stacks.request`` and
-      ``rank<R>.stacks.txt``: the launcher's request for every worker's stacks, and each one's answer;
-    - ``ended.json``: how the attempt ended on this node.
-    """
+    """The files of one attempt's directory (``<run>/attempt-K/``), named once."""
 
     directory: str
 
     @staticmethod
     def stem(role: str, index: int = 0) -> str:
-        """A process's file stem (one MPI launcher per job has no index).
-
-        Input/Output: ``("worker", 1)`` -> ``"worker1"``; ``("mpi", 0)`` -> ``"mpi"``.
-        """
+        """A process's file stem: ``("worker", 1)`` -> ``"worker1"``; ``("mpi", 0)`` -> ``"mpi"``."""
         return role if role == "mpi" else f"{role}{index}"
 
     def log(self, role: str, index: int = 0) -> str:
@@ -93,10 +75,7 @@ class AttemptFiles:
 
     @staticmethod
     def unranked_record_name(kind: str, pid: int) -> str:
-        """The record of a process that knows no rank.
-
-        Input/Output: ``("error", 42)`` -> ``"pid42.error.json"``.
-        """
+        """The record of a process that knows no rank: ``("error", 42)`` -> ``"pid42.error.json"``."""
         return f"pid{pid}.{kind}.json"
 
     def record(self, kind: str, rank: int | str) -> str:
@@ -105,8 +84,7 @@ class AttemptFiles:
 
     @staticmethod
     def record_owner(name: str, kind: str) -> str | None:
-        """Who wrote the record file ``name`` of ``kind``: its rank, or its whole stem when it was not
-        written under a rank; None for another kind or another file.
+        """Who wrote the record file ``name`` of ``kind``: its rank, else its stem; None for another file.
 
         Input/Output: ``("rank1.error.json", "error")`` -> ``"1"``; ``("pid42.error.json", "error")`` ->
         ``"pid42"``; ``("rank1.log", "error")`` -> None.
@@ -118,8 +96,7 @@ class AttemptFiles:
         return stem.removeprefix("rank") if stem.startswith("rank") else stem
 
 
-#: Records a worker writes for the launcher, by kind: the strategy it built, its uncaught exception, its
-#: steps.
+#: Records a worker writes for the launcher, by kind.
 RECORD_KINDS = ("strategy", "error", "progress")
 
 
@@ -135,10 +112,8 @@ class _Name:
 
 @dataclass(frozen=True)
 class RunFiles:
-    """A run directory (``--run-dir``) and every name a command writes in it: a launch's attempts
-    (``attempt-K/``, :class:`AttemptFiles`), ``tfdist train``'s, ``tfdist slurm``'s and a bench run's.
-    ``tfdist.fit``'s own two (``metrics.json``, ``curves.png``) are named in :mod:`tfdist.train.report`,
-    a room below this one."""
+    """A run directory (``--run-dir``) and every name a command writes in it (``tfdist.fit``'s own two are
+    named in :mod:`tfdist.train.report`, a room below this one)."""
 
     run_dir: str
 
@@ -151,8 +126,7 @@ class RunFiles:
         return AttemptFiles(self.join(f"attempt-{attempt}"))
 
     def first_failure(self, step: str) -> str:
-        """The exit code of a scheduler step's first failed task (``step``: ``JOB.STEP`` with the requeue
-        count, e.g. ``4242.0-r1``), written by the task that failed first (:mod:`tfdist.worker.task`)."""
+        """The exit code of a scheduler step's first failed task (``step``: e.g. ``4242.0-r1``)."""
         return self.join(f"first-failure-{step}")
 
     def launcher_log(self, host: str) -> str:
@@ -174,14 +148,10 @@ class RunFiles:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One task of a job, as every source describes it.
+    """One task of a job, as every source describes it; a ``None`` leaves its variable as it is.
 
-    ``cluster``: TensorFlow's cluster spec, written as ``TF_CONFIG`` with ``role``/``index`` as the task;
-    ``None`` leaves ``TF_CONFIG`` as it is (a user's own, or a single process). ``rank`` is the training
-    rank (-1 for a parameter server); ``None`` for the MPI launcher's process, whose ranks get theirs from
-    it. ``run_dir``/``attempt``: the launcher's run (``None``: no launcher, as under ``tfdist run``).
-    ``gpus``: ``CUDA_VISIBLE_DEVICES`` (``None``: as it is); ``all_gpus``: every visible GPU in this task
-    (``TFDIST_GPUS_PER_WORKER=all``); ``backend``: ``TFDIST_BACKEND`` (``None``: as it is).
+    ``cluster``: written as ``TF_CONFIG`` with ``role``/``index``; ``rank``: -1 for a parameter server,
+    ``None`` for the MPI launcher's process; ``run_dir``/``attempt``: the launcher's run.
     """
 
     world_size: int
@@ -216,27 +186,23 @@ def task_env(task: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
     if task.backend is not None:
         env["TFDIST_BACKEND"] = task.backend
     if task.rank is not None:
-        env.update(
-            {
-                "TFDIST_RANK": str(task.rank),
-                "TFDIST_LOCAL_RANK": str(task.local_rank),
-                "TFDIST_WORLD_SIZE": str(task.world_size),
-                "TFDIST_LOCAL_WORLD_SIZE": str(task.local_world_size),
-                "TFDIST_ROLE": task.role,
-            }
-        )
+        env |= {
+            "TFDIST_RANK": str(task.rank),
+            "TFDIST_LOCAL_RANK": str(task.local_rank),
+            "TFDIST_WORLD_SIZE": str(task.world_size),
+            "TFDIST_LOCAL_WORLD_SIZE": str(task.local_world_size),
+            "TFDIST_ROLE": task.role,
+        }
     else:
         env["TFDIST_WORLD_SIZE"] = str(task.world_size)
     if task.run_dir is not None:
         files = RunFiles(task.run_dir).attempt(task.attempt)
-        env.update(
-            {
-                "TFDIST_RUN_DIR": task.run_dir,
-                "TFDIST_ATTEMPT_DIR": files.directory,
-                "TFDIST_RESTART_COUNT": str(task.attempt),
-                "TFDIST_HEARTBEAT_FILE": files.heartbeat(task.role, task.index),
-            }
-        )
+        env |= {
+            "TFDIST_RUN_DIR": task.run_dir,
+            "TFDIST_ATTEMPT_DIR": files.directory,
+            "TFDIST_RESTART_COUNT": str(task.attempt),
+            "TFDIST_HEARTBEAT_FILE": files.heartbeat(task.role, task.index),
+        }
     if task.all_gpus:
         env["TFDIST_GPUS_PER_WORKER"] = "all"
     if task.gpus is not None:
@@ -244,10 +210,8 @@ def task_env(task: TaskSpec, base: Mapping[str, str]) -> dict[str, str]:
     return with_bootstrap(env)
 
 
-#: What travels from this process to the workers on another host, which otherwise start with that host's
-#: own environment (ssh's bare one, the one Ray started a node with): tfdist's and TensorFlow's settings,
-#: Keras', the collective libraries' (NCCL, UCX), XLA's flags, the hash seed, and the Python path (every
-#: host runs the same Python environment at the same paths).
+#: What travels to the workers on another host, which otherwise start with that host's own environment
+#: (every host runs the same Python environment at the same paths).
 FORWARDED_PREFIXES = (
     "TFDIST_",
     "TF_",
@@ -258,9 +222,8 @@ FORWARDED_PREFIXES = (
     "PYTHONHASHSEED",
     "PYTHONPATH",
 )
-#: Never travels: this task's place in its job (the other host's tasks get their own), this host's GPUs
-#: (each host has its own), the bootstrap's mark (it marks a worker, not a launcher) and the rendezvous'
-#: secret (sent on ssh's input, never in an environment or a command line).
+#: Never travels: this task's place, this host's GPUs, the bootstrap's mark and the rendezvous' secret
+#: (sent on ssh's input, never in an environment or a command line).
 NOT_FORWARDED = frozenset({*TASK_KEYS, "CUDA_VISIBLE_DEVICES", BOOT_MARK, "TFDIST_RDZV_TOKEN"})
 
 

@@ -1,12 +1,9 @@
-"""A launched process's uncaught exception, written where the launcher's failure report finds it.
-
-TensorFlow's exceptions carry messages hundreds of lines long (tensor dumps, graph traces): the tail of
-a log is rarely the line that matters. The worker records the exception type, the first line of its
-message and the innermost frame of the user's own code, as JSON in the attempt directory.
-"""
+"""A launched process's uncaught exception (type, first line, the user's innermost frame), written as JSON
+where the launcher's failure report finds it: a TensorFlow message's tail is rarely the line that matters."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
@@ -40,11 +37,8 @@ def first_line(message: str) -> str:
 
     Input/Output: ``"\\nbad shape\\n[[1, 2], ...]"`` -> ``"bad shape"``.
     """
-    for line in message.splitlines():
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " …"
-    return ""
+    line = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + " …"
 
 
 def library_dirs() -> tuple[str, ...]:
@@ -69,30 +63,19 @@ def user_frame(tb: TracebackType | None) -> dict[str, Any] | None:
 
 def describe(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> dict[str, Any]:
     """What the failure report shows of an exception."""
-    return {
-        "type": exc_type.__name__,
-        "message": first_line(str(exc)),
-        "where": user_frame(tb),
-    }
+    return {"type": exc_type.__name__, "message": first_line(str(exc)), "where": user_frame(tb)}
 
 
 def collective_timeout() -> BaseException | None:
-    """The MPI backend's collective timeout in this process, if one happened (:mod:`tfdist.sync.watch`).
-
-    Read from ``sys.modules``, not imported: a process that never loaded it had no MPI collective. It is
-    the cause whatever reached the top: raised inside a training step, it arrives wrapped in TensorFlow's
-    ``UnknownError`` (a first line of graph names), or as the Horovod op's own error.
-    """
+    """The MPI backend's collective timeout in this process, if one happened (:mod:`tfdist.sync.watch`, not
+    imported: a process that never loaded it had none): the cause, whatever wrapper reached the top."""
     watch = sys.modules.get("tfdist.sync.watch")
     return watch.fatal() if watch is not None else None
 
 
 def user_error_exit(exc: BaseException) -> None:
-    """End the process as the CLI ends on a user mistake: its one line, exit code 2, no traceback.
-
-    ``os._exit``: after an uncaught exception the interpreter's own exit code is 1, and a process of a
-    multi-worker job may otherwise wait at TensorFlow's shutdown barrier for peers that hit the same error.
-    """
+    """End the process as the CLI ends on a user mistake: its one line, exit code 2, no traceback
+    (``os._exit``: TensorFlow's shutdown barrier may wait for peers that hit the same error)."""
     try:
         sys.stdout.flush()
         sys.stderr.write(f"{type(exc).__name__}: {first_line(str(exc))}\n")
@@ -103,8 +86,7 @@ def user_error_exit(exc: BaseException) -> None:
 
 
 def install(environ: Mapping[str, str] = os.environ) -> None:
-    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR`` (chaining the existing excepthook); a
-    tfdist ConfigError ends the process with its one line and exit code 2 (:func:`user_error_exit`)."""
+    """Record uncaught exceptions in ``$TFDIST_ATTEMPT_DIR``; a ConfigError ends the process with exit 2."""
     directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory:
         return
@@ -113,17 +95,13 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         timeout = collective_timeout()
-        try:
+        with contextlib.suppress(Exception):  # never hide the user's own traceback behind ours
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
                 os.makedirs(directory, exist_ok=True)
                 shown = (
-                    describe(type(timeout), timeout, tb)
-                    if timeout is not None
-                    else describe(exc_type, exc, tb)
+                    describe(exc_type, exc, tb) if timeout is None else describe(type(timeout), timeout, tb)
                 )
                 files.write_json(path, shown)
-        except Exception:  # never hide the user's own traceback behind ours
-            pass
         if issubclass(exc_type, ConfigError):
             user_error_exit(exc)
         previous(exc_type, exc, tb)
@@ -132,31 +110,23 @@ def install(environ: Mapping[str, str] = os.environ) -> None:
         if several:
             failed_exit()
 
-    # One of several workers ends at once after its traceback: TensorFlow's exit handlers would otherwise
-    # wait at the coordination service's shutdown for peers that are themselves waiting in the next
-    # collective for this one (measured: 10 s until the heartbeats time out), and the launcher, which
-    # stops the job at its first failure, would learn of it only then.
+    # One of several workers ends at once after its traceback: TensorFlow's exit handlers would wait at the
+    # coordination service's shutdown for peers that wait in their next collective for this one.
     several = int(variables.raw("TFDIST_WORLD_SIZE", environ) or "1") > 1
     sys.excepthook = hook
 
 
 def record_exit(exc: SystemExit, environ: Mapping[str, str] = os.environ) -> None:
-    """Record a non-zero ``sys.exit`` as the rank's error record (``SystemExit: exited with code N``).
-
-    Only for a process the MPI launcher started (:mod:`tfdist.worker.mpirun`): one launcher process stands
-    for every rank there, and its report names the failed rank from this record. Never raises.
-    """
+    """Record a non-zero ``sys.exit`` of a rank the MPI launcher started (never raises)."""
     code = exc.code
     directory = variables.raw("TFDIST_ATTEMPT_DIR", environ)
     if not directory or code in (None, 0):
         return
     message = f"exited with code {code}" if isinstance(code, int) else first_line(str(code))
-    try:
+    with contextlib.suppress(Exception):  # the rank's exit code matters more than its record
         os.makedirs(directory, exist_ok=True)
         shown = describe(SystemExit, exc, exc.__traceback__)
         files.write_json(os.path.join(directory, record_name(environ)), {**shown, "message": message})
-    except Exception:  # the rank's exit code matters more than its record
-        pass
 
 
 def failed_exit() -> None:

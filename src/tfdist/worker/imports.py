@@ -1,10 +1,5 @@
-"""Run a function right after a module is first imported, without importing it now.
-
-Python has no public post-import hook, so this is a small ``sys.meta_path`` finder: it finds the real
-spec with the other finders and wraps its loader so that ``exec_module`` calls the hook afterwards.
-Why not import Keras eagerly in the bootstrap: that would add seconds to every launched process,
-including those that never use Keras.
-"""
+"""Run a function right after a module is first imported, without importing it now (importing Keras
+eagerly would add seconds to every launched process): a ``sys.meta_path`` finder wraps the real loader."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """Does this worker's strategy span the job? Reported to the launcher through the attempt directory.
 
-A script launched as N workers that builds MirroredStrategy, OneDeviceStrategy, no strategy at all, or a
-MultiWorkerMirroredStrategy with a single-worker resolver trains N separate models; TensorFlow says
-nothing. Each worker writes ``rank<R>.strategy.json`` when it builds a strategy (or first fits with none),
-and the launcher warns (``--strict``: stops the job).
+A script launched as N workers whose strategy does not span them trains N separate models, and TensorFlow
+says nothing: each worker writes ``rank<R>.strategy.json`` and the launcher warns (``--strict``: stops).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from types import ModuleType
@@ -36,10 +35,8 @@ def spans_job(strategy: Any) -> bool:
     extended = getattr(strategy, "extended", None)
     in_mode = getattr(extended, "_in_multi_worker_mode", None)
     if callable(in_mode):
-        try:
+        with contextlib.suppress(Exception):  # a strategy mid-construction: decide on its class below
             return bool(in_mode())
-        except Exception:  # a strategy mid-construction: decide on its class below
-            pass
     return type(strategy).__name__.startswith(("ParameterServerStrategy", "TPUStrategy"))
 
 
@@ -53,11 +50,9 @@ def report(class_name: str, spans: bool, environ: Mapping[str, str] = os.environ
         return
     attempt = AttemptFiles(str(variables.raw("TFDIST_ATTEMPT_DIR", environ)))
     path = attempt.record("strategy", variables.raw("TFDIST_RANK", environ) or "0")
-    try:
+    with contextlib.suppress(OSError):  # the check is advice; training goes on without it
         os.makedirs(attempt.directory, exist_ok=True)
         files.write_json(path, {"class": class_name, "spans": spans})
-    except OSError:  # the check is advice; training goes on without it
-        pass
 
 
 def _watch_strategies(module: ModuleType) -> None:

@@ -1,9 +1,7 @@
 """``python -m tfdist.worker.mpirun script.py …``: a rank under the MPI launcher, as ``python -m mpi4py``.
 
-An uncaught exception or a non-zero exit of any rank becomes ``MPI_Abort`` (the others do not wait
-forever for a peer that left), and a non-zero ``sys.exit`` is first recorded in the rank's error record:
-the launcher's own abort line naming the rank can be lost when it tears the job down (MPICH under load: 1
-run in 12). An uncaught exception is recorded by :func:`tfdist.worker.errors.install`.
+An uncaught exception or a non-zero exit of any rank becomes ``MPI_Abort`` (no rank waits forever for a
+peer that left), a non-zero ``sys.exit`` recorded first (the launcher's own abort line can be lost).
 """
 
 from __future__ import annotations
@@ -27,10 +25,8 @@ def main(argv: list[str] | None = None) -> None:
         set_abort_status(exc)
         raise
     except BaseException:
-        # Abort now, after the traceback and the error record (the excepthook writes both), not at
-        # MPI_Finalize: an exit handler registered after MPI (a library's thread pool, a peer-facing
-        # shutdown) may wait for ranks that wait in a collective for this one, and the abort never came
-        # (seen once in three runs: a rank's callback raised, the job waited until killed).
+        # Abort now, after the traceback and the error record, not at MPI_Finalize: an exit handler
+        # registered after MPI may wait for ranks that wait in a collective for this one.
         sys.excepthook(*sys.exc_info())
         sys.stdout.flush()
         sys.stderr.flush()

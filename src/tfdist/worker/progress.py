@@ -1,19 +1,12 @@
-"""A launched process's progress and, when asked, its stacks: what lets the launcher end a hung job by
-itself and say where each worker was.
-
-TensorFlow has no hang detector and prints nothing while a collective waits for a peer that never comes.
-Every training front end (``model.fit``, ``tfdist.fit``, a tutorial loop, a Horovod script) runs its
-steps as ``tf.function`` calls, so each call is counted: how many, whether the process is inside one
-now (waiting in a collective, or computing), and the longest time between two calls. A daemon thread
-writes that to the attempt directory at most once a second, and writes every thread's Python stack when
-the launcher asks (:meth:`AttemptFiles.stacks_request`) — before the launcher stops anything. It also
-publishes whether the training can stop at a step boundary and passes on the launcher's request to
-(:mod:`tfdist.resize`).
+"""A launched process's progress (its ``tf.function`` calls: every front end's steps) and, when asked, its
+stacks, written by a daemon thread once a second: what lets the launcher end a hung job and say where
+each worker was. It also passes on a resize request (:mod:`tfdist.resize`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -36,12 +29,8 @@ TICK_S = 1.0
 
 def worker_rank(environ: Mapping[str, str] = os.environ) -> str | None:
     """The process's training rank: TFDIST_RANK, else the MPI launcher's rank variable; None without one."""
-    candidates = [variables.raw("TFDIST_RANK", environ)]
-    candidates += [environ.get(var) for var in MPI_RANK]
-    for value in candidates:
-        if value and value.lstrip("-").isdigit():
-            return value
-    return None
+    candidates = [variables.raw("TFDIST_RANK", environ), *(environ.get(var) for var in MPI_RANK)]
+    return next((value for value in candidates if value and value.lstrip("-").isdigit()), None)
 
 
 class Progress:
@@ -83,20 +72,15 @@ class Progress:
 
     def publish(self) -> None:
         """Write the record (a full or vanished run directory must not end the training)."""
-        with self._writing:
-            try:
-                files.write_json(self.attempt.record("progress", self.rank), self.record())
-            except OSError:
-                pass
+        with self._writing, contextlib.suppress(OSError):
+            files.write_json(self.attempt.record("progress", self.rank), self.record())
 
     def answer(self) -> None:
         """Write every thread's stack once the launcher asks for them."""
         if not self._answered and os.path.exists(self.attempt.stacks_request):
             self._answered = True
-            try:
+            with contextlib.suppress(OSError):
                 files.write_text(self.attempt.stacks(self.rank), stacks())
-            except OSError:
-                pass
 
     def run(self) -> None:
         published: dict[str, Any] | None = None

@@ -1,12 +1,6 @@
-"""``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE
-job, then run ``CMD``.
-
-The task's environment is derived from the scheduler (pure: :func:`plan_task_env`); the wrapper imports
-neither TensorFlow nor Keras, so it adds no time to the first step. Where it can, the command is exec'd
-and no process of tfdist's stays behind. In a Slurm step of a job ``tfdist slurm submit`` wrote
-(``TFDIST_RUN_DIR`` set), the wrapper stays as the command's parent instead, so the job ends with the
-exit code of the task that failed FIRST: when one task fails, srun stops the others with SIGTERM and
-reports the highest exit code of all, which would be the stop's 143, not the failure's code.
+"""``tfdist run -- CMD``: make one task of a cluster job (an ``srun`` task, typically) a worker of ONE job,
+then exec ``CMD``. In a Slurm step of a job ``tfdist slurm submit`` wrote, the wrapper stays as the parent,
+so the job ends with the exit code of the task that failed FIRST (srun reports the highest: the stop's 143).
 """
 
 from __future__ import annotations
@@ -29,15 +23,9 @@ from tfdist.worker.contract import RunFiles, TaskSpec, task_env
 
 
 def plan_task_env(env: ClusterEnvironment, environ: Mapping[str, str], node_gpus: int = 0) -> dict[str, str]:
-    """The environment the task's command runs with: the worker contract
-    (:func:`tfdist.worker.contract.task_env`) for the task the scheduler describes.
-
-    - ``TF_CONFIG`` from the cluster spec (the ports every task derives from the job id), unless set;
-    - ``TFDIST_RANK``, ``TFDIST_LOCAL_RANK``, ``TFDIST_WORLD_SIZE``, ``TFDIST_LOCAL_WORLD_SIZE``,
-      ``TFDIST_ROLE``;
-    - one GPU per task by local rank when several tasks share a node's GPUs (not with
-      ``TFDIST_GPUS_PER_WORKER=all``, nor when the scheduler already bound GPUs to the task);
-    - tfdist's worker bootstrap (the Keras ``model.fit`` fix) on ``PYTHONPATH``.
+    """The environment the task's command runs with: :func:`tfdist.worker.contract.task_env` for the task
+    the scheduler describes (``TF_CONFIG`` unless set; one GPU per task by local rank when tasks share a
+    node's GPUs, unless ``TFDIST_GPUS_PER_WORKER=all`` or the scheduler bound them).
 
     Input/Output: rank 1 of a 2-task Slurm step -> ``TF_CONFIG`` with ``{"type": "worker", "index": 1}``.
     """
@@ -88,8 +76,7 @@ def check_peer_addresses(env: ClusterEnvironment, environ: Mapping[str, str]) ->
 
 
 def run_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
-    """Run ``command`` as a worker of the job: exec it (never returns), or, in a Slurm step with a run
-    directory, as a child whose exit code is reported as the step's first failure (see the module)."""
+    """Run ``command`` as a worker of the job: exec it, or (see the module) run it as a child."""
     from tfdist.env import detect_environment
 
     if not command:
@@ -112,8 +99,7 @@ def run_task(command: Sequence[str], environ: Mapping[str, str] | None = None) -
 
 
 def first_failure_record(environ: Mapping[str, str]) -> str | None:
-    """Where this Slurm step's first failure is recorded: in the run directory (shared by the job's
-    nodes, as its output file is), one file per step and requeue; ``None`` outside such a step."""
+    """Where this Slurm step's first failure is recorded; ``None`` outside such a step."""
     run_dir = variables.raw("TFDIST_RUN_DIR", environ)
     job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
     if not run_dir or not job or step is None:
@@ -121,9 +107,8 @@ def first_failure_record(environ: Mapping[str, str]) -> str | None:
     return RunFiles(run_dir).first_failure(f"{job}.{step}-r{environ.get('SLURM_RESTART_COUNT', '0')}")
 
 
-#: Slurm signals every process of a step (the wrapper and its command alike), so the wrapper forwards
-#: nothing: it notes a stop and survives the signals a preemption handler expects (USR1/USR2), which by
-#: default would end it before the command had checkpointed.
+#: Slurm signals every process of a step, so the wrapper forwards nothing: it notes a stop and survives
+#: USR1/USR2 (a preemption handler's), which by default would end it before the command checkpointed.
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _NOTED = (*_STOPS, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -141,15 +126,12 @@ def _run_child(program: str, command: Sequence[str], env: Mapping[str, str], rec
     child = subprocess.Popen([program, *command[1:]], executable=program, env=dict(env), close_fds=False)
     code = child.wait()
     code = 128 - code if code < 0 else code
-    if code == 0:
-        return 0
-    return step_exit_code(record, code, failed_first=not stopped)
+    return 0 if code == 0 else step_exit_code(record, code, failed_first=not stopped)
 
 
 def step_exit_code(record: str, code: int, failed_first: bool) -> int:
-    """The exit code this task reports: its own if it is the first of the step to fail (recorded for
-    the others), else the first failure's, so srun's highest code is the first failure's. A task stopped
-    by a signal (``failed_first=False``) with no failure recorded (scancel, the time limit) keeps its own.
+    """The exit code this task reports: its own if it is the first of the step to fail (recorded for the
+    others), else the first failure's; a stopped task with no failure recorded (scancel) keeps its own.
 
     Input/Output: task 1 exits 3 with no record -> 3 (recorded); task 0, stopped (143) -> 3.
     """

@@ -17,8 +17,7 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 def check_address(address: str) -> str:
-    """``--ray ADDRESS``: ``auto`` (RAY_ADDRESS or this machine's cluster), ``HOST:PORT`` or
-    ``ray://HOST:PORT``.
+    """``--ray ADDRESS``: ``auto`` (RAY_ADDRESS or this machine's cluster), ``HOST:PORT`` or ``ray://HOST:PORT``.
 
     Input/Output: ``"10.0.0.1:6379"`` -> same; ``"train.py"`` -> ConfigError naming the form.
     """
@@ -35,8 +34,7 @@ def check_address(address: str) -> str:
 
 
 def answers(address: str, timeout: float) -> OSError | None:
-    """``None`` when a ``HOST:PORT`` (or ``ray://HOST:PORT``) address accepts a TCP connection now, else the
-    error of the attempt (Ray's own connect retries for a long while before it says anything)."""
+    """``None`` when a ``[ray://]HOST:PORT`` address accepts a TCP connection now, else the error."""
     host, port = split_address(address.removeprefix("ray://"))
     if not host or not port.isdigit():
         return OSError(f"{address!r} is not HOST:PORT")
@@ -48,8 +46,7 @@ def answers(address: str, timeout: float) -> OSError | None:
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """``--ray HOST:PORT``: the address accepts TCP connections, else one line (``auto`` and ``ray://``
-    addresses are left to Ray, which resolves them itself)."""
+    """``--ray HOST:PORT`` accepts TCP connections, else one line (``auto``, ``ray://``: left to Ray)."""
     if address == "auto" or address.startswith("ray://"):
         return
     exc = answers(address, timeout)
@@ -62,11 +59,7 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def find_cluster(environ: Mapping[str, str], timeout: float = 1.0) -> dict[str, Any] | None:
-    """The Ray cluster ``ray.init(address="auto")`` (and ``tfdist launch --ray``) would join from here:
-    ``RAY_ADDRESS``, else the address ``ray start`` wrote on this machine
-    (``$RAY_TMPDIR|$TMPDIR|/tmp/ray/ray_current_cluster``, Ray's own lookup, read without importing Ray),
-    and whether its port answers now (a file left by a node that crashed does not); ``None``: no cluster.
-    """
+    """The Ray cluster ``ray.init(address="auto")`` would join from here, and whether it answers; or None."""
     address, where = environ.get("RAY_ADDRESS", "").strip(), "RAY_ADDRESS"
     if not address:
         root = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"

@@ -1,26 +1,20 @@
-"""The launcher's side of workers that run on Ray nodes: the same WorkerGroup, read through the actors.
-
-The supervisor (:mod:`tfdist.launcher.api`) polls exit codes, reads output tails and heartbeats, and stops
-the group exactly as for local processes. Here each worker's process is a :class:`RemoteProcess` whose
-state arrives with its output: one thread per worker long-polls its actor
-(:class:`tfdist.launcher.ray.host.WorkerHost`), feeds the lines to the usual :class:`LogPump` (prefixes,
-per-worker log files on the launcher's disk) and copies the worker's join and error records into the
-launcher's attempt directory, where the join check and the failure report look for them.
-"""
+"""The launcher's side of workers that run on Ray nodes: the same WorkerGroup, read through the actors (a
+thread per worker long-polls its actor for output, exit code and records)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from tfdist import files
 from tfdist.launcher.logs import LogPump
 from tfdist.launcher.plan import ProcessSpec
 from tfdist.launcher.workers import Worker, WorkerGroup
@@ -34,8 +28,7 @@ READ_SLACK_S = 60.0
 
 
 class RemoteProcess:
-    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()``, ``returncode`` and
-    ``stdin`` (always ``None``: the launcher writes nothing to a worker on another node)."""
+    """What the supervisor reads from ``worker.popen``: pid, ``poll()``, ``wait()``, ``returncode``."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -58,16 +51,12 @@ class RemoteProcess:
 
 
 def mirror_record(directory: str, name: str, text: str) -> None:
-    """Write a worker's record into the launcher's attempt directory, atomically, unless it is there (a
-    shared filesystem: the worker wrote it itself); a progress record, which changes, is replaced."""
+    """Copy a worker's record into the launcher's attempt directory, atomically, unless it is there."""
     path = os.path.join(directory, name)
     if os.path.exists(path) and AttemptFiles.record_owner(name, "progress") is None:
         return
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    files.write_text(path, text)
 
 
 class RemoteStream:
@@ -176,10 +165,8 @@ class RayWorkerGroup(WorkerGroup):
         """SIGKILL every worker on its node, then wait for their exit codes and last lines."""
         import ray
 
-        try:
+        with contextlib.suppress(Exception):  # a lost node: its stream has already ended the worker
             ray.get([actor.kill.remote() for actor in self.actors[: len(self.workers)]], timeout=30)
-        except Exception:  # a lost node: its stream has already ended the worker
-            pass
         for worker in self.workers:
             try:
                 worker.popen.wait(timeout=10)

@@ -1,10 +1,6 @@
-"""RUNS ON A RAY NODE, inside the actor that holds one worker's bundle: starts the worker's process there.
-
-The launcher (:mod:`tfdist.launcher.ray.group`) keeps the supervision; this side only starts, signals and
-reads one process at a time, and ships back what the launcher reads from a local worker: its output
-lines, its exit code, the age of its heartbeat file and the records it wrote for the join check and the
-failure report (the node's disk need not be the launcher's). Nothing here imports Ray, so it is tested
-as a plain object; :mod:`tfdist.launcher.ray.placement` wraps it in ``ray.remote``.
+"""RUNS ON A RAY NODE, inside the actor that holds one worker's bundle: starts, signals and reads the worker's
+process, and ships back its output, exit code, heartbeat age and records (the node's disk need not be the
+launcher's). No Ray import: :mod:`tfdist.launcher.ray.placement` wraps it in ``ray.remote``.
 """
 
 from __future__ import annotations
@@ -26,14 +22,13 @@ from tfdist.nodes import free_ports
 from tfdist.worker import with_bootstrap
 from tfdist.worker.contract import RECORD_KINDS, AttemptFiles
 
-#: After the process exited, how long to wait for its output to end before reporting the exit code anyway
-#: (a grandchild may hold the pipe open).
+#: After the process exited, how long its output may take to end (a grandchild may hold the pipe open).
 DRAIN_S = 2.0
 
 
 def node_env(planned: Mapping[str, str], here: Mapping[str, str], launcher_boot: str) -> dict[str, str]:
-    """The worker's environment on this node: the node's own variables, the planned ones on top, and
-    PYTHONPATH joined (this node's tfdist bootstrap first, the launcher's dropped). Pure.
+    """The worker's environment on this node: its own variables, the planned ones on top, PYTHONPATH joined
+    (this node's bootstrap first, the launcher's dropped). Pure.
 
     Input/Output: planned ``{"PYTHONPATH": "<launcher boot>", "TF_CONFIG": "..."}``, here
     ``{"PYTHONPATH": "/opt/lib", "PATH": "/usr/bin"}`` -> ``{"PATH": ..., "TF_CONFIG": ...,
@@ -49,11 +44,6 @@ def node_env(planned: Mapping[str, str], here: Mapping[str, str], launcher_boot:
     return with_bootstrap(env)
 
 
-def _record_names(rank: str) -> tuple[str, ...]:
-    # What tfdist.worker writes for the launcher: the strategy it built, its uncaught exception, its steps.
-    return tuple(AttemptFiles.record_name(kind, rank) for kind in RECORD_KINDS)
-
-
 class WorkerHost:
     """One worker's process on this node, started, signalled and read by the launcher."""
 
@@ -67,8 +57,8 @@ class WorkerHost:
         self._heartbeat = ""
         self._rank = ""
         self._sent: dict[str, str] = {}
-        # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: fork from one thread that
-        # lives as long as this actor, so a worker dies with the actor (and the actor with the launcher).
+        # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: fork from one that lives as
+        # long as this actor.
         self._requests: queue.Queue[tuple[dict[str, Any], Future[int]]] = queue.Queue()
         threading.Thread(target=self._spawner, name="tfdist-spawner", daemon=True).start()
 
@@ -85,11 +75,7 @@ class WorkerHost:
     def start(
         self, argv: list[str], planned: dict[str, str], cwd: str, launcher_python: str, launcher_boot: str
     ) -> int:
-        """Start the worker (the previous one must have ended); its pid.
-
-        ``cwd`` is the launcher's directory (scripts and data are expected at the same paths on every node,
-        as with ``--hosts``); the launcher's interpreter is replaced by this node's, as Ray runs it.
-        """
+        """Start the worker (the previous one ended) in ``cwd`` under this node's interpreter; its pid."""
         env = node_env(planned, os.environ, launcher_boot)
         if argv and argv[0] == launcher_python:
             argv = [sys.executable, *argv[1:]]
@@ -137,11 +123,7 @@ class WorkerHost:
             self._lock.notify_all()
 
     def read(self, wait_s: float) -> dict[str, Any]:
-        """New output lines (waiting up to ``wait_s`` for some), and the process's state.
-
-        ``code`` is the exit code once the process exited and its output ended (or :data:`DRAIN_S` passed):
-        the launcher then has every line before it learns the process is gone.
-        """
+        """New output lines (waiting up to ``wait_s`` for some), and the process's state."""
         deadline = time.monotonic() + wait_s
         with self._lock:
             while not self._lines and not self._finished() and time.monotonic() < deadline:
@@ -175,14 +157,13 @@ class WorkerHost:
             return None
 
     def _records(self) -> dict[str, str]:
-        """Records not yet shipped or changed since (the progress record), each only when complete (valid
-        JSON)."""
+        """Records not yet shipped or changed since, each only when complete (valid JSON)."""
         import json
 
         out: dict[str, str] = {}
-        for name in _record_names(self._rank):
-            if not self._attempt_dir:
-                continue
+        if not self._attempt_dir:
+            return out
+        for name in (AttemptFiles.record_name(kind, self._rank) for kind in RECORD_KINDS):
             try:
                 with open(os.path.join(self._attempt_dir, name), encoding="utf-8") as fh:
                     text = fh.read()
@@ -207,7 +188,6 @@ class WorkerHost:
             return None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # the kernel reaps SIGKILLed processes
             return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel reaps SIGKILLed processes
-            return None
+        return None

@@ -1,12 +1,9 @@
-"""Ray as the placement of ``tfdist launch --ray``: connect, reserve one bundle per worker, hold an actor on
-each, and hand the supervisor a WorkerGroup whose processes run on the bundles' nodes.
-
-The placement group and its actors live for the whole launch (restarts reuse them and find new ports);
-:meth:`RayPlacement.close` removes them, so nothing of the job stays on the cluster.
-"""
+"""Ray as the placement of ``tfdist launch --ray``: reserve one bundle per worker for the whole launch, hold
+an actor on each, and hand the supervisor a WorkerGroup whose processes run on the bundles' nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -148,10 +145,8 @@ class RayPlacement:
         from ray.util.placement_group import remove_placement_group
 
         for actor in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # a lost node: Ray ends what ran there
                 self.ray.get(actor.kill.remote(), timeout=15)
-            except Exception:  # a lost node: Ray ends what ran there
-                pass
             self.ray.kill(actor)
         try:
             remove_placement_group(self.placement_group)

@@ -1,9 +1,7 @@
 """Workers placed by Ray: bundles, whether the cluster can hold them, and each worker's environment. Pure.
 
-``tfdist launch --ray`` keeps the launcher's semantics and changes only where the processes run: one
-placement-group bundle per worker, a process started on the bundle's node, with that node's address and a
-port free there in ``TF_CONFIG``. Nothing here imports Ray; :mod:`tfdist.launcher.ray.placement` asks Ray
-and passes the answers in.
+``tfdist launch --ray`` changes only where the processes run: one placement-group bundle per worker, with
+its node's address and a port free there in ``TF_CONFIG`` (:mod:`tfdist.launcher.ray.placement` asks Ray).
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ class Placement:
 def bundle(config: LaunchConfig) -> dict[str, float]:
     """The resources of one worker's bundle.
 
-    Input/Output: ``ray_cpus=1, ray_gpus=0`` -> ``{"CPU": 1.0}``;
-    ``ray_gpus=1`` -> ``{"CPU": 1.0, "GPU": 1.0}``.
+    Input/Output: ``ray_cpus=1`` -> ``{"CPU": 1.0}``; ``ray_gpus=1`` -> ``{"CPU": 1.0, "GPU": 1.0}``.
     """
     out = {"CPU": float(config.ray_cpus)}
     if config.ray_gpus:
@@ -52,19 +49,15 @@ def bundle(config: LaunchConfig) -> dict[str, float]:
 
 def _fits(node: NodeResources, need: Mapping[str, float]) -> int:
     """How many bundles ``need`` fit on ``node`` at once."""
-    counts = []
-    for name, have in (("CPU", node.cpus), ("GPU", node.gpus)):
-        amount = need.get(name, 0.0)
-        if amount:
-            counts.append(int(have // amount + 1e-9))
-    return min(counts) if counts else 1 << 30
+    have = {"CPU": node.cpus, "GPU": node.gpus}
+    return min((int(have[name] // need[name] + 1e-9) for name in have if need.get(name)), default=1 << 30)
 
 
 def shortfall(config: LaunchConfig, nodes: Sequence[NodeResources], address: str) -> str | None:
-    """Why the cluster can never hold the job's bundles (one line), or None when it can.
+    """Why the cluster can never hold the job's bundles (one line), or None: checked before a placement
+    group exists, so a job that cannot be placed never waits in "pending".
 
-    Checked against what the nodes have in all, before a placement group exists, so a job that cannot be
-    placed never waits in "pending". Input/Output: ``-n 5`` of ``{"CPU": 1}`` on two 2-CPU nodes ->
+    Input/Output: ``-n 5`` of ``{"CPU": 1}`` on two 2-CPU nodes ->
     ``"-n 5 workers need 5 CPU (1 per worker) but the Ray cluster at ... has 4 CPU on 2 node(s). ..."``.
     """
     n, need = config.nproc_per_node, bundle(config)
@@ -106,14 +99,8 @@ def plan_ray_workers(
     attempt: int,
     base_env: Mapping[str, str],
 ) -> list[ProcessSpec]:
-    """Every worker of one attempt, placed in the Ray job.
-
-    Each worker gets what the launcher gives a worker of a one-worker node (threads for its bundle's CPUs,
-    unbuffered output, the collective timeout; no CPU binding: the node's cores are Ray's to share out)
-    and its place in the whole job from the worker contract: ``TF_CONFIG`` with every worker's node address
-    and port, its rank, and its rank among the workers on its node. Its GPUs are its bundle's, as Ray set
-    ``CUDA_VISIBLE_DEVICES`` on the node (all of them in the worker with ``--gpus-per-worker`` 2 or more).
-    """
+    """Every worker of one attempt, placed in the Ray job: a one-worker node's environment (no CPU binding:
+    the cores are Ray's to share), its place in the whole job, and its bundle's GPUs as Ray set them."""
     world = len(placements)
     cluster = {"worker": [f"{_host(p.address)}:{p.port}" for p in placements]}
     files = RunFiles(run_dir).attempt(attempt)

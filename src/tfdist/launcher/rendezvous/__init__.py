@@ -1,9 +1,5 @@
-"""WHO ARE MY PEERS? One answer, several sources: ``--hosts/--node-rank`` (static), ``--rdzv HOST:PORT``
-(nodes meet at an endpoint, authenticated by a token), a scheduler's variables.
-
-:class:`Rendezvous` is the store-based source: the node that ``HOST`` names serves the endpoint, every node
-(that one included) joins it, and all receive the same :class:`Assignment`, again after every failure.
-"""
+"""``--rdzv HOST:PORT``: the node that ``HOST`` names serves the endpoint, every node (that one included)
+joins it with the job's token, and all receive the same :class:`Assignment`, again after every failure."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ class RendezvousSpec:
     token_file: str | None = None
     #: With a range of nodes: seconds a round with the fewest nodes waits for more (None: the default).
     last_call: float | None = None
-    #: With a range of nodes: seconds a round runs before nodes that arrive make it grow (None: never,
-    #: they wait for a restart).
+    #: With a range of nodes: seconds a round runs before newcomers make it grow (None: never).
     grow_every: float | None = 0.0
 
     def __post_init__(self) -> None:
@@ -99,8 +94,7 @@ def serves(host: str) -> bool:
 
 
 def _token(spec: RendezvousSpec, serving: bool, deadline: float) -> str:
-    """The job's secret: --rdzv-token, TFDIST_RDZV_TOKEN, or the token file (written by the serving node
-    with a fresh secret when missing, readable only by its owner; the others wait for it)."""
+    """The job's secret: --rdzv-token, TFDIST_RDZV_TOKEN, or the token file (the server writes it)."""
     if spec.token:
         return spec.token
     from_env = variables.raw("TFDIST_RDZV_TOKEN")
@@ -138,14 +132,9 @@ def _write_secret(path: str, token: str) -> None:
 
 
 class Rendezvous:
-    """This node's membership of a job formed at ``--rdzv``: :meth:`meet` once at the start and again
-    after every failure (a new round: the nodes still there, and any that joined since, up to the most).
-
-    The node that ``HOST`` names serves the endpoint for the whole job (its launcher's daemon thread);
-    each node holds the connection of its last round open, which tells the server it is alive, and on
-    which the server tells it when another node failed or left (:meth:`notice`). A
-    :class:`tfdist.launcher.membership.Membership`.
-    """
+    """This node's :class:`~tfdist.launcher.membership.Membership` of a job formed at ``--rdzv``: each node
+    holds its last round's connection open, which tells the server it is alive, and on which the server
+    tells it when another node failed or left (:meth:`notice`)."""
 
     #: Every node brings ports it found free on itself.
     ports_agreed = True
@@ -167,8 +156,7 @@ class Rendezvous:
         self.command, self.digest = command, digest
         self.restarts, self.last_call = restarts, last_call
         self.serving = serves(spec.host)
-        # This launcher's id in every join: its own retries and rounds are told apart from a second
-        # launcher that calls itself by the same host name.
+        # This launcher's id in every join: tells its own retries from a twin of the same host name.
         self.launcher = secrets.token_hex(8)
         self.token: str | None = None
         self.held: list[socket.socket] = []
@@ -199,14 +187,9 @@ class Rendezvous:
         previous, self.held = self.held, []
         self._inbox.clear()
         try:
+            left = max(0.1, deadline - time.monotonic())
             assignment = client.join(
-                self.spec.host,
-                self.spec.port,
-                secret,
-                request,
-                max(0.1, deadline - time.monotonic()),
-                hold=self.held,
-                max_nodes=self.nodes[1],
+                self.spec.host, self.spec.port, secret, request, left, hold=self.held, max_nodes=self.nodes[1]
             )
             for sock in self.held:
                 sock.setblocking(False)  # read between polls of the workers (notice), never waited on
@@ -240,17 +223,13 @@ class Rendezvous:
             return None
 
     def notice(self) -> Notice | None:
-        """What the server said on the held connection about another node of this round, if anything yet
-        (never blocks: the launcher asks between polls of its workers)."""
+        """What the server said on the held connection about another node of this round (never blocks)."""
         return client.notice(self.held, self._inbox, self.spec.host)
 
-    def decline(self, why: str) -> None:
-        """Tell the server that this node's workers cannot stop and resume now: the nodes waiting to join
-        are told ``why`` and not taken."""
-        line = protocol.encode({"decline": why[:400]})
+    def _send(self, line: bytes) -> None:
+        """``line`` on every held connection, waiting a second at most on each."""
         for sock in self.held:
             try:
-                sock.setblocking(True)
                 sock.settimeout(1.0)
                 sock.sendall(line)
             except OSError:
@@ -258,17 +237,14 @@ class Rendezvous:
             finally:
                 sock.setblocking(False)
 
+    def decline(self, why: str) -> None:
+        """Tell the server that this node's workers cannot stop and resume now (the newcomers are told)."""
+        self._send(protocol.encode({"decline": why[:400]}))
+
     def close(self, *, stop: bool = False, code: int = 0, why: str = "") -> None:
-        """Leave the job: the server stops counting this node. ``stop``: this node ends the job for good
-        (exit ``code``, ``why`` in one line), which the server tells the others; otherwise it ended well."""
-        leave = protocol.encode({"leave": {"stop": stop, "code": code, "why": why[:400]}})
+        """Leave the job; ``stop``: this node ends it for good (exit ``code``, ``why``), told the others."""
+        self._send(protocol.encode({"leave": {"stop": stop, "code": code, "why": why[:400]}}))
         for sock in self.held:
-            try:
-                sock.setblocking(True)
-                sock.settimeout(1.0)
-                sock.sendall(leave)
-            except OSError:
-                pass
             sock.close()
         self.held = []
         if self.server is not None:  # this launcher serves the endpoint: say goodbye to the others
@@ -276,11 +252,4 @@ class Rendezvous:
             self.server.stop(Notice(name, why[:400] or "stopped", True, code) if stop else None)
 
 
-__all__ = [
-    "Assignment",
-    "Notice",
-    "Rendezvous",
-    "RendezvousSpec",
-    "job_digest",
-    "parse_endpoint",
-]
+__all__ = ["Assignment", "Notice", "Rendezvous", "RendezvousSpec", "job_digest", "parse_endpoint"]

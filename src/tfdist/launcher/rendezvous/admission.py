@@ -1,12 +1,5 @@
-"""Which connections that have not authenticated yet the rendezvous keeps. Pure (no sockets).
-
-A member's connection is not counted here: once a node's join is verified it leaves this table, so a job
-of any size forms whatever strangers do. Strangers are bounded twice: at most ``total`` connections that
-have not sent a verified join, and at most ``per_address`` of them from one source address. When either
-bound is reached the oldest such connection (of that address, else of all) makes room: a node's
-handshake takes one round trip, a stranger's held connection ages, so a flood drops its own connections
-first and never shuts a node out by being first (a refused newcomer would have been the node).
-"""
+"""Which connections that have not authenticated yet the rendezvous keeps, bounded in all and per address:
+the oldest makes room (a node's handshake takes one round trip, so a flood drops its own first). Pure."""
 
 from __future__ import annotations
 
@@ -48,8 +41,7 @@ class Admission(Generic[K]):
         return next(iter(self._all), None)
 
     def admit(self, key: K, address: str, deadline: float) -> list[K]:
-        """Keep ``key`` (from ``address``, to be verified by ``deadline``); the keys dropped to make room,
-        which the caller closes."""
+        """Keep ``key`` (from ``address``, to be verified by ``deadline``); the keys dropped to make room."""
         dropped: list[K] = []
         mine = self._by_address.get(address)
         if mine is not None and len(mine) >= self.per_address:

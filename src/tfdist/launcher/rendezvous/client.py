@@ -1,5 +1,4 @@
-"""A node's side of the rendezvous: connect (retrying while the server is not up yet), authenticate,
-wait for the assignment."""
+"""A node's side of the rendezvous: connect (retrying), authenticate, wait for the assignment."""
 
 from __future__ import annotations
 
@@ -46,11 +45,9 @@ def join(
 ) -> Assignment:
     """This node's assignment from the rendezvous at ``host:port`` (ConfigError with one line otherwise).
 
-    ``token`` is asked for only once the endpoint answered: an unreachable endpoint is reported as such,
-    not as a missing token file (which the serving node writes before it serves). With ``hold``, the
-    connection that brought the assignment stays open and is appended there: while it is open the server
-    counts this node as alive, and a later round waits for it. ``max_nodes``: the most nodes the job takes
-    (--nnodes MAX), which bounds the assignment this node reads (:func:`protocol.reply_limit`)."""
+    ``token`` is asked for only once the endpoint answered (an unreachable endpoint is not a missing token
+    file). With ``hold``, the connection that brought the assignment stays open, appended there (the server
+    counts this node alive). ``max_nodes`` bounds the assignment read (:func:`protocol.reply_limit`)."""
     endpoint = f"{host}:{port}"
     deadline = time.monotonic() + timeout
     join_body = request.to_dict()
@@ -119,13 +116,8 @@ def _unanswered(endpoint: str, host: str, timeout: float, stage: str) -> str:
 
 def notice(held: list[socket.socket], inbox: bytearray, endpoint: str = "") -> Notice | None:
     """The server's notice on a held (non-blocking) connection, if one arrived; ``inbox`` keeps a partial
-    line between calls. Never blocks.
-
-    The connection's end is news too. Timed out (keep-alive): this node no longer reaches the endpoint's
-    node (host or link down), so the job's collectives cannot complete either. Closed without the server's
-    ``bye``: the launcher serving the rendezvous is gone, so no round can follow (a stop). A connection
-    closed after ``bye`` is not news: that launcher ended in order (its job may have finished first).
-    """
+    line between calls. Never blocks. The connection's end is news too (timed out: host or link down;
+    closed without ``bye``: the serving launcher is gone, a stop)."""
     for sock in list(held):
         try:
             data = sock.recv(protocol.MAX_MESSAGE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import socket
 from collections import deque
@@ -11,26 +12,22 @@ from dataclasses import dataclass, field
 from tfdist.launcher.rendezvous.admission import MAX_PENDING
 from tfdist.launcher.rendezvous.protocol import JoinRequest
 
-#: TCP keep-alive on a member's connection: a node whose link is cut is found gone after about
-#: ``idle + interval * probes`` seconds, without a heartbeat in the protocol.
+#: TCP keep-alive on a member's connection: a cut node is found gone after ``idle + interval * probes`` s.
 KEEPALIVE = (2, 1, 3)
 
 
 def keepalive(sock: socket.socket) -> None:
     """Turn on :data:`KEEPALIVE` for ``sock`` (either side of a member's connection)."""
     idle, interval, probes = KEEPALIVE
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: a cut node is waited for (last call)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-    except (OSError, AttributeError):  # not Linux: a cut node is then waited for until the last call
-        pass
 
 
 def open_files_for(nnodes: int) -> int:
-    """Raise this process's soft limit of open files towards what a job of ``nnodes`` needs (a round
-    running and the next one meeting, strangers, the launcher's own); returns the limit now in force."""
+    """Raise the soft limit of open files towards what a job of ``nnodes`` needs; the limit in force."""
     need = 2 * nnodes + MAX_PENDING + 256
     try:
         import resource
@@ -47,8 +44,7 @@ def open_files_for(nnodes: int) -> int:
 
 @dataclass(eq=False)
 class Connection:
-    """One peer of the server: a stranger until its join is verified, then a node; and what it is still
-    to be sent (the pieces of a line: a piece shared by every node is not copied for each)."""
+    """One peer of the server (a stranger until its join is verified), and what it is still to be sent."""
 
     sock: socket.socket
     fd: int

@@ -1,18 +1,13 @@
 """The rendezvous protocol: messages, authentication and the assignment of ranks. Pure (no sockets).
 
-One JSON object per line, each at most :data:`MAX_MESSAGE` bytes, but the assignment, which names every node
-and grows with the job (:func:`reply_limit`, from the most nodes the job takes):
+One JSON object per line, at most :data:`MAX_MESSAGE` bytes (the assignment: :func:`reply_limit`):
 
 1. server -> node: ``{"hello": "tfdist-rdzv/1", "nonce": HEX}``
 2. node -> server: ``{"join": {...}, "mac": HMAC-SHA256(token, nonce + canonical join)}``
-3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``.
-
-While the job runs, each node of a round that another may follow keeps that connection open, and:
-
-4. node -> server, before it closes the connection: ``{"leave": {"stop": BOOL, "code": N, "why": LINE}}``
-   (``stop`` false: the job ended well on that node);
-5. server -> every other node of the round, once, when a node fails or leaves: ``{"notice": {...}}``
-   (:class:`Notice`), so that no survivor waits out a collective timeout to learn it.
+3. server -> node, once every node arrived: ``{"assignment": {...}}``, or at any time ``{"error": LINE}``;
+   the connection then stays open while the job runs:
+4. node -> server, before it closes: ``{"leave": {"stop": BOOL, "code": N, "why": LINE}}``;
+5. server -> every other node of the round, once, when a node fails or leaves: ``{"notice": {...}}``.
 
 The nonce makes a recorded join useless on another connection; the token never crosses the wire.
 """
@@ -37,9 +32,7 @@ from tfdist.launcher.assignment import Assignment as Assignment
 from tfdist.launcher.assignment import Notice as Notice
 
 VERSION = "tfdist-rdzv/1"
-#: Longest line either side sends but the assignment: hello, join, leave, notice, error. A join carries one
-#: node (a 253-character name, a 300-character command, up to :data:`MAX_PORTS` ports), so it stays small
-#: whatever the job's size, and a stranger's half-sent line costs the server at most this much.
+#: Longest line either side sends but the assignment (a join names one node, whatever the job's size).
 MAX_MESSAGE = 16 * 1024
 #: Most ports (tasks) one node brings.
 MAX_PORTS = 1024
@@ -51,9 +44,7 @@ DEFAULT_MAX_NODES = 4096
 
 
 def reply_limit(max_nodes: int, tasks: int) -> int:
-    """The longest assignment line for a job of at most ``max_nodes`` nodes with ``tasks`` ports each: what
-    one node costs on the wire at most (name, address, ports, JSON punctuation) times the nodes, plus the
-    fixed fields; never below :data:`MAX_MESSAGE` (an error line).
+    """The longest assignment line for at most ``max_nodes`` nodes of ``tasks`` ports each.
 
     Input/Output: ``reply_limit(1024, 8)`` -> ``1024 * (2 * 253 + 45 + 8 * 6 + 16) + 4096`` = 630,784 bytes.
     """
@@ -71,9 +62,7 @@ class JoinRequest:
     digest: str  # SHA-256 of the command and launch options every node must share
     ports: tuple[int, ...]  # free ports on this node, one per task
     pid: int
-    #: A random id of the launcher process, the same in every round: the same launcher joining again
-    #: (a retry, a restart) is told apart from a second launcher that calls itself by the same name.
-    launcher: str = ""
+    launcher: str = ""  # a random id per launcher process: tells a retry from a twin of the same name
 
     @property
     def who(self) -> tuple[int, str]:
@@ -82,15 +71,7 @@ class JoinRequest:
 
     def to_dict(self) -> dict[str, Any]:
         """The join as sent (the command cut to what the server keeps, so the line stays small)."""
-        return {
-            "name": self.name,
-            "nproc": self.nproc,
-            "command": self.command[:300],
-            "digest": self.digest,
-            "ports": list(self.ports),
-            "pid": self.pid,
-            "launcher": self.launcher,
-        }
+        return {**asdict(self), "command": self.command[:300], "ports": list(self.ports)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JoinRequest:
@@ -121,8 +102,8 @@ class JoinRequest:
 
 
 def leave_notice(name: str, leave: Mapping[str, Any] | None, silent: bool = False) -> Notice | None:
-    """The notice for the others when node ``name`` closes its connection after ``leave`` (or without one;
-    ``silent``: the connection timed out rather than closed).
+    """The notice for the others when node ``name`` closes after ``leave`` (None: without one; ``silent``:
+    timed out rather than closed).
 
     Input/Output: ``("b", {"stop": False, "code": 0, "why": ""})`` -> None (the job ended well there);
     ``("b", None)`` -> ``Notice("b", "its launcher's connection to the rendezvous closed …")``.
@@ -152,8 +133,7 @@ def encode(message: Mapping[str, Any]) -> bytes:
 
 
 def assignment_lines(assignment: Assignment) -> tuple[bytes, bytes]:
-    """The assignment message encoded once for every node: node ``r``'s line is ``head + b"%d" % r + tail``
-    (sent as three pieces, so forming a job of N nodes encodes one table, not N).
+    """The assignment encoded once for every node: node ``r``'s line is ``head + b"%d" % r + tail``.
 
     Input/Output: ``Assignment(0, ("a",), ...)`` -> ``(b'{"assignment":{..., "round":0,"node_rank":',
     b'}}\\n')``.
@@ -220,13 +200,9 @@ def ready(
     waited: float,
     last_call: float,
 ) -> bool:
-    """Whether the nodes ``joined`` so far form the next round of the job now.
-
-    ``live_members``: the nodes of the previous round whose launchers still hold their connection to the
-    server (empty before the first round); ``waited``: seconds since the first node of this round joined.
-    A round forms at once with ``max_nodes``, or with at least ``min_nodes`` when every live member of
-    the previous round is back (survivors of a failure do not wait out a timeout), else after
-    ``last_call`` seconds with at least ``min_nodes`` (a cut node holds its connection but never comes).
+    """Whether the nodes ``joined`` form the next round now: at once with ``max_nodes``, or ``min_nodes``
+    when every ``live_members`` (of the previous round, still connected) is back, else after ``last_call``
+    seconds (``waited`` since this round's first join) with ``min_nodes``.
 
     Input/Output: ``(["a", "b"], ["a", "b", "c"], 2, 3, 1.0, 10.0)`` -> False (c still holds on);
     ``(["a", "b"], ["a", "b"], 2, 3, 0.0, 10.0)`` -> True (c is gone, a and b are back);
@@ -240,9 +216,7 @@ def ready(
 def forms(
     joined: int, back: int, live: int, min_nodes: int, max_nodes: int, waited: float, last_call: float
 ) -> bool:
-    """:func:`ready` from counts, in constant time (the server keeps the counts as nodes come and go):
-    ``joined`` nodes so far, ``back`` of them members of the previous round, ``live`` members still holding
-    their connection.
+    """:func:`ready` from counts (``back``: joined members of the previous round; ``live``: still connected).
 
     Input/Output: ``forms(2, 2, 3, 2, 3, 1.0, 10.0)`` -> False (the third member still holds on).
     """
@@ -258,11 +232,8 @@ def forms(
 
 
 def assign(requests: Sequence[tuple[JoinRequest, str]], endpoint: str, round_: int = 0) -> Assignment:
-    """Ranks for the nodes that arrived (each with the address the server saw it connect from): by host
-    name, then address, so the same nodes get the same ranks whatever order they arrive in.
-
-    The returned assignment has ``node_rank`` 0; each node's own rank is its index in ``names``.
-    """
+    """Ranks for the nodes that arrived (with the address each connected from), by name then address, so
+    the order of arrival does not matter; ``node_rank`` is 0 (each node's rank is its index in ``names``)."""
     ordered = sorted(requests, key=lambda r: (r[0].name, r[1]))
     names = [r.name for r, _ in ordered]
     if len(set(names)) != len(names):
@@ -292,8 +263,7 @@ def formed_without(endpoint: str, name: str, formed: Sequence[str]) -> str:
 
 
 def job_full(endpoint: str, most: int, running: int, waiting: int, name: str) -> str:
-    """The line for node ``name`` arriving when the ``running`` members and the ``waiting`` newcomers
-    fill the job's ``most`` nodes."""
+    """The line for node ``name`` when ``running`` members and ``waiting`` newcomers fill ``most`` nodes."""
     return (
         f"the job at {endpoint} already has its {most} node(s) ({running} running, {waiting} more waiting "
         f"for its next round): node {name} is not taken. Hint: a larger MAX in --nnodes MIN:MAX on every "
@@ -310,8 +280,7 @@ def not_grown(endpoint: str, name: str, member: str, why: str) -> str:
 
 
 def twins(endpoint: str, name: str, first: str, second: str, running: bool) -> str:
-    """The line for two launchers calling themselves ``name`` (``first`` and ``second`` name them);
-    ``running``: the first is a node of the running round (then only the second is refused)."""
+    """The line for two launchers called ``name``; ``running``: the first runs (only the second refused)."""
     said = "runs in the job" if running else "joined first"
     outcome = "was refused" if running else "second, so neither joins"
     return (
@@ -330,8 +299,7 @@ def too_few(
     gone: Sequence[str] = (),
     twins: str | None = None,
 ) -> str:
-    """The line when a round did not gather the fewest of ``nodes`` (fewest, most) within ``timeout``:
-    who arrived, how many are missing, which of the last round's ``gone``, a refusal of ``twins``."""
+    """The line when a round did not gather the fewest of ``nodes`` (fewest, most) within ``timeout``."""
     fewest, most = nodes
     which = f" ({some(gone)} of the last round)" if gone else ""
     wanted = f"{fewest}" if fewest == most else f"at least {fewest}"
@@ -346,12 +314,11 @@ def too_few(
 def loopback_among_remote(assignment: Assignment) -> str | None:
     """A one-line error when some node is reachable only as loopback while others are remote."""
     loop = nodes.loopback_among_remote(assignment.addresses)
-    if loop:
-        address = loop[0]
-        name = assignment.names[assignment.addresses.index(address)]
-        return (
-            f"node {name} reached the rendezvous through {address} (loopback), so the other nodes cannot "
-            f"reach it: the endpoint's name resolves to loopback on {name}. Hint: give --rdzv the endpoint's "
-            f"network address, or map its name to that address in /etc/hosts on {name}."
-        )
-    return None
+    if not loop:
+        return None
+    name = assignment.names[assignment.addresses.index(loop[0])]
+    return (
+        f"node {name} reached the rendezvous through {loop[0]} (loopback), so the other nodes cannot "
+        f"reach it: the endpoint's name resolves to loopback on {name}. Hint: give --rdzv the endpoint's "
+        f"network address, or map its name to that address in /etc/hosts on {name}."
+    )

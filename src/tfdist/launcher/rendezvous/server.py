@@ -1,13 +1,6 @@
 """The rendezvous server: rounds of authenticated nodes, each handed the same table, and notices to the
-running round when a member fails or leaves.
-
-Written here rather than taken from a coordination service (etcd, torch's TCPStore, Ray's GCS) because the
-job needs only "wait for N authenticated nodes, hand each the same table", none of those is a dependency
-a TensorFlow user has, and a small server can be bounded exactly (:mod:`~.transport`: strangers are at
-most :data:`~.admission.MAX_PENDING` connections with :data:`~.transport.HANDSHAKE_S` seconds to
-authenticate; the job's nodes are bounded only by the job). The table is encoded once for every node:
-forming, notices and each join cost work linear in the nodes, and one thread serves whatever strangers do.
-"""
+running round when a member fails or leaves (not etcd or torch's TCPStore: neither is a TensorFlow user's
+dependency, and a small server can be bounded exactly)."""
 
 from __future__ import annotations
 
@@ -47,10 +40,9 @@ class RendezvousServer(Transport):
         last_call: float = LAST_CALL_S,
         grow_after: float | None = 0.0,
     ) -> None:
-        """``nnodes`` is the most nodes a round takes, ``min_nodes`` the fewest (elastic when fewer);
-        ``rounds``: how many times the job may form (1 + its restarts); ``last_call``: seconds a round
-        with at least ``min_nodes`` waits for more (see :func:`protocol.ready`); ``grow_after``: seconds a
-        round runs before nodes that arrive make it grow (None: never; they wait for a restart)."""
+        """``nnodes``/``min_nodes``: the most and fewest nodes of a round; ``rounds``: 1 + the restarts;
+        ``last_call``: see :func:`protocol.ready`; ``grow_after``: seconds a round runs before newcomers make
+        it grow (None: never; they wait for a restart)."""
         super().__init__(listener, nnodes)
         self.token, self.nnodes, self.endpoint = token, nnodes, endpoint
         self.min_nodes = min_nodes or nnodes
@@ -59,33 +51,28 @@ class RendezvousServer(Transport):
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.first_join: float | None = None  # when the first node of the round being formed arrived
-        # The formed round's nodes, each holding its connection open while its launcher lives (a node
-        # whose connection closes is gone: the next round does not wait for it).
+        # The formed round's nodes, each holding its connection open while its launcher lives.
         self.members: dict[str, Connection] = {}
         self.joined: dict[str, Connection] = {}  # by node name
         self.back = 0  # how many of the joined are members of the running round (kept as they come and go)
         self.formed: protocol.Assignment | None = None
         self.failed: str | None = None
         self.twins: str | None = None  # the last refusal of two launchers with one name (timeout line)
-        # Whether the running round's other members were told of a failure (once a round: the first
-        # failure starts the next round; the rest is the same news).
+        # Whether the running round was told of a failure (once a round: the rest is the same news).
         self.noticed = False
         self.formed_at = 0.0  # when the running round formed (monotonic)
-        # Whether the running round was told that nodes wait to join (once a round): its members' workers
-        # stop at a step boundary and meet again.
+        # Whether the running round was told that nodes wait to join (once a round).
         self.grow_told = False
         self._farewell: dict[str, object] = {"bye": True}
         self.thread = threading.Thread(target=self._serve, name="tfdist-rendezvous", daemon=True)
 
     def start(self) -> RendezvousServer:
-        """Serve in a daemon thread (it lives as long as the launcher: later joiners are told the job
-        already formed)."""
+        """Serve in a daemon thread (as long as the launcher lives: later joiners are told the job formed)."""
         self.thread.start()
         return self
 
     def stop(self, farewell: protocol.Notice | None = None) -> None:
-        """Close every connection and the listener, telling the members first: ``farewell`` (this node
-        ends the job for good), else that the endpoint closes in order (``{"bye": true}``)."""
+        """Close every connection and the listener, telling the members ``farewell`` or ``{"bye": true}``."""
         self._farewell = {"notice": farewell.to_dict()} if farewell is not None else {"bye": True}
         self._stop.set()
         if self.thread.is_alive():
@@ -109,17 +96,14 @@ class RendezvousServer(Transport):
             self._goodbye()
 
     def _goodbye(self) -> None:
-        """Tell the members and the waiting nodes that the endpoint closes, give them up to 2 s to read
-        it, close everything."""
+        """Tell the members and the waiting nodes that the endpoint closes (2 s to read it), close all."""
         for conn in list(self.members.values()):
             self._send(conn, self._farewell)  # what the members' launchers make of the closing
         notice = self._farewell.get("notice")
+        why = protocol.Notice.from_dict(notice).line() if isinstance(notice, dict) else None
+        why = why or f"the job at {self.endpoint} ended before a restart could take this node"
         for conn in list(self.joined.values()):  # nodes waiting for the next round: it will not form
-            why = protocol.Notice.from_dict(notice).line() if isinstance(notice, dict) else None
-            self._send(
-                conn,
-                {"error": why or f"the job at {self.endpoint} ended before a restart could take this node"},
-            )
+            self._send(conn, {"error": why})
         self._shut(until=time.monotonic() + 2.0)
 
     def _read(self, conn: Connection) -> None:
@@ -155,8 +139,7 @@ class RendezvousServer(Transport):
         self._join(conn, request)
 
     def _member_said(self, conn: Connection, data: bytes) -> None:
-        """A member's leave line (protocol step 4) or its refusal to grow now; anything else a joined node
-        sends is ignored."""
+        """A member's leave line (protocol step 4) or its refusal to grow now; anything else is ignored."""
         if conn.request is None or self.members.get(conn.request.name) is not conn:
             return
         conn.buffer += data
@@ -177,8 +160,7 @@ class RendezvousServer(Transport):
                 self._declined(conn.request.name, declined[:400])
 
     def _declined(self, member: str, why: str) -> None:
-        """A member cannot grow now: the waiting newcomers are told why, once, and not taken; the round
-        runs on, and a failure in it is news again."""
+        """A member cannot grow now: the waiting newcomers are told why and not taken; the round runs on."""
         self.noticed = False
         for name, conn in list(self.joined.items()):
             if name not in self.members:
@@ -186,8 +168,7 @@ class RendezvousServer(Transport):
                 self._forget(conn)
 
     def _maybe_grow(self) -> None:
-        """Tell the running round that nodes wait to join: its workers stop at the next step boundary and
-        the job meets again with them (once a round, when ``grow_after`` allows, spending no restart)."""
+        """Tell the running round, once, that nodes wait to join (they stop at a step boundary and meet)."""
         live = len(self.members)
         if self.grow_after is None or self.grow_told or self.noticed or not live or self._stop.is_set():
             return
@@ -207,8 +188,7 @@ class RendezvousServer(Transport):
             self._send_pieces(conn, (line,))
 
     def _notify(self, notice: protocol.Notice) -> None:
-        """Tell every other member of the running round, once: their launchers stop their workers at once
-        instead of waiting for a collective to time out."""
+        """Tell every other member of the running round, once, rather than let a collective time out."""
         if self.noticed or self._stop.is_set():
             return
         self.noticed = True
@@ -252,9 +232,8 @@ class RendezvousServer(Transport):
         conn.request = request
         keepalive(conn.sock)  # a waiting node whose host is cut is found gone, as a member is
         if self.first_join is None and (not live or name in self.members):
-            # The first node of a round: at the start, or the first of the running round back after a
-            # failure (a restart). A newcomer while the round runs starts no clock: it waits for the next
-            # restart, as long as its own --rdzv-timeout lets it.
+            # The first node of a round (at the start, or back after a failure); a newcomer while the
+            # round runs starts no clock: it waits for the next restart.
             self.first_join = time.monotonic()
             if self.formed is not None:
                 self.deadline = self.first_join + self.timeout
@@ -265,14 +244,9 @@ class RendezvousServer(Transport):
         self._maybe_grow()
 
     def _twin(self, conn: Connection, request: JoinRequest) -> bool:
-        """Whether another launcher already calls itself ``request.name`` (then refused, with one line).
-
-        Waiting for a round to form, both are told at once and neither joins: nothing of theirs runs yet,
-        and which of the two the job meant is not known (two launchers on one machine, containers sharing
-        a host name); the rest of the job waits for a node under a name of its own. In a running round
-        only the newcomer is told: the member's workers are training, and its launcher is the node the job
-        formed with. The same launcher joining again (a retry, a restart) is not a twin, nor is one whose
-        connection already closed (its launcher was replaced)."""
+        """Whether another live launcher already calls itself ``request.name`` (then refused, with one line):
+        before a round forms neither joins (which one the job meant is not known); in a running round only
+        the newcomer is refused. The same launcher again (a retry) is no twin."""
         for other in (self.joined.get(request.name), self.members.get(request.name)):
             if other is None or other.request is None or other.request.who == request.who:
                 continue
@@ -315,8 +289,7 @@ class RendezvousServer(Transport):
         self.formed = assignment
         head, tail = protocol.assignment_lines(assignment)  # the table encoded once for every node
         ranks = {name: rank for rank, name in enumerate(assignment.names)}
-        # Members hold their connections while the job runs, in the last round too: a node that fails or
-        # leaves is told to the others at once (the next round, or the end of the job without a timeout).
+        # Members hold their connections while the job runs, in the last round too (notices).
         old_members, self.members = self.members, {}
         joined = list(self.joined.values())
         self._clear_joined()

@@ -4,6 +4,7 @@ does with a node's lines is the server's (:mod:`tfdist.launcher.rendezvous.serve
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import selectors
@@ -73,8 +74,7 @@ class Transport:
                 self._close(self.conns[fd])
 
     def _out_of_files(self, now: float) -> None:
-        """No descriptor for another connection: drop the oldest unauthenticated one, or stop accepting for
-        a moment (a listener that stays readable would otherwise spin this thread)."""
+        """No descriptor left: drop the oldest stranger, or stop accepting for a moment (no spinning)."""
         oldest = self.admission.oldest()
         if oldest is not None:
             self.rejected += 1
@@ -85,8 +85,7 @@ class Transport:
         self._accepting_from = now + 0.5
 
     def _expire_connections(self, now: float) -> None:
-        """Accept again after running out of files; close strangers past their handshake and peers that do
-        not read what they were sent."""
+        """Accept again after running out of files; close strangers past their handshake and slow readers."""
         if self._accepting_from and now >= self._accepting_from:
             self._accepting_from = 0.0
             self.selector.register(self.listener, selectors.EVENT_READ)
@@ -123,8 +122,7 @@ class Transport:
         self._send_pieces(conn, (protocol.encode(message),))
 
     def _send_pieces(self, conn: Connection, pieces: Sequence[bytes]) -> None:
-        """Queue ``pieces`` (one line) and send what the kernel takes now; the rest goes when the peer
-        reads (a shared piece, the job's table, is not copied per node)."""
+        """Queue ``pieces`` (one line; shared pieces not copied) and send what the kernel takes now."""
         if not conn.closed:
             conn.queue(pieces, time.monotonic() + SEND_S)
             self._flush(conn)
@@ -153,8 +151,6 @@ class Transport:
         self.admission.remove(conn.fd)
         self.sending.discard(conn.fd)
         self._forget(conn)
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
         conn.sock.close()
