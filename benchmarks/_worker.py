@@ -1,5 +1,5 @@
 """One rank of a benchmark that launches a training program (side_by_side.py, testhosts.py --variant
-horovod, devtools/compare_commits.py --horovod): mnist-cnn on synthetic data, batch 64 per rank,
+horovod): mnist-cnn on synthetic data, batch 64 per rank,
 two epochs of STEPS steps; rank 0 writes the second (timed) epoch's examples/s of the job as JSON.
 
 usage (through tfdist launch): _worker.py MODE STEPS OUT_JSON, MODE: ``tfdist-fit``; ``batch-callback``
@@ -77,16 +77,8 @@ def tfdist_fit(steps: int, callbacks: list[Any]) -> tuple[float, int, int]:
     with strategy.scope():
         model = models.build("mnist-cnn", (28, 28, 1), 10)
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
-    history = tfdist.fit(
-        model,
-        (data.x_train, data.y_train),
-        batch_size=global_batch,
-        epochs=2,
-        steps_per_epoch=steps,
-        callbacks=callbacks,
-        verbose=0,
-        shuffle=False,
-    )
+    fit = {"epochs": 2, "steps_per_epoch": steps, "callbacks": callbacks, "verbose": 0, "shuffle": False}
+    history = tfdist.fit(model, (data.x_train, data.y_train), batch_size=global_batch, **fit)
     return float(history.history["examples_per_sec"][1]), max(tfdist.rank(), 0), tfdist.world_size()
 
 

@@ -32,16 +32,9 @@ def probe(backend: str, floats: str, iters: int, run_dir: Path, workers: int = 2
     ``backend``, the probe started as ``tfdist bench --diagnose`` starts it."""
     program = ("-m", "tfdist.bench.probes", "allreduce", "--backend", backend, "--floats", floats)
     program += ("--iters", str(iters), "--out", str(run_dir / "bench.json"))
-    spec = RunSpec(workers, 1, backend)
+    where = {"run_dir": str(run_dir), "log_path": str(run_dir / "probe.log"), "timeout": 900}
     command = command_for(
-        spec,
-        program,
-        python=sys.executable,
-        threads=1,
-        gpus=0,
-        run_dir=str(run_dir),
-        log_path=str(run_dir / "probe.log"),
-        timeout=900,
+        RunSpec(workers, 1, backend), program, python=sys.executable, threads=1, gpus=0, **where
     )
     return run_command(command, timeout=1000).result
 

@@ -39,16 +39,7 @@ def train(out: Path, epochs: int, batch: int, extra: tuple[str, ...]) -> dict[st
     """One ``tfdist train`` (its defaults: mnist-cnn on digits): its final metrics and its weights."""
     import keras
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "tfdist",
-        "train",
-        "--epochs",
-        str(epochs),
-        "--global-batch-size",
-        str(batch),
-    ]
+    cmd = [sys.executable, *f"-m tfdist train --epochs {epochs} --global-batch-size {batch}".split()]
     cmd += ["--run-dir", str(out), *extra]
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", **({"TFDIST_MPI_SHM": "0"} if extra else {})}
     started = time.monotonic()

@@ -151,16 +151,10 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
 
         samples = alternate([str(n) for n in sizes], args.repeats, measure)
     names = list(samples[str(sizes[0])][0])
-    rows = [
-        {
-            "nodes": n,
-            **{
-                k: round(v, 4)
-                for k, v in medians({s: [r[s] for r in samples[str(n)]] for s in names}).items()
-            },
-        }
-        for n in sizes
-    ]
+    rows = []
+    for n in sizes:
+        median = medians({s: [r[s] for r in samples[str(n)]] for s in names})
+        rows.append({"nodes": n, **{k: round(v, 4) for k, v in median.items()}})
     small, large = rows[-2], rows[-1]
     return {
         "benchmark": "control_plane_scale",
@@ -193,18 +187,7 @@ def launch_once(workers: int, lines: int, pause: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         script, logs = os.path.join(tmp, "worker.py"), os.path.join(tmp, "logs")
         Path(script).write_text(WORKER.format(lines=lines, pause=pause))
-        cmd = [
-            sys.executable,
-            "-m",
-            "tfdist",
-            "launch",
-            "-n",
-            str(workers),
-            "--cpu",
-            "--run-dir",
-            logs,
-            script,
-        ]
+        cmd = [sys.executable, *f"-m tfdist launch -n {workers} --cpu --run-dir".split(), logs, script]
         start = time.monotonic()
         with tempfile.TemporaryFile() as console:
             proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT)

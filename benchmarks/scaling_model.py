@@ -76,15 +76,9 @@ def predict(software: dict[str, Any], nbytes: float, compute_s: float) -> dict[s
                 if g > 1
                 else allreduce_s(nodes, nbytes, across)
             )
-            rows.append(
-                {
-                    "workers": p,
-                    "ring_allreduce_ms": ring * 1e3,
-                    "ring_efficiency": efficiency(compute_s + ring, compute_s),
-                    "two_level_allreduce_ms": two * 1e3,
-                    "two_level_efficiency": efficiency(compute_s + two, compute_s),
-                }
-            )
+            row = {"workers": p, "ring_allreduce_ms": ring * 1e3, "two_level_allreduce_ms": two * 1e3}
+            row["ring_efficiency"] = efficiency(compute_s + ring, compute_s)
+            rows.append(row | {"two_level_efficiency": efficiency(compute_s + two, compute_s)})
         out[f"{gbps}Gbps"] = rows
     return out
 
@@ -110,12 +104,8 @@ def main() -> None:
     predictions = {name: predict(fits["mpi"], sizes[name] * 4, COMPUTE_MS[name] / 1e3) for name in COMPUTE_MS}
     result = {
         "fit": fits,
-        "assumed": {
-            "net_latency_s": NET_LATENCY_S,
-            "gpus_per_node": GPUS_PER_NODE,
-            "node_gbps": NODE_GBPS,
-            "compute_ms_batch64": COMPUTE_MS,
-        },
+        "assumed": {"net_latency_s": NET_LATENCY_S, "gpus_per_node": GPUS_PER_NODE, "node_gbps": NODE_GBPS}
+        | {"compute_ms_batch64": COMPUTE_MS},
         "parameters": sizes,
         "predicted": predictions,
     }

@@ -57,15 +57,10 @@ def one_process(program: str, args: argparse.Namespace, run_dir: Path) -> float:
     spec = WorkerSpec(
         "train", "mnist-cnn", "synthetic", 64, args.warmup, args.steps, 10, 0, 0.0, str(run_dir)
     )
+    where = {"run_dir": str(run_dir), "log_path": str(run_dir / "run.log"), "timeout": 900}
+    argv, threads = ("-m", *MODULES[program], spec.to_json()), os.cpu_count() or 1
     command = command_for(
-        RunSpec(1, 1, "local"),
-        ("-m", *MODULES[program], spec.to_json()),
-        python=sys.executable,
-        threads=os.cpu_count() or 1,
-        gpus=0,
-        run_dir=str(run_dir),
-        log_path=str(run_dir / "run.log"),
-        timeout=900,
+        RunSpec(1, 1, "local"), argv, python=sys.executable, threads=threads, gpus=0, **where
     )
     finished = run_command(command, timeout=900)
     return sample_from_summary(finished.result, args.warmup, finished.started_at).examples_per_sec

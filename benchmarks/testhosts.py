@@ -4,9 +4,11 @@ needs root), one worker per host, every link capped at each rate of ``--links`` 
 - ``bench`` (default): ``tfdist bench --timeline`` (mnist-cnn on synthetic data, batch 64 and one thread
   per worker, the configurations alternated over ``--repeats``) on one host with 2 workers, ``--backend
   tf,mpi --compare all`` (unless ``--no-one-host``), and on two hosts per link with ``--backends``,
-  ``--buckets`` and ``--compression`` beside ``--compare independent,raw-tf``; ``summary.json``: per place,
-  each configuration's rate, its ratios to the limit and the tutorial loop (also repeat by repeat), its
-  step's parts and bounds (:mod:`tfdist.bench.breakdown`);
+  ``--buckets`` and ``--compression`` beside ``--compare independent,raw-tf``, each host's processes on
+  ``--cpus-per-host`` of its cores (0: all; the hosts share this machine's cores); ``summary.json``: per
+  place, each configuration's rate, its ratios to the limit and the tutorial loop (also repeat by repeat),
+  its step's parts and bounds (:mod:`tfdist.bench.breakdown`) and its threads' CPU per step
+  (:mod:`tfdist.bench.threads`);
 - ``scaling``: eight hosts, ``tfdist bench --nodes 2,4,8 --backend mpi --bucket-mb 0 --compare
   independent``: the model of :mod:`tfdist.bench.scaling` fitted at 2 nodes against the measured 4 and 8;
   and the model at Horovod's paper's setting (Sergeev & Del Balso, 2018: about 90 % scaling efficiency at
@@ -36,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))  # the shared _common.py
 from _common import TESTHOSTS, alternate, cap_links, ratio_each, testhosts, tfdist_bench, write_json
 
+from tfdist.bench.plan import pinned
 from tfdist.bench.scaling import Link, allreduce_s, efficiency
 
 HOSTS = {"TFDIST_HOSTS_PREFIX": "tfdb", "TFDIST_HOSTS_SUBNET": "10.90.0"}
@@ -77,6 +80,7 @@ def summary_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "vs_independent_per_repeat": {"each": each, "median": statistics.median(each) if each else None},
             **{k: parts[k] for k in PARTS if k in parts},
             **r.get("bounds", {}),
+            "cpu_ms_per_step": r.get("cpu_ms_per_step"),
         }
     return rows
 
@@ -94,10 +98,13 @@ def bench(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
     wire = "" if args.compression == "none" else f", {args.compression} wire"
     grid = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST, "--backend", args.backends)
     grid += ("--bucket-mb", args.buckets, "--compression", args.compression)
+    grid += ("--cpus-per-host", str(args.cpus_per_host)) if args.cpus_per_host else ()
+    summary["cpus_per_host"] = args.cpus_per_host  # 0: the hosts share all of this machine's cores
     for link in links(args):
         out = args.out / (link + wire.replace(", ", "-").replace(" wire", ""))
         found = tfdist_bench(out, *common, *grid, "--compare", "independent,raw-tf", env=HOSTS)
-        summary["places"][f"two hosts, {link}{wire}"] = summary_rows(found)
+        summary["places"][f"two hosts, {link}{wire}"] = rows = summary_rows(found)
+        summary.setdefault("single_step_ms", rows.get("independent-n2-w2-r1", {}).get("step"))
 
 
 def scaling(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
@@ -108,16 +115,11 @@ def scaling(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
     summary["links"] = {}
     for link in links(args):
         results = tfdist_bench(args.out / link, *BENCH, *grid, *length, env=HOSTS)
-        checked = {
-            r["name"]: {
-                "measured_step_ms": r["step_time_median_s"] * 1e3,
-                "predicted_step_ms": r["predicted_step_s"] * 1e3,
-                "error": r["predicted_error"],
-                "vs_independent": r.get("vs_independent"),
-            }
-            for r in results["runs"]
-            if "predicted_step_s" in r
-        }
+        checked = {}
+        for r in (r for r in results["runs"] if "predicted_step_s" in r):
+            step, predicted = r["step_time_median_s"] * 1e3, r["predicted_step_s"] * 1e3
+            checked[r["name"]] = {"measured_step_ms": step, "predicted_step_ms": predicted}
+            checked[r["name"]] |= {"error": r["predicted_error"], "vs_independent": r.get("vs_independent")}
         summary["links"][link] = {"checked": checked, "model": results.get("predictions", {})}
     link, nodes, per_node = PAPER_LINK, PAPER["nodes"], PAPER["gpus_per_node"]
     summary["paper"] = {"setting": {**PAPER, "link_gbit_s": link.gbit_s, "latency_s": link.latency_s}}
@@ -137,17 +139,17 @@ def scaling(args: argparse.Namespace, summary: dict[str, Any], _: Path) -> None:
 
 def on_two_hosts(program: list[str], env: dict[str, str], tmp: Path, *, job: bool = True) -> list[Path]:
     """``tfdist launch --backend mpi -n 1`` of ``program`` (its last argument an output file, made per host)
-    on node1 and node2, each pinned to its own core: one 2-rank job, or (``job=False``) one 1-rank job per
-    host; the output files."""
+    on node1 and node2, each on its own core (as ``tfdist bench --cpus-per-host 1``): one 2-rank job, or
+    (``job=False``) one 1-rank job per host; the output files."""
     folder = Path(tempfile.mkdtemp(dir=tmp))
     common = ["launch", "--backend", "mpi", "-n", "1", "--cpu", "--quiet-workers"]
     if job:
         common += ["--nnodes", "2", "--hosts", "node1,node2", "--base-port", str(next(_ports))]
     procs = []
     for rank, host in enumerate(("node1", "node2")):
-        command = [TESTHOSTS, "exec", host, "--", "taskset", "-c", str(rank), sys.executable, "-m", "tfdist"]
-        command += [*common, *(["--node-rank", str(rank)] if job else []), "--run-dir", str(folder / host)]
-        command += [*program, str(folder / f"{host}.json")]
+        command = [TESTHOSTS, "exec", host, "--", *pinned(sys.executable, rank, 1), sys.executable, "-m"]
+        command += ["tfdist", *common, *(["--node-rank", str(rank)] if job else [])]
+        command += ["--run-dir", str(folder / host), *program, str(folder / f"{host}.json")]
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = [p.communicate(timeout=900)[0].decode(errors="replace") for p in procs]
     if any(p.returncode for p in procs):
@@ -211,6 +213,7 @@ def main() -> int:
     parser.add_argument("--backends", default="tf,mpi", help="bench: the two-host runs' backends")
     parser.add_argument("--buckets", default="0,2", help="bench: the MPI backend's bucket sizes")
     parser.add_argument("--compression", default="none", help="bench: the MPI backend's wire(s)")
+    parser.add_argument("--cpus-per-host", type=int, default=1, help="bench: two hosts' cores each (0: all)")
     parser.add_argument("--env", action="append", default=[], help="horovod: NAME=VALUE for the ranks")
     parser.add_argument("--out", type=Path, help="the result (default per variant)")
     args = parser.parse_args()

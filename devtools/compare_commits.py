@@ -2,9 +2,10 @@
 from hour to hour, so the two are measured in turns (each exported with ``git archive`` and put first on
 PYTHONPATH, so edits made meanwhile do not enter the figures). Each repeat runs, for each commit:
 ``tfdist bench --workers 2 --backend tf,mpi --compare all`` on one host (mnist-cnn on synthetic data, batch
-64 per worker, one thread per worker); for each rate of ``--links`` (``''``: none), two test hosts (prefix
-``tfdc``; needs root) with one worker each, ``--backend mpi --compare independent,raw-tf``; with ``--fit``
-and ``--horovod``, ``benchmarks/side_by_side.py``'s sets of those names (``horovod``: each program once).
+64 per worker, one thread per worker; not with ``--no-one-host``); for each rate of ``--links`` (``''``:
+none), two test hosts (prefix ``tfdc``; needs root) with one worker each, ``--backend mpi --compare
+independent,raw-tf`` (``--buckets``: its ``--bucket-mb``), each host on ``--cpus-per-host`` cores of its own
+(0: all; the hosts share this machine). ``--same-harness``: HEAD's ``tfdist bench`` measures both commits.
 The JSON holds every figure per repeat and commit, the new commit's ratio to the old one repeat by repeat,
 and the day's single-step time (one unsynchronised copy's step on one host): how fast the day was.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +35,6 @@ from _common import (
     by_key,
     cap_links,
     export,
-    launched_run,
     medians,
     ratio_each,
     testhosts,
@@ -43,6 +44,8 @@ from _common import (
 
 HOSTS = {"TFDIST_HOSTS_PREFIX": "tfdc", "TFDIST_HOSTS_SUBNET": "10.94.0"}
 ON_HOST = f"{TESTHOSTS} exec {{host}} --"
+TWO_HOSTS = ("--hosts", "node1,node2", "--nodes", "2", "--on-host", ON_HOST, "--backend", "mpi", "--compare")
+TWO_HOSTS += ("independent,raw-tf",)
 THREADS = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -65,33 +68,6 @@ def bench(src: Path, out: Path, args: argparse.Namespace, prefix: str, *grid: st
     for r in tfdist_bench(out, *options, *grid, env=env)["runs"]:
         figures[f"{prefix}/{r['backend']}"] = float(r["examples_per_sec"])
         figures[f"{prefix}/{r['backend']}/step_ms"] = float(r["step_time_median_s"]) * 1e3
-    return figures
-
-
-def programs(src: Path, out: Path, args: argparse.Namespace) -> dict[str, float]:
-    """``--fit`` and ``--horovod``'s figures of the commit at ``src``."""
-    figures: dict[str, float] = {}
-    env = {**os.environ, **THREADS, "PYTHONPATH": str(src)}
-    if args.fit:
-        script = ROOT / "benchmarks" / "side_by_side.py"
-        argv = [
-            sys.executable,
-            str(script),
-            "fit",
-            "--repeats",
-            "1",
-            "--steps",
-            str(args.steps),
-            "--out",
-            str(out),
-        ]
-        subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=900)
-        rates = json.loads(out.read_text())["median_examples_per_sec"]
-        figures.update({f"fit_overhead/{k}": v for k, v in rates.items()})
-    for mode in ("hvd-tape", "tfdist-fit") if args.horovod else ():
-        worker = str(ROOT / "benchmarks" / "_worker.py")
-        run = launched_run(worker, "mpi", 2, mode, str(args.steps), env={**THREADS, "PYTHONPATH": str(src)})
-        figures[f"horovod_tape/{mode}"] = float(run["examples_per_sec"])
     return figures
 
 
@@ -123,8 +99,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10, help="steps before the measured ones")
     parser.add_argument("--links", default="1gbit,uncapped", help="two-host link rates; '' for one host only")
-    parser.add_argument("--fit", action="store_true", help="also benchmarks/side_by_side.py fit (one device)")
-    parser.add_argument("--horovod", action="store_true", help="also side_by_side.py horovod's programs")
+    parser.add_argument("--no-one-host", action="store_true", help="only the two-host runs")
+    parser.add_argument("--cpus-per-host", type=int, default=1, help="the two hosts' cores each (0: all)")
+    parser.add_argument("--buckets", help="the two-host runs' --bucket-mb")
+    parser.add_argument("--same-harness", action="store_true", help="HEAD's tfdist bench for both")
     parser.add_argument("--out", default="benchmarks/results/compare_commits.json")
     args = parser.parse_args()
     base_rev = args.base or newest_tag()
@@ -137,26 +115,23 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp_name:
             tmp = Path(tmp_name)
             trees = {"base": export(base_rev, tmp / "base"), "head": export("HEAD", tmp / "head")}
+            if args.same_harness:
+                shutil.copytree(
+                    trees["head"] / "tfdist" / "bench", trees["base"] / "tfdist" / "bench", dirs_exist_ok=True
+                )
+                shutil.copy2(trees["head"] / "tfdist" / "cli" / "bench.py", trees["base"] / "tfdist" / "cli")
 
             def measure(which: str, repeat: int) -> dict[str, float]:
                 src, work = trees[which], tmp / f"{which}-{repeat}"
                 work.mkdir()
-                figures = programs(src, work / "side_by_side.json", args)
+                figures: dict[str, float] = {}
                 grid = ("--workers", "2", "--backend", "tf,mpi", "--compare", "all")
-                figures.update(bench(src, work / "one-host", args, "one host", *grid))
+                if not args.no_one_host:
+                    figures.update(bench(src, work / "one-host", args, "one host", *grid))
                 for link in links:
                     cap_links(HOSTS, 2, link)
-                    grid = (
-                        "--hosts",
-                        "node1,node2",
-                        "--nodes",
-                        "2",
-                        "--on-host",
-                        ON_HOST,
-                        "--backend",
-                        "mpi",
-                    )
-                    grid += ("--compare", "independent,raw-tf")
+                    grid = (*TWO_HOSTS, *(("--bucket-mb", args.buckets) * bool(args.buckets)))
+                    grid += ("--cpus-per-host", str(args.cpus_per_host)) * bool(args.cpus_per_host)
                     figures.update(bench(src, work / f"two-hosts-{link}", args, f"2 hosts {link}", *grid))
                 return figures
 
@@ -180,7 +155,10 @@ def main() -> int:
             "load_1min_end": os.getloadavg()[0],
         },
         # How fast the day was: one unsynchronised copy's step (one host, the new commit's runs).
-        "single_step_ms": median["head"].get("one host/independent/step_ms"),
+        "single_step_ms": next(
+            (v for k, v in median["head"].items() if k.endswith("independent/step_ms")), None
+        ),
+        "cpus_per_host": args.cpus_per_host,  # 0: the two hosts share all of this machine's cores
         "base": base,
         "head": head,
         "repeats": args.repeats,

@@ -138,17 +138,8 @@ def run_cell(cell: Cell, timeout: float = 400, build_timeout: float = 900) -> di
         one, two = Path(tmp, "one"), Path(tmp, "two")
         one.mkdir()
         two.mkdir()
-        launch = [
-            str(python),
-            "-m",
-            "tfdist",
-            "launch",
-            "-n",
-            "2",
-            "--cpu",
-            "--run-dir",
-            str(Path(tmp, "logs")),
-        ]
+        launch = [str(python), "-m", "tfdist", "launch", "-n", "2", "--cpu"]
+        launch += ["--run-dir", str(Path(tmp, "logs"))]
         argv = [*launch, str(SCRIPT), str(two)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
         output = proc.stdout + proc.stderr

@@ -288,16 +288,8 @@ def rank_main(argv: list[str]) -> int:
 
     hvd.init()
     reports.mkdir(parents=True, exist_ok=True)
-    argv = [
-        str(test_file),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--rootdir",
-        str(test_file.parent),
-        "-c",
-        "/dev/null",
-    ]
+    argv = [str(test_file), "-q", "-p", "no:cacheprovider", "-c", "/dev/null"]
+    argv += ["--rootdir", str(test_file.parent)]
     argv.append(f"--junitxml={reports / f'rank{hvd.rank()}.xml'}")
     # A last resort for a rank looping in Python (the watchdog comes first).
     argv += [f"--timeout={2 * timeout}", "--timeout-method=signal", *(["-k", select] if select else [])]

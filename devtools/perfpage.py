@@ -307,6 +307,43 @@ def step_breakdown(payloads: list[Any]) -> Rows:
     return rows
 
 
+def _group(key: str) -> str:
+    """A ``role/thread`` of ``cpu_ms_per_step`` in the table's columns: the compute thread, the rank's
+    other threads, tfdist's launcher, MPI's launcher and proxy."""
+    role = key.split("/")[0]
+    return key if key == "rank/tf_Compute" else role if role in ("rank", "launcher") else "mpi"
+
+
+@table
+def thread_cpu(payloads: list[Any], *labels: str) -> Rows:
+    """Summaries of ``benchmarks/testhosts.py``, one per label: each run's step, forward + backward and its
+    processes' CPU per step (``cpu_ms_per_step``, the mean of the nodes), the compute thread's wait for a
+    core included."""
+    rows = []
+    for label, summary in zip(labels, payloads, strict=True):
+        for place, configs in summary["places"].items():
+            for name, r in configs.items():
+                nodes = list((r.get("cpu_ms_per_step") or {}).values()) or [{}]
+                spent: dict[str, float] = {}
+                for key, ms in ((k, v) for node in nodes for k, v in node.items()):
+                    group = key if key.endswith(" waiting") else _group(key)
+                    spent[group] = spent.get(group, 0.0) + ms / len(nodes)
+                cores = summary["cpus_per_host"]
+                where = f"{_link(place)}, " + (
+                    f"{cores} core(s) each" if cores else "the machine's cores shared"
+                )
+                cells = [
+                    label,
+                    where,
+                    config_words(name),
+                    _ms(r.get("step")),
+                    _ms(r.get("forward + backward")),
+                ]
+                keys = ("rank/tf_Compute", "rank/tf_Compute waiting", "rank", "launcher", "mpi")
+                rows.append(cells + [_ms(spent.get(k, 0.0), 1) for k in keys])
+    return rows
+
+
 @table
 def compare_commits(payloads: list[Any]) -> Rows:
     """compare_commits.json: each configuration's examples/s at the previous state and now, measured in

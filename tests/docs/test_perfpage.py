@@ -67,3 +67,19 @@ def test_a_new_table_is_one_marker(perfpage: ModuleType, tmp_path: Path) -> None
 )
 def test_configuration_names_read_as_words(perfpage: ModuleType, name: str, words: str) -> None:
     assert perfpage.config_words(name) == words
+
+
+def test_thread_cpu_groups_each_hosts_threads(perfpage: ModuleType) -> None:
+    spent = {
+        "rank/tf_Compute": 80.0,
+        "rank/tf_Compute waiting": 8.0,
+        "rank/python": 2.0,
+        "rank/python waiting": 1,
+    }
+    spent |= {"launcher/python": 0.5, "hydra_pmi_proxy/hydra_pmi_proxy": 0.2, "mpiexec/mpiexec": 0.2}
+    run = {"examples_per_sec": 1.0, "step": 120.0, "forward + backward": 80.0}
+    run["cpu_ms_per_step"] = {"node0": spent, "node1": {**spent, "rank/tf_Compute": 90.0}}
+    summary = {"cpus_per_host": 1, "places": {"two hosts, 1gbit": {"mpi-b0-n2-w2-r1": run}}}
+    (row,) = perfpage.thread_cpu([summary], "now")
+    assert row[:3] == ["now", "two hosts, 1 Gbit/s, 1 core(s) each", perfpage.config_words("mpi-b0-n2-w2-r1")]
+    assert row[3:] == ["120 ms", "80 ms", "85.0 ms", "8.0 ms", "2.0 ms", "0.5 ms", "0.4 ms"]

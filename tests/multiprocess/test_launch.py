@@ -388,6 +388,20 @@ def test_cpu_workers_are_bound_to_their_own_cores(backend: str, tmp_path: Path) 
     assert reported_cpus(f) == [cpus] * n
 
 
+def test_an_mpi_rank_stays_on_the_cores_its_launcher_was_given(tmp_path: Path) -> None:
+    # Hydra's own core numbering once put the rank of a launcher kept to the last core on core 0.
+    script = tmp_path / "cpus.py"
+    script.write_text(AFFINITY)
+    last = max(os.sched_getaffinity(0))
+    argv = [*launch_cmd("--backend", "mpi", "-n", "1", "--cpu", "--run-dir", str(tmp_path / "run"))]
+    pin = lambda: os.sched_setaffinity(0, {last})  # noqa: E731
+    proc = subprocess.run(
+        [*argv, str(script), str(tmp_path)], preexec_fn=pin, capture_output=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert reported_cpus(tmp_path) == [[last]]
+
+
 def test_core_binding_with_more_workers_than_cores_is_one_line(tmp_path: Path) -> None:
     script = tmp_path / "cpus.py"
     script.write_text(AFFINITY)

@@ -134,6 +134,12 @@ def test_bad_auto_shares(value: object) -> None:
         check_auto_share(value, "TFDIST_BUCKET_AUTO_SHARE")
 
 
+@pytest.mark.parametrize(("cores", "size"), [([1, 4], 0.0), ([1], 0.0), ([2, 2], 2.0), ([], 2.0)])
+def test_auto_buckets_need_a_core_beside_the_backward_pass(cores: list[int], size: float) -> None:
+    # One core per host, 1 Gbit/s: 2 MB buckets ran slower than one sum (docs/performance.md).
+    assert choose_buckets([0.046, 0.044], [0.170, 0.168], cores=cores) == (size, pytest.approx(0.046 / 0.170))
+
+
 def test_the_auto_threshold_moves_the_choice() -> None:
     assert check_auto_share(0, "x") == 0.0 and check_auto_share(1, "x") == 1.0
     assert choose_buckets([0.011], [0.130], threshold=0.05)[0] == 2.0

@@ -63,7 +63,7 @@ def test_tf_workers_get_disjoint_cores_and_ps_jobs_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flavour", "args"),
     [
-        ("hydra", ("-bind-to", "core:1")),
+        ("hydra", ("-bind-to", "user:0,1")),
         ("openmpi", ("--map-by", "slot:PE=1", "--bind-to", "core")),
         ("unknown", ()),
     ],
@@ -84,4 +84,22 @@ def test_mpi_ranks_are_bound_by_the_mpi_launcher(flavour: str, args: tuple, tmp_
         flavour, ()
     )  # lines name their rank
     assert spec.argv == ("mpiexec", *args, *tag, "-n", "2", "train.py")
-    assert bind_args("hydra", 3) == ("-bind-to", "core:3")
+
+
+@pytest.mark.parametrize(
+    ("flavour", "sets", "nodes", "args"),
+    [
+        # Hydra's own core numbers would put a launcher kept to core 1 on core 0: the CPU numbers instead.
+        ("hydra", [(1,)], 1, ("-bind-to", "user:1")),
+        ("hydra", [(2, 3), (4, 5)], 1, ("-bind-to", "user:2+3,4+5")),
+        # Across nodes node 0's numbers would bind every node: one rank keeps its node's set.
+        ("hydra", [(1,)], 2, ()),
+        ("hydra", [(0, 1), (2, 3)], 2, ("-bind-to", "core:2")),
+        ("hydra", [], 1, ()),
+        ("openmpi", [(0, 1, 2)], 1, ("--map-by", "slot:PE=3", "--bind-to", "core")),
+        ("openmpi", [], 1, ()),
+        ("unknown", [(0,)], 1, ()),
+    ],
+)
+def test_mpi_bind_args(flavour: str, sets: list, nodes: int, args: tuple) -> None:
+    assert bind_args(flavour, sets, nodes) == args

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -51,7 +52,8 @@ class Bench:
     def __init__(self, config: BenchConfig, say: Callable[[str], None] = print) -> None:
         self.config, self.say = config, say
         self.machine = machine()
-        self.plan: BenchPlan = plan_bench(config, cores=self.machine["cores"], gpus=self.machine["gpus"])
+        cores = config.cpus_per_host or self.machine["cores"]  # what each node's workers share
+        self.plan: BenchPlan = plan_bench(config, cores=cores, gpus=self.machine["gpus"])
         self.out = Path(config.out)
         self._runs = 0
         self.links: list[dict[str, Any]] = []
@@ -71,6 +73,7 @@ class Bench:
             "run_dir": run_dir,
             "log_path": str(self.out / "logs" / f"{name}.log"),
             "timeout": self.config.run_timeout,
+            "cpus_per_host": self.config.cpus_per_host,
         }
         program = program or program_for(spec, self.config, run_dir, mode)
         if not self.config.hosts:
@@ -91,8 +94,10 @@ class Bench:
         sample = combine_copies(copies) if len(copies) > 1 else copies[0]
         gpu_util, gpu_mem = finished.usage.gpu(*sample.window)
         cpu_util = finished.usage.cpu_util(*sample.window, cores=self.machine["cores"])
+        step_s = statistics.mean(sample.step_times_s) if sample.step_times_s else 0.0
         return replace(
             sample,
+            thread_ms=finished.usage.thread_ms(sample.window, step_s),
             cpu_util=cpu_util,
             gpu_util=gpu_util,
             gpu_mem_mb=gpu_mem,

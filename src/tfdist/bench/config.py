@@ -109,6 +109,8 @@ class BenchConfig:
     nodes: tuple[int, ...] = ()
     on_host: str = ""
     base_port: int = 29600
+    #: Each node's processes on this many of its cores (None: every core it has): a stated core budget.
+    cpus_per_host: int | None = None
     #: Every measured tfdist run also writes a Chrome trace per rank under its run directory.
     timeline: bool = False
     #: The MPI backend's variants: each compression x each bucket size (``()``: the default size).
@@ -138,6 +140,8 @@ class BenchConfig:
                 f"--compare {','.join(programs)} with --dataset {self.dataset}: the reference programs train "
                 "on in-memory datasets only. Hint: --dataset synthetic or digits, or --compare independent."
             )
+        if self.cpus_per_host is not None and self.cpus_per_host < 1:
+            raise ConfigError(f"--cpus-per-host={self.cpus_per_host} must be at least 1 core.")
         if self.run_timeout <= 0:
             raise ConfigError(f"--run-timeout={self.run_timeout} must be positive seconds.")
         self._check_wire()

@@ -199,9 +199,11 @@ def command_for(
     run_dir: str,
     log_path: str,
     timeout: float,
+    cpus_per_host: int | None = None,
 ) -> Command:
     """Start ``program`` (arguments after ``python``) as configuration ``spec``: one worker directly, several
-    through ``tfdist launch``. Replicas are logical CPU devices without GPUs, else one worker's first GPUs.
+    through ``tfdist launch``. Replicas are logical CPU devices without GPUs, else one worker's first GPUs;
+    ``cpus_per_host``: the whole command on that many cores (:func:`pinned`).
     """
     # The same thread pools for every process of every run: what makes configurations comparable.
     env = {**thread_env(threads, 1), "TF_CPP_MIN_LOG_LEVEL": "2", **spec.wire_env}
@@ -211,10 +213,24 @@ def command_for(
             env["TFDIST_CPU_REPLICAS"] = str(spec.replicas)
     elif spec.workers == 1:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.replicas))
+    pin = pinned(python, 0, cpus_per_host)
     if spec.workers == 1:
-        return Command((python, "-u", *program), env, run_dir, log_path)
+        return Command((*pin, python, "-u", *program), env, run_dir, log_path)
     launch = _launch(spec, python, spec.workers, gpus, timeout)
-    return Command((*launch, "--run-dir", os.path.join(run_dir, "launch"), *program), env, run_dir, log_path)
+    argv = (*pin, *launch, "--run-dir", os.path.join(run_dir, "launch"), *program)
+    return Command(argv, env, run_dir, log_path)
+
+
+def pinned(python: str, node: int, cpus_per_host: int | None) -> tuple[str, ...]:
+    """The prefix that runs node ``node``'s command on ``cpus_per_host`` of its cores
+    (:mod:`tfdist.bench.pin`), or none.
+
+    Input/Output: ``("python", 1, 2)`` -> ``("python", "-m", "tfdist.bench.pin", "1", "2", "--")``;
+    ``("python", 1, None)`` -> ``()``.
+    """
+    if not cpus_per_host:
+        return ()
+    return (python, "-m", "tfdist.bench.pin", str(node), str(cpus_per_host), "--")
 
 
 def _launch(spec: RunSpec, python: str, per_node: int, gpus: int, timeout: float) -> list[str]:
@@ -244,12 +260,13 @@ def node_commands(
     run_dir: str,
     log_path: str,
     timeout: float,
+    cpus_per_host: int | None = None,
 ) -> tuple[Command, ...]:
     """One command per node of ``spec``: each node's ``tfdist launch`` of the job (the first ``spec.nodes``
     of ``hosts``, meeting through the static host list), started on that node."""
     one = command_for(
         spec, program, python=python, threads=threads, gpus=gpus, run_dir=run_dir,
-        log_path=log_path, timeout=timeout,
+        log_path=log_path, timeout=timeout, cpus_per_host=cpus_per_host,
     )  # fmt: skip
     if spec.nodes == 1:
         return (replace(one, argv=(*on_node(on_host, hosts[0]), *one.argv)),)
@@ -260,6 +277,6 @@ def node_commands(
     commands = []
     for rank, host in enumerate(hosts[: spec.nodes]):
         where = ("--node-rank", str(rank), "--run-dir", os.path.join(run_dir, f"launch-node{rank}"))
-        argv = (*on_node(on_host, host), *launch, *where, *program)
+        argv = (*on_node(on_host, host), *pinned(python, rank, cpus_per_host), *launch, *where, *program)
         commands.append(Command(argv, one.env, run_dir, f"{stem}-node{rank}{ext}"))
     return tuple(commands)

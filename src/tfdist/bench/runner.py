@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfdist.bench import threads as thread_cpu
 from tfdist.bench.plan import Command
 from tfdist.errors import TfdistError
 from tfdist.launcher.plan import ProcessSpec, TaskSlot
@@ -19,6 +20,8 @@ from tfdist.launcher.workers import WorkerGroup
 from tfdist.worker.contract import RunFiles
 
 POLL_S = 0.1
+#: Polls between two per-thread snapshots (each reads every thread's /proc files).
+THREAD_EVERY = 5
 
 
 class RunFailed(TfdistError):
@@ -33,6 +36,8 @@ class Usage:
     gpu_util: list[tuple[float, float]] = field(default_factory=list)
     gpu_mem_mb: list[tuple[float, float]] = field(default_factory=list)
     rss_peak_mb: dict[int, float] = field(default_factory=dict)  # pid -> largest resident set seen
+    #: Per node (``node0``, ...): (wall time, CPU seconds per ``role/thread``) snapshots (bench/threads.py).
+    threads: dict[str, list[tuple[float, thread_cpu.Snapshot]]] = field(default_factory=dict)
 
     @property
     def peak_rss_mb(self) -> float | None:
@@ -45,6 +50,11 @@ class Usage:
             return None
         used = _interpolate(self.cpu, end) - _interpolate(self.cpu, start)
         return max(0.0, used / ((end - start) * cores))
+
+    def thread_ms(self, window: tuple[float, float], step_s: float) -> dict[str, dict[str, float]]:
+        """Per node, the CPU ms per step of each ``role/thread`` within the window."""
+        found = {node: thread_cpu.per_step_ms(s, window, step_s) for node, s in self.threads.items()}
+        return {node: ms for node, ms in found.items() if ms}
 
     def gpu(self, start: float, end: float) -> tuple[float | None, float | None]:
         """(mean utilisation 0-1, peak memory MB) within the window, or (None, None) without NVML."""
@@ -67,11 +77,13 @@ def _interpolate(series: list[tuple[float, float]], at: float) -> float:
 class _Sampler(threading.Thread):
     """Polls the CPU time of a process tree (and NVML, when present) until stopped."""
 
-    def __init__(self, pid: int, usage: Usage) -> None:
+    def __init__(self, pid: int, usage: Usage, node: int = 0) -> None:
         super().__init__(daemon=True)
         self.pid, self.usage = pid, usage
         self.done = threading.Event()
         self.seen: dict[int, float] = {}  # CPU seconds last seen per pid: exited processes keep theirs
+        self.threads_seen: dict[tuple[int, int], tuple[str, float, float]] = {}  # the same per thread
+        self.snapshots = usage.threads.setdefault(f"node{node}", [])
         self.nvml = _nvml_handles()
 
     def run(self) -> None:
@@ -81,12 +93,17 @@ class _Sampler(threading.Thread):
             root = psutil.Process(self.pid)
         except psutil.NoSuchProcess:
             return
+        polls = 0
         while not self.done.is_set():
             now = time.time()
             try:
                 procs = [root, *root.children(recursive=True)]
             except psutil.NoSuchProcess:
                 break
+            if polls % THREAD_EVERY == 0:
+                self.threads_seen.update(thread_cpu.read_threads([p.pid for p in procs]))
+                self.snapshots.append((now, thread_cpu.totals(self.threads_seen)))
+            polls += 1
             for proc in procs:
                 try:
                     t = proc.cpu_times()
@@ -179,8 +196,8 @@ def run_all(
     samplers: list[_Sampler] = []
     try:
         group.start()
-        for worker in group.workers:
-            samplers.append(_Sampler(worker.popen.pid, Usage()))  # one per tree; merged below
+        for node, worker in enumerate(group.workers):
+            samplers.append(_Sampler(worker.popen.pid, Usage(), node))  # one per tree; merged below
             samplers[-1].start()
         failed = group.wait(time.monotonic() + timeout)
     finally:
@@ -214,6 +231,7 @@ def _merged(usages: Sequence[Usage]) -> Usage:
         merged.gpu_util += u.gpu_util
         merged.gpu_mem_mb += u.gpu_mem_mb
         merged.rss_peak_mb.update(u.rss_peak_mb)
+        merged.threads.update(u.threads)
     merged.gpu_util.sort()
     merged.gpu_mem_mb.sort()
     return merged

@@ -24,6 +24,8 @@ class Sample:
     gpu_mem_mb: float | None = None  # peak GPU memory used
     peak_rss_mb: float | None = None  # the largest resident set of any one process of the run
     load_1min: float | None = None  # the machine's 1-minute load average when the run ended (others' work)
+    #: Per node, CPU ms per step of each ``role/thread`` of its processes (:mod:`tfdist.bench.threads`).
+    thread_ms: dict[str, dict[str, float]] | None = None
 
 
 def measured_window(
@@ -98,6 +100,16 @@ def _median_or_none(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def _thread_medians(found: Sequence[dict[str, dict[str, float]] | None]) -> dict[str, dict[str, float]]:
+    """Per node and ``role/thread``, the median over the repeats that saw it."""
+    nodes: dict[str, dict[str, list[float]]] = {}
+    for per_node in filter(None, found):
+        for node, spent in per_node.items():
+            for key, ms in spent.items():
+                nodes.setdefault(node, {}).setdefault(key, []).append(ms)
+    return {n: {k: round(statistics.median(v), 2) for k, v in keys.items()} for n, keys in nodes.items()}
+
+
 def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any]]:
     """One row per configuration: medians over repeats, speed-up and efficiency against the configuration
     with the fewest replicas, and ratios to the references of the same size and to the one-worker RSS."""
@@ -133,6 +145,7 @@ def summarize(results: Mapping[RunSpec, Sequence[Sample]]) -> list[dict[str, Any
                 "gpu_mem_mb": _median_or_none([x.gpu_mem_mb for x in samples]),
                 "peak_rss_mb": _median_or_none([x.peak_rss_mb for x in samples]),
                 "load_1min": _median_or_none([x.load_1min for x in samples]),
+                "cpu_ms_per_step": _thread_medians([x.thread_ms for x in samples]),
                 "baseline": spec.name == base.name,
             }
         )

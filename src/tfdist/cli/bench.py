@@ -110,6 +110,13 @@ def register(sub: Any) -> None:
         "--base-port", type=integer, default=29600, help="first port of the runs across nodes (rotated)"
     )
     p.add_argument(
+        "--cpus-per-host",
+        type=integer,
+        metavar="N",
+        help="run each node's processes on N of its cores (node i takes its i-th group of N), as on nodes "
+        "whose cores all compute; the default thread count follows (default: every core)",
+    )
+    p.add_argument(
         "--timeline",
         action="store_true",
         help="write a Chrome trace per rank of every measured tfdist run (runs/<run>/timeline/)",
@@ -172,6 +179,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         on_host=on_host,
         base_port=args.base_port,
         timeline=args.timeline,
+        cpus_per_host=args.cpus_per_host,
         compression=parse_compressions(args.compression),
         bucket_mb=parse_bucket_sizes(args.bucket_mb) if args.bucket_mb is not None else (),
     )

@@ -269,7 +269,7 @@ def plan_mpi(
     runner = (config.python, "-u", "-m", "tfdist.worker.mpirun")
     program = config.command if config.no_python else (*runner, *config.command)
     binding = cpu_sets(config.bind, config.nproc_per_node, cpu_ids, config.cpu or not visible_gpus)
-    bind_args = stack.bind_args(flavour, len(binding[0])) if binding else ()
+    bind_args = stack.bind_args(flavour, binding, config.nnodes)
     nodes = hydra.manual_args(config.hosts, config.nproc_per_node) if config.nnodes > 1 else ()
     argv = (
         mpiexec,

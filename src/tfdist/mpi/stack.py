@@ -10,7 +10,7 @@ An MPI library hears only a process manager of its own kind: MPICH (the ``mpich`
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: The libraries' names as users know them.
@@ -73,16 +73,27 @@ class MPILibrary:
         return f"{self.name} ({self.path})"
 
 
-def bind_args(flavour: str, cores_per_rank: int) -> tuple[str, ...]:
-    """The MPI launcher's own options for one set of ``cores_per_rank`` cores per rank (it knows the
-    topology).
+def bind_args(flavour: str, sets: Sequence[tuple[int, ...]], nodes: int = 1) -> tuple[str, ...]:
+    """The MPI launcher's own options binding this node's rank i to ``sets[i]`` (CPU numbers of the cores
+    the launcher may use) in a job of ``nodes`` nodes.
 
-    Input/Output: ``("hydra", 1)`` -> ``("-bind-to", "core:1")``; an unknown launcher gets none.
+    Hydra's ``core:N`` numbers the machine's cores, not the launcher's: a launcher kept to core 1 had its
+    rank put on core 0. One node: Hydra gets the CPU numbers. Several: node 0's ``mpiexec`` binds every
+    node's ranks with its own numbers, so a node's only rank keeps its node's CPU set (no option), and
+    several per node take Hydra's cores (right on whole nodes and in cgroup CPU sets, which Hydra sees).
+
+    Input/Output: ``("hydra", [(0, 1), (2, 3)])`` -> ``("-bind-to", "user:0+1,2+3")``; ``("hydra",
+    [(1,)], 2)`` -> ``()``; ``("hydra", [(0,), (1,)], 2)`` -> ``("-bind-to", "core:1")``;
+    ``("openmpi", [(0, 1)])`` -> ``("--map-by", "slot:PE=2", "--bind-to", "core")``.
     """
+    if not sets:
+        return ()
+    if flavour == "hydra" and nodes == 1:
+        return ("-bind-to", "user:" + ",".join("+".join(map(str, cpus)) for cpus in sets))
     if flavour == "hydra":
-        return ("-bind-to", f"core:{cores_per_rank}")
+        return ("-bind-to", f"core:{len(sets[0])}") if len(sets) > 1 else ()
     if flavour == "openmpi":
-        return ("--map-by", f"slot:PE={cores_per_rank}", "--bind-to", "core")
+        return ("--map-by", f"slot:PE={len(sets[0])}", "--bind-to", "core")
     return ()
 
 

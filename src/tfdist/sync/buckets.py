@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,18 +58,21 @@ class AutoBuckets:
         mine = [
             statistics.median(seconds for _, seconds in timed),
             statistics.median(b - a for a, b in itertools.pairwise(starts)),
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
         ]
         rows = table(np.array(mine))
-        size, share = choose_buckets(rows[:, 0].tolist(), rows[:, 1].tolist(), self.share)
+        cores = [int(c) for c in rows[:, 2]]
+        size, share = choose_buckets(rows[:, 0].tolist(), rows[:, 1].tolist(), self.share, cores)
         self.sums = []
         if chief:
+            alone = " (a rank has one core: buckets would take the backward pass's)" if min(cores) < 2 else ""
             log.info(
                 "MPI backend: auto buckets: the gradient sum took %.0f %% of a step (%.1f of %.1f ms on the "
                 "slowest rank), so %s",
                 100 * share,
                 1e3 * float(np.max(rows[:, 0])),
                 1e3 * float(np.max(rows[:, 1])),
-                f"{size:g} MB buckets from now on" if size else "one sum after the backward pass",
+                f"{size:g} MB buckets from now on" if size else f"one sum after the backward pass{alone}",
             )
         return size
 

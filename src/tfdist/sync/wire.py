@@ -71,18 +71,25 @@ def check_bucket_setting(value: object, where: str) -> float | str:
 
 
 def choose_buckets(
-    exposed_s: Sequence[float], step_s: Sequence[float], threshold: float = AUTO_SHARE
+    exposed_s: Sequence[float],
+    step_s: Sequence[float],
+    threshold: float = AUTO_SHARE,
+    cores: Sequence[int] = (),
 ) -> tuple[float, float]:
     """``auto``'s choice: (bucket MB, the share of a step its sum took), from every rank's median time of
     the gradient sum after the backward pass (``exposed_s``) and of a step (``step_s``): buckets of
     :data:`AUTO_MB` when the largest share reaches ``threshold`` (TFDIST_BUCKET_AUTO_SHARE, default
-    :data:`AUTO_SHARE`), else none. Pure; the same answer on every rank given the same table.
+    :data:`AUTO_SHARE`) and every rank has a core beside its backward pass (``cores``: each rank's CPUs;
+    on one core the bucket sums take the backward pass's time: measured slower than one sum, in
+    docs/performance.md), else none. Pure; the same answer on every rank given the same table.
 
     Input/Output: ``choose_buckets([0.046, 0.044], [0.170, 0.168])`` -> ``(2.0, 0.27...)``;
-    ``choose_buckets([0.011], [0.130])`` -> ``(0.0, 0.08...)``.
+    ``choose_buckets([0.011], [0.130])`` -> ``(0.0, 0.08...)``; ``choose_buckets([0.046], [0.170],
+    cores=[1])`` -> ``(0.0, 0.27...)``.
     """
     share = max(e / s for e, s in zip(exposed_s, step_s, strict=True) if s > 0)
-    return (AUTO_MB if share >= threshold else 0.0), share
+    spare = not cores or min(cores) > 1
+    return (AUTO_MB if share >= threshold and spare else 0.0), share
 
 
 def check_auto_share(value: object, where: str) -> float:
