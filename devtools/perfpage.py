@@ -369,9 +369,12 @@ def how_fast(report: dict[str, Any]) -> str:
         known = f"{place}/{config}" in head
         return f"{head[f'{place}/{config}'] / head[f'{place}/{against}']:.2f}x" if known else "-"
 
+    cores = report.get("cpus_per_host") or 0
+    hosts = f"{cores} core(s) per test host" if cores else "the test hosts sharing its 2 cores"
     lines = [
-        f"Measured {report['date'][:10]} on a 2-core CPU machine, where one unsynchronised mnist-cnn step "
-        f"took {report['single_step_ms']:.0f} ms that day (a slower day lowers every ratio across a link). "
+        f"Measured {report['date'][:10]} on a 2-core CPU machine ({hosts}), where one unsynchronised "
+        f"mnist-cnn step took {report['single_step_ms']:.0f} ms that day (a slower day lowers every ratio "
+        "across a link). "
         "Every figure, with its setup: [Performance](docs/performance.md); to measure your own cluster: "
         "[Benchmarking](docs/guides/benchmarking.md).",
         "",

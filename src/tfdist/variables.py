@@ -105,7 +105,8 @@ VARIABLES: dict[str, Variable] = _declare(
         "str",
         "auto",
         "MPI backend, across nodes: gradient bucket size in MB, each summed while the backward pass goes on "
-        "(0: one sum after it; auto: 2 when the first steps' sum takes a fifth of a step or more, else 0)",
+        "(0: one sum after it; auto: 2 when the first steps' sum takes a fifth of a step or more and each "
+        "rank has a spare core, else 0)",
     ),
     Variable(
         "TFDIST_SHARD_OPTIMIZER",
