@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfdist.bench.breakdown import WAIT  # the breakdown key of the ranks' wait
-
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "performance.md"
@@ -139,22 +137,6 @@ def _per_repeat(row: dict[str, Any]) -> tuple[float, list[float]]:
 
 
 @table
-def link_runs(payloads: list[Any]) -> Rows:
-    """Runs across two hosts (a summary per file, or horovod-nodes.json): a row per configuration, its
-    ratio to the limit per link with the range of the repeats'."""
-    links: dict[str, dict[str, Any]] = {}
-    for summary in payloads:
-        for rate, link in summary["links"].items():
-            runs = link.get("mnist-cnn", link).items()
-            links[rate] = {n: _per_repeat(r) for n, r in runs if "independent" not in n}
-    rates = [r for r in ("1gbit", "uncapped") if r in links]
-    return [
-        [config_words(name), *(_spread(*links[r][name]) if name in links[r] else "not run" for r in rates)]
-        for name in dict.fromkeys(n for r in rates for n in links[r])
-    ]
-
-
-@table
 def side_by_side(payloads: list[Any], *programs: str) -> Rows:
     """Programs alternated in one benchmark (``median_examples_per_sec``): examples/s, against the first."""
     medians = payloads[0]["median_examples_per_sec"]
@@ -173,24 +155,6 @@ def wire_accuracy(payloads: list[Any]) -> Rows:
 
 
 @table
-def launch_time(payloads: list[Any]) -> Rows:
-    """launch_to_first_step.json: seconds from the command to the first finished training step."""
-    p = payloads[0]
-    return [
-        ["`python train.py`, one process", f"{p['single_median_s']:.1f}", "1.00x"],
-        ["`tfdist launch -n 2 --cpu train.py`", f"{p['launch_median_s']:.1f}", _x(p["ratio_median"])],
-        ["`tfdist run -- python train.py`", f"{p['wrapper_median_s']:.1f}", _x(p["wrapper_ratio_median"])],
-    ]
-
-
-@table
-def allreduce(payloads: list[Any]) -> Rows:
-    """allreduce.json: one sum of a model's gradient over 2 workers, per backend."""
-    words = {"tf": "TensorFlow collectives", "mpi": "MPI backend", "memcopy": "a copy in memory (for scale)"}
-    return [[words[k], _ms(v * 1e3, 2)] for k, v in payloads[0]["median_s"].items()]
-
-
-@table
 def scaling_model(payloads: list[Any]) -> Rows:
     """scaling_model.json: predicted efficiency at 8, 16, 64 and 256 GPUs, flat ring / two levels."""
     rows = []
@@ -202,36 +166,6 @@ def scaling_model(payloads: list[Any]) -> Rows:
                 for w in (8, 16, 64, 256)
             ]
             rows.append([model, link.replace("Gbps", " Gbit/s"), *cells])
-    return rows
-
-
-@table
-def rendezvous_scale(payloads: list[Any]) -> Rows:
-    """rendezvous_scale.json: forming time, server threads and memory against nodes."""
-    return [
-        [f"{r['nodes']:,}", f"{r['forming_s']:.2f} s", str(r["threads"]), _mib(r["rss_mib"])]
-        for r in payloads[0]["rows"]
-    ]
-
-
-@table
-def control_plane(payloads: list[Any]) -> Rows:
-    """control_plane_scale.json: milliseconds per step at 8, 64, 256 and 1,024 nodes, and how each grows."""
-    at = {r["nodes"]: r for r in payloads[0]["rows"]}
-    return [
-        [words, *(_ms(at[n][key], 2) for n in (8, 64, 256, 1024)), f"{payloads[0]['growth'][key]:.2f}"]
-        for key, words in _PLANE_WORDS.items()
-    ]
-
-
-@table
-def launcher_threads(payloads: list[Any]) -> Rows:
-    """control_plane_scale_launcher.json: the launcher's threads and files with many local workers."""
-    rows = []
-    for r in (r for r in payloads[0]["rows"] if r.get("tree", "this") == "this"):
-        whole = r["lines_on_console"] == r["lines_in_logs"] == r["lines_expected"]
-        cells = [f"{r['workers']} workers", str(r["threads"]), str(r["open_files"]), _mib(r["rss_mib"])]
-        rows.append([*cells, "yes" if whole else "no"])
     return rows
 
 
@@ -258,53 +192,6 @@ def estimate_accuracy(payloads: list[Any]) -> Rows:
         for r in payloads[0]["rows"]
         for measured in [(_mib(r["measured_peak_mib"]), f"{r['error_percent']:+.0f} %")]
     ]
-
-
-@table
-def scaling_check(payloads: list[Any]) -> Rows:
-    """scaling-nodes/summary.json: the model fitted on 2 test hosts against the measured 4 and 8."""
-    rows = []
-    for rate, link in payloads[0]["links"].items():
-        for name, r in link["checked"].items():
-            nodes = next(p[1:] for p in name.split("-") if p[:1] == "n" and p[1:].isdigit())
-            cells = [_link(rate), nodes + (" (fitted here)" if nodes == "2" else "")]
-            cells += [_ms(r["measured_step_ms"]), _ms(r["predicted_step_ms"])]
-            rows.append([*cells, f"{r['error']:+.0%}", _x(r["vs_independent"])])
-    return rows
-
-
-@table
-def scaling_paper(payloads: list[Any]) -> Rows:
-    """scaling-nodes/summary.json: the model at the Horovod paper's 512 GPUs."""
-    paper = dict(payloads[0]["paper"])
-    published = paper.pop("setting")["published_efficiency"]
-    rows = []
-    for name, r in paper.items():
-        cells = [name, f"{r['gradient_mb']:.0f} MB", _ms(r["compute_ms"]), _ms(r["allreduce_ms"])]
-        cells += [f"{r['efficiency_no_overlap']:.2f}", f"{r['efficiency_full_overlap']:.2f}"]
-        rows.append([*cells, f"{published:.2f}", f"{r['implied_hidden_share']:.0%}"])
-    return rows
-
-
-@table
-def step_breakdown(payloads: list[Any]) -> Rows:
-    """A summary of ``benchmarks/testhosts.py``: each place's configurations, their step split into parts,
-    and across a link the wire time and how close the step came to its bound."""
-    rows = []
-    for place, configs in payloads[0]["places"].items():
-        for name, r in configs.items():
-            bound = "-"
-            if "vs_serial_bound" in r:
-                serial = "-b0" in name  # summed after the backward pass: compute + wire bounds it
-                bound = f"{r['vs_serial_bound' if serial else 'vs_overlap_bound']:.2f}"
-                bound += " (compute + wire)" if serial else " (max(compute, wire))"
-            left = _ms(r.get("all-reduce", r.get("all-reduce + update")))
-            left += "" if "all-reduce" in r or left == "-" else " (with the update)"
-            ratios = [_x(r.get("vs_independent")), _x(r.get("vs_raw_tf"))]
-            cells = [_link(place), config_words(name), _rate(r["examples_per_sec"]), *ratios]
-            cells += [_ms(r.get("step")), _ms(r.get("forward + backward")), left, _ms(r.get(WAIT), 1)]
-            rows.append([*cells, _ms(r.get("wire")), bound])
-    return rows
 
 
 def _group(key: str) -> str:
