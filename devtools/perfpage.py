@@ -101,10 +101,6 @@ def _mib(value: float) -> str:
     return f"{value:,.0f} MiB"
 
 
-def _spread(median: float, each: list[float]) -> str:
-    return f"{_x(median)} ({min(each):.2f}-{max(each):.2f})"
-
-
 def _link(rate: str) -> str:
     return rate.replace("1gbit", "1 Gbit/s")
 
@@ -127,13 +123,6 @@ def bench_grid(payloads: list[Any]) -> Rows:
         rss = r.get("peak_rss_mb")
         rows.append(row + ([f"{rss:,.0f} MB" if rss is not None else "-"] if memory else []))
     return rows
-
-
-def _per_repeat(row: dict[str, Any]) -> tuple[float, list[float]]:
-    """A configuration's ratio to the limit: the median of the repeats' ratios, and each."""
-    if "vs_independent_per_repeat" in row:
-        return row["vs_independent_per_repeat"]["median"], row["vs_independent_per_repeat"]["each"]
-    return row["vs_independent_median"], row["vs_independent_each"]  # horovod-nodes.json
 
 
 @table
