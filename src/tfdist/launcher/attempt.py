@@ -117,7 +117,7 @@ class Attempt:
         self.group, self.config, self.deadline, self.signals = group, config, deadline, signals
         self.told, self.decline = told, decline
         self.growing: Notice | None = None  # nodes wait to join; the workers are not asked yet
-        self.resizing = False  # the workers were asked to stop at a step boundary
+        self.resizing = False  # told that the job grows: the workers may stop at a step boundary
         self.ps_mode = config.ps > 0
         self.seen: set[str] = set()
         self.join: JoinCheck | None = None
@@ -175,7 +175,8 @@ class Attempt:
             return Outcome.FAILED, replace(failure, muted=self.group.muted())
         notice = self.told() if self.told is not None else None
         if notice is not None and notice.grow:
-            self.growing = notice
+            # Whoever asks, the workers' vote stops them all: exits with the resize code are not failures.
+            self.growing, self.resizing = notice, True
         elif notice is not None:
             self.detected_at = time.time()
             return self._peer_failed(notice)
@@ -215,7 +216,7 @@ class Attempt:
         steps = [s for s in hang.read_steps(directory).values() if not s.done] if directory else []
         offers = [s.resize for s in steps]
         nproc = self.config.nproc_per_node
-        if len(steps) < nproc or not (all(offers) or any(s.steps for s in steps)):
+        if not self.ps_mode and (len(steps) < nproc or not (all(offers) or any(s.steps for s in steps))):
             return  # not training yet: asked again at the next check
         self.growing = None
         why = (
@@ -232,7 +233,6 @@ class Attempt:
                 self.decline(why)
             return
         files.write_text(AttemptFiles(directory).resize_request, notice.line() + "\n")
-        self.resizing = True
         console_print(f"tfdist launch: {notice.line()} at the next step boundary.")
 
     def _peer_failed(self, notice: Notice) -> tuple[Outcome, FailureInfo]:
