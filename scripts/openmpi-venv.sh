@@ -37,26 +37,24 @@ install_packages() {
 create() {
   install_packages
   [ -x "$BASE_VENV/bin/python" ] || { log "no project venv at $BASE_VENV (run ./dev setup first)"; exit 2; }
-  local py="$VENV/bin/python"
-  # Ready when its mpi4py loads Open MPI (as mpi4py names it: MPI is not started).
-  if [ -x "$py" ] && "$py" -m mpi4py --mpi-lib-version 2>/dev/null | grep -q '^Open MPI'; then
-    log "ready: $VENV"
-    return
-  fi
-  mkdir -p "$(dirname "$VENV")"
-  "$BASE_VENV/bin/python" -m venv --clear --without-pip "$VENV"
-  local own base
-  own="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  local py="$VENV/bin/python" own base
   base="$("$BASE_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # Ready when its mpi4py loads Open MPI (as mpi4py names it: MPI is not started).
+  if ! { [ -x "$py" ] && "$py" -m mpi4py --mpi-lib-version 2>/dev/null | grep -q '^Open MPI'; }; then
+    mkdir -p "$(dirname "$VENV")"
+    "$BASE_VENV/bin/python" -m venv --clear --without-pip "$VENV"
+    log "building mpi4py ($MPI4PY_VERSION) against Open MPI ($MPICC)"
+    # pip of the project venv, installing into this one; --no-binary builds from the source distribution.
+    MPICC="$MPICC" "$BASE_VENV/bin/python" -m pip --python "$py" install --quiet --no-deps \
+      --ignore-installed --no-binary mpi4py --no-cache-dir "mpi4py==$MPI4PY_VERSION"
+    "$py" -c 'import mpi4py; print("openmpi-venv: mpi4py", mpi4py.__version__, mpi4py.get_config())' >&2
+  fi
+  own="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   # Appended after the venv's own site-packages, as a site directory (its own .pth files, tfdist's editable
-  # install among them, are read): this venv's mpi4py shadows the project's.
+  # install among them, are read): this venv's mpi4py shadows the project's. Written every time: the venv
+  # is one per user, and the checkout that made it may be gone or another one.
   echo "import site; site.addsitedir('$base')" > "$own/zz-tfdist-project-venv.pth"
-  log "building mpi4py ($MPI4PY_VERSION) against Open MPI ($MPICC)"
-  # pip of the project venv, installing into this one; --no-binary builds from the source distribution.
-  MPICC="$MPICC" "$BASE_VENV/bin/python" -m pip --python "$py" install --quiet --no-deps \
-    --ignore-installed --no-binary mpi4py --no-cache-dir "mpi4py==$MPI4PY_VERSION"
-  "$py" -c 'import mpi4py; print("openmpi-venv: mpi4py", mpi4py.__version__, mpi4py.get_config())' >&2
-  log "ready: $VENV"
+  log "ready: $VENV (with $BASE_VENV's packages)"
 }
 
 case "${1:-}" in
