@@ -67,11 +67,12 @@ class Transport:
             except OSError:
                 sock.close()
                 continue
-            self.conns[conn.fd] = conn
-            self.selector.register(sock, selectors.EVENT_READ)
+            # Room is made before the newcomer counts: the table never holds more than the bound.
             for fd in self.admission.admit(conn.fd, conn.address, now + HANDSHAKE_S):
                 self.rejected += 1  # the oldest stranger's connection makes room
                 self._close(self.conns[fd])
+            self.conns[conn.fd] = conn
+            self.selector.register(sock, selectors.EVENT_READ)
 
     def _out_of_files(self, now: float) -> None:
         """No descriptor left: drop the oldest stranger, or stop accepting for a moment (no spinning)."""
